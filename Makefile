@@ -1,0 +1,45 @@
+# One interpreter for everything: .venv/ at the repository root.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+SYMBOL  ?= ES.FUT
+DATA    ?= data/demo
+export ALPHA_DATA_DIR ?= $(CURDIR)/$(DATA)
+export ALPHA_STORAGE_ROOT ?= $(CURDIR)/storage
+export DAGSTER_HOME ?= $(CURDIR)/dagster_home
+
+.PHONY: install demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: pip takes the CPU build from the local disk here (a plain `torch` pulls CUDA).
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip check
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
+	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select '*' --partition $(SYMBOL)
+	@echo
+	@echo "Sidecars and fold plans for $(SYMBOL) are under $(ALPHA_STORAGE_ROOT)"
+	@$(BIN)/alpha folds --data-dir $(DATA)/$(SYMBOL)/mbp-10 --cv-n-folds 2 --cv-train-window 3
+	@echo "Open the UI with: make ui   (or: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dg dev)"
+
+ui: install
+	$(BIN)/dg dev
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/bench_sidecar.py
+
+clean:
+	rm -rf $(VENV) data storage bench/out

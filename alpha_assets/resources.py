@@ -1,0 +1,39 @@
+"""Where data comes from and where artifacts go; both from the environment, overridable per run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+
+class DataRoot(dg.ConfigurableResource):
+    """Raw DBN files, one folder per symbol (`{root}/ES.FUT/...`); read-only `/data` in the cluster."""
+
+    root: str
+
+    def symbol_dir(self, symbol: str) -> Path:
+        from alpha_core.data.predecode import symbol_dir
+
+        return symbol_dir(self.root, symbol)
+
+
+class StorageRoot(dg.ConfigurableResource):
+    """Everything alpha writes: the sidecar cache and one folder per run (`{root}/{run_id}/...`)."""
+
+    root: str
+
+    def predecoded_dir(self, symbol: str) -> Path:
+        """Content-addressed sidecar cache, shared by every run (a sidecar is built once)."""
+        return Path(self.root, "predecoded", symbol)
+
+    def run_dir(self, run_id: str) -> Path:
+        return Path(self.root, run_id)
+
+
+def default_resources() -> dict[str, dg.ConfigurableResource]:
+    return {
+        "data": DataRoot(root=os.environ.get("ALPHA_DATA_DIR", str(Path("data/demo").resolve()))),
+        "storage": StorageRoot(root=os.environ.get("ALPHA_STORAGE_ROOT", str(Path("storage").resolve()))),
+    }

@@ -1,0 +1,187 @@
+"""`alpha` command line: the same functions the Dagster assets call, usable without Dagster."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from alpha_core.errors import DataError, PlanError
+
+
+def _iso(ts_ns: int | None) -> str | None:
+    return None if ts_ns is None else dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat()
+
+
+def _symbols(value: str | None) -> list[str] | None:
+    return None if not value else [s.strip() for s in value.split(",") if s.strip()]
+
+
+# --- inspect ---------------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from alpha_core.data.dbn import iter_records, read_info
+
+    rows, failed = [], 0
+    for path in args.paths:
+        try:
+            info = read_info(path)
+            count, first, last = 0, None, None
+            for chunk in iter_records(info):
+                if len(chunk):
+                    first = int(chunk["ts_event"][0]) if first is None else first
+                    last = int(chunk["ts_event"][-1])
+                    count += len(chunk)
+        except DataError as exc:
+            print(f"alpha inspect: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        rows.append(
+            {
+                "path": str(path),
+                "schema": info.schema,
+                "dataset": info.dataset,
+                "dbn_version": info.version,
+                "stype_in": info.stype_in,
+                "symbols": list(info.symbols),
+                "records": count,
+                "first_ts": _iso(first),
+                "last_ts": _iso(last),
+                "metadata_start": _iso(info.start),
+                "metadata_end": _iso(info.end),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(
+                f"{r['path']}\n  schema={r['schema']} dataset={r['dataset']} dbn=v{r['dbn_version']} "
+                f"stype_in={r['stype_in']} symbols={','.join(r['symbols'])}\n"
+                f"  records={r['records']} first={r['first_ts']} last={r['last_ts']}"
+            )
+    return 1 if failed else 0
+
+
+# --- predecode -------------------------------------------------------------------------------------
+
+
+def cmd_predecode(args: argparse.Namespace) -> int:
+    from alpha_core.data.checks import sidecar_problems
+    from alpha_core.data.predecode import predecode, symbol_dir
+    from alpha_core.data.products import PRODUCTS
+
+    data_dir, out_dir = Path(args.data_dir), Path(args.predecoded_dir)
+    symbols = _symbols(args.symbols)
+    if symbols is None:  # a data root with one folder per symbol, or a folder of one product's files
+        symbols = sorted(p.name for p in data_dir.glob("*") if p.name in PRODUCTS and p.is_dir())
+        jobs = [(symbol_dir(data_dir, s), s) for s in symbols] or [(data_dir, None)]
+    else:
+        jobs = [((data_dir / s) if (data_dir / s).is_dir() else data_dir, s) for s in symbols]
+    problems = []
+    for directory, symbol in jobs:
+        out = out_dir / symbol if symbol else out_dir
+        for item in predecode(directory, out, symbol=symbol):
+            m = item.sidecar.meta
+            print(f"{item.status:8s} {m.symbol:7s} {m.kind:4s} {m.source.name}: {m.rows} rows -> {item.sidecar.path}")
+            problems += sidecar_problems(item.sidecar)
+    for p in problems:
+        print(f"alpha predecode: integrity: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+# --- folds -----------------------------------------------------------------------------------------
+
+
+def cmd_folds(args: argparse.Namespace) -> int:
+    from alpha_core.data.dbn import SUPPORTED_SCHEMAS, discover
+    from alpha_core.data.folds import FileRef, plan_folds
+
+    files = discover(args.data_dir, args.schema)
+    plans = {}
+    for schema in SUPPORTED_SCHEMAS:
+        refs = [
+            FileRef(path=str(f.path), name=f.name, start=f.start, end=(f.end - 1) if f.end else f.start)
+            for f in files
+            if f.schema == schema
+        ]
+        if refs:
+            plans[schema] = plan_folds(refs, args.cv_n_folds, args.cv_train_window)
+    if args.json:
+        print(json.dumps({s: p.model_dump() for s, p in plans.items()}, indent=2))
+        return 0
+    for schema, plan in plans.items():
+        print(f"{schema}: {plan.n_files} files, {plan.cv_n_folds} fold(s), train window {plan.window}")
+        for fold in plan.folds:
+            def names(refs):
+                return ", ".join(r.name for r in refs) or "-"
+            print(f"  fold {fold.fold}: train [{names(fold.train)}]  val [{names(fold.val)}]  test [{names(fold.test)}]")
+    return 0
+
+
+# --- demo-data -------------------------------------------------------------------------------------
+
+
+def cmd_demo_data(args: argparse.Namespace) -> int:
+    from alpha_core.data.demo import generate_demo_data
+    from alpha_core.data.products import PRODUCTS
+
+    symbols = _symbols(args.symbols) or list(PRODUCTS)
+    paths = generate_demo_data(Path(args.out), args.scale, args.seed, symbols, args.quarters)
+    print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
+    for p in paths:
+        print(f"  {p}")
+    return 0
+
+
+# --- entry point -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="alpha", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("inspect", help="show schema, dataset, version, symbols, counts and time range of DBN files")
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("predecode", help="build or reuse the predecoded sidecars of every DBN file")
+    p.add_argument("--data-dir", required=True, help="data root ({SYMBOL}/... folders) or one symbol's folder")
+    p.add_argument("--predecoded-dir", required=True, help="sidecar cache directory (created on miss)")
+    p.add_argument("--symbols", help="comma-separated, e.g. ES.FUT,NQ.FUT (default: every symbol folder)")
+    p.set_defaults(func=cmd_predecode)
+
+    p = sub.add_parser("folds", help="print the walk-forward fold plan of a folder of DBN files")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--cv-n-folds", type=int, default=1)
+    p.add_argument("--cv-train-window", type=int, default=0)
+    p.add_argument("--schema", choices=["mbp-10", "ohlcv-1m"], help="only this schema (default: each found)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_folds)
+
+    p = sub.add_parser("demo-data", help="write synthetic DBN files with a planted, learnable signal")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scale", choices=["tiny", "small", "full"], default="small")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
+    p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
+    p.set_defaults(func=cmd_demo_data)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DataError, PlanError) as exc:
+        print(f"alpha {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

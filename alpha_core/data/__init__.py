@@ -1,0 +1,1 @@
+"""Data layer: DBN decoding, features, labels, sidecars, folds and the window loader."""

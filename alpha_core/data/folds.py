@@ -1,0 +1,99 @@
+"""Walk-forward fold plans over a symbol's chronologically ordered files (the spec's CV split).
+
+- `cv_n_folds == 1` (the default): train on every file but the last, validate on the last.
+- `cv_n_folds > 1`: a sliding window of W training files; fold k trains on files [k, k+W),
+  validates on file k+W and, when one exists, is tested on file k+W+1. W is `cv_train_window`,
+  or, when 0, `n_files - cv_n_folds` (room for one validation file per fold at the tail).
+
+Train, validation and test never share a file, and labels are computed per file (NaN past its
+end), so no sample or label horizon crosses a split boundary. `check_leakage` proves both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from alpha_core.errors import PlanError
+
+
+class FileRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    name: str
+    start: int  # ns, metadata start (or first row)
+    end: int  # ns, last row / metadata end
+
+
+class Fold(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fold: int
+    train: list[FileRef]
+    val: list[FileRef]
+    test: list[FileRef]
+
+
+class FoldPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cv_n_folds: int
+    cv_train_window: int  # as requested (0 = derived)
+    window: int  # resolved number of training files per fold
+    n_files: int
+    folds: list[Fold]
+
+    def fold(self, k: int) -> Fold:
+        if not 0 <= k < len(self.folds):
+            raise PlanError(f"--cv-fold {k} must be < --cv-n-folds {self.cv_n_folds}")
+        return self.folds[k]
+
+
+def plan_folds(files: list[FileRef], cv_n_folds: int = 1, cv_train_window: int = 0) -> FoldPlan:
+    """Plan every fold; any layout that does not fit is a PlanError naming the numbers."""
+    if cv_n_folds < 1:
+        raise PlanError(f"--cv-n-folds must be >= 1 (got {cv_n_folds})")
+    if cv_train_window < 0:
+        raise PlanError(f"--cv-train-window must be >= 0 (got {cv_train_window})")
+    files = sorted(files, key=lambda f: (f.start, f.path))
+    n = len(files)
+    if cv_n_folds == 1:
+        if n < 2:
+            raise PlanError(f"need >= 2 files for single-fold temporal split, found {n}")
+        folds = [Fold(fold=0, train=files[:-1], val=[files[-1]], test=[])]
+        return FoldPlan(cv_n_folds=1, cv_train_window=cv_train_window, window=n - 1, n_files=n, folds=folds)
+    window = cv_train_window if cv_train_window > 0 else max(n - cv_n_folds, 0)
+    if window < 1:
+        raise PlanError(f"cv_train_window resolves to 0 (n_files={n}, n_folds={cv_n_folds})")
+    last = cv_n_folds - 1
+    if last + window + 1 > n:
+        raise PlanError(
+            f"CV layout overflows: cv_fold={last} + window={window} + 1 val file > {n} files available"
+        )
+    folds = []
+    for k in range(cv_n_folds):
+        val_idx = k + window
+        test = [files[val_idx + 1]] if val_idx + 1 < n else []
+        folds.append(Fold(fold=k, train=files[k:val_idx], val=[files[val_idx]], test=test))
+    return FoldPlan(cv_n_folds=cv_n_folds, cv_train_window=cv_train_window, window=window, n_files=n, folds=folds)
+
+
+def check_leakage(plan: FoldPlan) -> list[str]:
+    """Problems with a plan: shared files, or splits whose time ranges are not strictly ordered."""
+    problems = []
+    for fold in plan.folds:
+        splits = {"train": fold.train, "val": fold.val, "test": fold.test}
+        seen: dict[str, str] = {}
+        for split, refs in splits.items():
+            for ref in refs:
+                key = str(Path(ref.path).resolve())
+                if key in seen:
+                    problems.append(f"fold {fold.fold}: {ref.name} is in both {seen[key]} and {split}")
+                seen[key] = split
+        ordered = [(s, refs) for s, refs in splits.items() if refs]
+        for (a, ra), (b, rb) in zip(ordered, ordered[1:], strict=False):
+            if max(r.end for r in ra) >= min(r.start for r in rb):
+                problems.append(f"fold {fold.fold}: {a} data reaches into {b} (time ranges overlap)")
+    return problems

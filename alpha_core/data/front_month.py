@@ -1,0 +1,102 @@
+"""Pick the front-month contract per CME trading session, without look-ahead, and stitch prices.
+
+A parent symbol (ES.FUT) covers several outright contracts at once. For each trading session
+(America/Chicago; a session opens at 17:00 CT the evening before its date) the front month is the
+contract that was most active in the *previous* session (volume for bars, record count for the
+book), so no decision uses data not yet seen. The file's first session has no previous one: it
+takes the nearest-expiring contract that trades in it. The choice never rolls back to an earlier
+expiry. Prices of consecutive contracts differ by the carry, so `stitch` removes the jump at each
+roll (later segments shifted, earlier prices untouched: nothing is adjusted with future data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from alpha_core.data.products import parse_contract
+
+SESSION_TZ = "America/Chicago"
+SESSION_OPEN_SHIFT_H = 7  # 17:00 CT + 7 h = 00:00 of the session's date
+
+
+def session_days(ts_ns: np.ndarray) -> np.ndarray:
+    """CME session date of each UTC ns timestamp, as int32 days since 1970-01-01."""
+    s = pl.Series("ts", ts_ns.astype(np.int64, copy=False))
+    local = pl.from_epoch(s, time_unit="ns").dt.replace_time_zone("UTC").dt.convert_time_zone(SESSION_TZ)
+    return (local.dt.offset_by(f"{SESSION_OPEN_SHIFT_H}h").dt.date()).cast(pl.Int32).to_numpy()
+
+
+@dataclass(frozen=True)
+class Roll:
+    session: str  # ISO date of the first session on the new contract
+    from_contract: str
+    to_contract: str
+
+
+@dataclass(frozen=True)
+class FrontMonth:
+    front_by_session: dict[int, int]  # session day -> instrument_id
+    rolls: list[Roll]
+
+    def mask(self, sessions: np.ndarray, instrument_ids: np.ndarray) -> np.ndarray:
+        """True for rows that belong to their session's front contract."""
+        days = np.fromiter(self.front_by_session, dtype=np.int64, count=len(self.front_by_session))
+        fronts = np.fromiter(self.front_by_session.values(), dtype=np.int64, count=len(days))
+        order = np.argsort(days)
+        days, fronts = days[order], fronts[order]
+        pos = np.clip(np.searchsorted(days, sessions), 0, len(days) - 1)
+        return (days[pos] == sessions) & (fronts[pos] == instrument_ids)
+
+
+def choose_front(
+    sessions: np.ndarray, instrument_ids: np.ndarray, activity: np.ndarray, symbols: dict[int, str], ref_year: int
+) -> FrontMonth:
+    """Front contract per session from per-row activity (1 per record, or the bar volume)."""
+    table = (
+        pl.DataFrame({"session": sessions, "iid": instrument_ids.astype(np.int64), "act": activity})
+        .group_by("session", "iid")
+        .agg(pl.col("act").sum())
+    )
+    expiry = {iid: parse_contract(sym).expiry_key(ref_year) for iid, sym in symbols.items()}
+    by_session: dict[int, dict[int, float]] = {}
+    for session, iid, act in table.iter_rows():
+        by_session.setdefault(session, {})[iid] = act
+
+    front: dict[int, int] = {}
+    rolls: list[Roll] = []
+    current: int | None = None
+    previous_active: dict[int, float] | None = None
+    for session in sorted(by_session):
+        active = by_session[session]
+        if previous_active is None:
+            wanted = min(active, key=lambda i: expiry[i])
+        else:
+            wanted = max(previous_active, key=lambda i: (previous_active[i], -expiry[i]))
+        if current is not None and expiry[wanted] < expiry[current]:
+            wanted = current  # never roll back to an earlier expiry
+        # the wanted contract may not trade this session (e.g. it expired): take the next one that does
+        later = [i for i in active if expiry[i] >= expiry[wanted]]
+        chosen = min(later, key=lambda i: expiry[i]) if later else wanted
+        if current is not None and chosen != current:
+            day = np.datetime64(int(session), "D").astype(str)
+            rolls.append(Roll(day, symbols[current], symbols[chosen]))
+        front[session] = current = chosen
+        previous_active = active
+    return FrontMonth(front, rolls)
+
+
+def stitch(price: np.ndarray, instrument_ids: np.ndarray) -> np.ndarray:
+    """Continuous price: each later contract segment is shifted so the roll adds no jump.
+
+    Works in the input's dtype; pass integer fixed-point prices to keep equal prices exactly equal.
+    """
+    out = price.copy()
+    roll_rows = np.flatnonzero(instrument_ids[1:] != instrument_ids[:-1]) + 1
+    if len(roll_rows) == 0:
+        return out
+    offsets = np.zeros(len(out), dtype=price.dtype)
+    offsets[roll_rows] = price[roll_rows - 1] - price[roll_rows]
+    return out + np.cumsum(offsets)

@@ -1,0 +1,75 @@
+"""CME products alpha knows: parent symbol, root, tick size and the default round-trip cost.
+
+Contract symbols follow CME's raw form `<root><month code><year digit(s)>` (ESH4, 6EM5, ZNU24).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from alpha_core.errors import PlanError
+
+MONTH_CODES = "FGHJKMNQUVXZ"  # January .. December
+_CONTRACT_RE = re.compile(r"^(?P<root>[A-Z0-9]{1,4}?)(?P<month>[FGHJKMNQUVXZ])(?P<year>\d{1,2})$")
+
+
+@dataclass(frozen=True)
+class Product:
+    symbol: str  # Databento parent symbol, e.g. "ES.FUT"
+    root: str  # contract root, e.g. "ES"
+    tick_size: float  # minimum price increment
+    name: str
+
+    @property
+    def default_cost(self) -> float:
+        """Round-trip cost in price units: 2 ticks (ES: 2 x 0.25 = 0.5, the spec's default)."""
+        return 2.0 * self.tick_size
+
+
+PRODUCTS: dict[str, Product] = {
+    p.symbol: p
+    for p in (
+        Product("ES.FUT", "ES", 0.25, "E-mini S&P 500"),
+        Product("NQ.FUT", "NQ", 0.25, "E-mini Nasdaq-100"),
+        Product("ZN.FUT", "ZN", 1.0 / 64.0, "10-Year T-Note"),
+        Product("6E.FUT", "6E", 0.00005, "Euro FX"),
+    )
+}
+
+
+def product(symbol: str) -> Product:
+    """Look up a parent symbol (ES.FUT) or root (ES); unknown symbols are an error listing the known ones."""
+    if symbol in PRODUCTS:
+        return PRODUCTS[symbol]
+    for p in PRODUCTS.values():
+        if p.root == symbol:
+            return p
+    raise PlanError(f"unknown symbol {symbol!r}; known symbols: {', '.join(PRODUCTS)}")
+
+
+@dataclass(frozen=True)
+class Contract:
+    raw_symbol: str
+    root: str
+    month: int  # 1..12
+    year_digits: str
+
+    def expiry_key(self, ref_year: int) -> int:
+        """Months since year 0 of the expiry, resolving a 1-digit year to the decade nearest `ref_year`."""
+        if len(self.year_digits) == 2:
+            year = 2000 + int(self.year_digits)
+        else:
+            digit = int(self.year_digits)
+            year = ref_year - ref_year % 10 + digit
+            if year < ref_year - 2:  # ESH0 seen in 2029 means 2030
+                year += 10
+        return year * 12 + self.month - 1
+
+
+def parse_contract(raw_symbol: str) -> Contract | None:
+    """Parse an outright futures symbol; spreads (`ESH4-ESM4`), user-defined and other symbols give None."""
+    m = _CONTRACT_RE.match(raw_symbol)
+    if m is None:
+        return None
+    return Contract(raw_symbol, m["root"], MONTH_CODES.index(m["month"]) + 1, m["year"])

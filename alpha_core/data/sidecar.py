@@ -1,0 +1,295 @@
+"""Predecoded sidecars: the feature-engineered form of one DBN file, built once, memory-mapped after.
+
+A sidecar is a directory `{stem}.{ROOT}.{kind}.{key}/` holding one `.npy` per array and a
+`meta.json`. The key hashes the source file's content, the feature version, the product and the
+label settings, so a changed file, a new feature version or other labels never reuse an old
+sidecar. It is written into a temporary directory and renamed into place in one step: readers see
+a complete sidecar or none. On load the meta and every array's dtype and shape are verified; a
+corrupt sidecar is rebuilt, and older sidecars of the same file (stale keys) are removed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import alpha_core
+from alpha_core.atomic import atomic_directory, remove_dead_temporaries
+from alpha_core.data import labels as lbl
+from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
+from alpha_core.data.features import FEATURE_VERSION, Features, bar_features, book_features
+from alpha_core.data.products import Product, product
+from alpha_core.data.series import read_bars, read_book
+from alpha_core.errors import DataError
+
+BOOK, BARS = "book", "bars"
+Kind = Literal["book", "bars"]
+KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
+DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
+HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
+ARRAYS = ("features", "ts", "price", "dt", "labels", "outcome_long", "outcome_short", "instrument_id")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LabelConfig(Strict):
+    """Label settings; `None` fields take the defaults of the kind and product."""
+
+    horizons: tuple[int, ...] | None = None
+    outcome_label_cost: float | None = Field(default=None, ge=0.0)
+
+    def resolve(self, kind: str, prod: Product) -> tuple[tuple[int, ...], float]:
+        horizons = self.horizons or DEFAULT_HORIZONS[kind]
+        if any(h <= 0 for h in horizons) or list(horizons) != sorted(set(horizons)):
+            raise DataError(None, f"horizons must be positive and increasing, got {list(horizons)}")
+        cost = prod.default_cost if self.outcome_label_cost is None else self.outcome_label_cost
+        return tuple(horizons), float(cost)
+
+
+class ArraySpec(Strict):
+    dtype: str
+    shape: list[int]
+
+
+class SourceInfo(Strict):
+    name: str
+    path: str
+    sha256: str
+    size: int
+    schema_: str = Field(alias="schema")
+    dataset: str
+    dbn_version: int
+    metadata_symbols: list[str]
+
+
+class RollInfo(Strict):
+    session: str
+    from_contract: str
+    to_contract: str
+
+
+class SidecarMeta(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    format: Literal["alpha-sidecar"] = "alpha-sidecar"
+    feature_version: str
+    key: str
+    kind: Kind
+    symbol: str
+    tick_size: float
+    source: SourceInfo
+    feature_names: list[str]
+    horizons: list[int]
+    horizon_unit: str
+    outcome_label_cost: float
+    price_note: str = "price: front-month mid (book) or close (bars), stitched at rolls"
+    rows: int
+    first_ts: int
+    last_ts: int
+    first_time: str
+    last_time: str
+    contracts: dict[str, int]
+    roll_dates: list[RollInfo]
+    dropped: dict[str, int]
+    arrays: dict[str, ArraySpec]
+    alpha_version: str
+
+
+class SidecarCorrupt(Exception):
+    """A sidecar directory that cannot be trusted (missing/invalid meta or array)."""
+
+
+@dataclass
+class Sidecar:
+    """A loaded sidecar; arrays are read-only memory maps."""
+
+    path: Path
+    meta: SidecarMeta
+    features: np.ndarray  # float32 [N, F]
+    ts: np.ndarray  # int64 [N] (ts_recv for the book, bar start for bars)
+    price: np.ndarray  # float64 [N] stitched reference price
+    dt: np.ndarray  # float32 [N] seconds since the previous row
+    labels: np.ndarray  # float32 [N, H] direction (1 up, 0 not up, NaN past the end of the file)
+    outcome_long: np.ndarray  # float32 [N, H] price units, net of cost
+    outcome_short: np.ndarray
+    instrument_id: np.ndarray  # uint32 [N]
+
+    @property
+    def rows(self) -> int:
+        return self.meta.rows
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def resolve_product(info: DbnFile, symbol: str | None) -> Product:
+    """The product to extract: the given symbol, else the single product the file's metadata maps."""
+    roots = info.products()
+    if symbol is not None:
+        prod = product(symbol)
+        if prod.root not in roots:
+            found = ", ".join(sorted(roots)) or "none"
+            raise DataError(info.path, f"metadata maps no {prod.symbol} contracts (products found: {found})")
+        return prod
+    if len(roots) != 1:
+        found = ", ".join(sorted(roots)) or "none"
+        raise DataError(info.path, f"metadata maps several or no products ({found}); pass a symbol")
+    return product(next(iter(roots)))
+
+
+def sidecar_key(sha256: str, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> str:
+    ident = json.dumps([sha256, kind, prod.symbol, FEATURE_VERSION, list(horizons), cost])
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".dbn.zst", ".dbn"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def ensure_sidecar(
+    dbn_path: str | Path,
+    predecoded_dir: str | Path,
+    symbol: str | None = None,
+    label_config: LabelConfig | None = None,
+) -> tuple[Sidecar, str]:
+    """Return the sidecar of `dbn_path`, building it on a miss. Status: built | reused | rebuilt."""
+    info = read_info(dbn_path)
+    require_schema(info)
+    kind = KIND_OF_SCHEMA[info.schema]
+    prod = resolve_product(info, symbol)
+    horizons, cost = (label_config or LabelConfig()).resolve(kind, prod)
+    sha = file_sha256(info.path)
+    key = sidecar_key(sha, kind, prod, horizons, cost)
+    predecoded_dir = Path(predecoded_dir)
+    prefix = f"{_stem(info.path)}.{prod.root}.{kind}."
+    final = predecoded_dir / f"{prefix}{key}"
+    remove_dead_temporaries(predecoded_dir)
+
+    status = "built"
+    if final.exists():
+        try:
+            return load_sidecar(final, expect_key=key), "reused"
+        except SidecarCorrupt:
+            shutil.rmtree(final)
+            status = "rebuilt"
+    try:
+        with atomic_directory(final) as tmp:
+            _write(tmp, info, kind, prod, horizons, cost, sha, key)
+    except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
+        pass
+    for stale in predecoded_dir.glob(f"{prefix}*"):
+        if stale != final and stale.is_dir() and not stale.name.startswith("."):
+            shutil.rmtree(stale, ignore_errors=True)
+            status = "rebuilt"
+    return load_sidecar(final, expect_key=key), status
+
+
+def _write(
+    out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float, sha: str, key: str
+) -> None:
+    if kind == BOOK:
+        series = read_book(info, prod.root)
+        feats: Features = book_features(series, prod.tick_size)
+        future = [lbl.future_rows_by_count(len(feats.ts), h) for h in horizons]
+    else:
+        series = read_bars(info, prod.root)
+        feats = bar_features(series)
+        future = [lbl.future_rows_by_time(feats.ts, h) for h in horizons]
+    labels = lbl.make_labels(feats.price_fixed, feats.price_scale, future, cost)
+    if not np.isfinite(feats.values).all():
+        bad = np.flatnonzero(~np.isfinite(feats.values).all(axis=0))
+        raise DataError(info.path, f"non-finite feature values in {[feats.names[i] for i in bad]}")
+    arrays = {
+        "features": feats.values,
+        "ts": feats.ts.astype(np.int64),
+        "price": feats.price_fixed / feats.price_scale,
+        "dt": feats.dt,
+        "labels": labels.direction,
+        "outcome_long": labels.outcome_long,
+        "outcome_short": labels.outcome_short,
+        "instrument_id": series.instrument_id.astype(np.uint32),
+    }
+    for name, arr in arrays.items():
+        np.save(out / f"{name}.npy", np.ascontiguousarray(arr))
+    symbols = info.outright_ids(prod.root)
+    ids, counts = np.unique(arrays["instrument_id"], return_counts=True)
+    meta = SidecarMeta(
+        feature_version=FEATURE_VERSION,
+        key=key,
+        kind=kind,
+        symbol=prod.symbol,
+        tick_size=prod.tick_size,
+        source=SourceInfo(
+            name=info.name,
+            path=str(info.path.resolve()),
+            sha256=sha,
+            size=info.path.stat().st_size,
+            schema=info.schema,
+            dataset=info.dataset,
+            dbn_version=info.version,
+            metadata_symbols=list(info.symbols),
+        ),
+        feature_names=list(feats.names),
+        horizons=list(horizons),
+        horizon_unit=HORIZON_UNIT[kind],
+        outcome_label_cost=cost,
+        rows=len(feats.ts),
+        first_ts=int(feats.ts[0]),
+        last_ts=int(feats.ts[-1]),
+        first_time=_iso(int(feats.ts[0])),
+        last_time=_iso(int(feats.ts[-1])),
+        contracts={symbols[int(i)]: int(c) for i, c in zip(ids, counts, strict=True)},
+        roll_dates=[RollInfo(session=r.session, from_contract=r.from_contract, to_contract=r.to_contract)
+                    for r in series.front.rolls],
+        dropped=series.dropped,
+        arrays={k: ArraySpec(dtype=str(v.dtype), shape=list(v.shape)) for k, v in arrays.items()},
+        alpha_version=alpha_core.__version__,
+    )
+    (out / "meta.json").write_text(meta.model_dump_json(indent=2, by_alias=True) + "\n")
+
+
+def _iso(ts_ns: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat()
+
+
+def load_sidecar(path: str | Path, expect_key: str | None = None) -> Sidecar:
+    """Open a sidecar directory, verifying its meta and every array; raise SidecarCorrupt if off."""
+    path = Path(path)
+    try:
+        meta = SidecarMeta.model_validate_json((path / "meta.json").read_text())
+    except (OSError, ValidationError, ValueError) as exc:
+        raise SidecarCorrupt(f"{path}: meta.json missing or invalid ({exc})") from exc
+    if expect_key is not None and meta.key != expect_key:
+        raise SidecarCorrupt(f"{path}: key {meta.key} != expected {expect_key}")
+    if meta.feature_version != FEATURE_VERSION:
+        raise SidecarCorrupt(f"{path}: feature version {meta.feature_version} != {FEATURE_VERSION}")
+    arrays = {}
+    for name in ARRAYS:
+        spec = meta.arrays.get(name)
+        try:
+            arr = np.load(path / f"{name}.npy", mmap_mode="r")
+        except (OSError, ValueError) as exc:
+            raise SidecarCorrupt(f"{path}: {name}.npy unreadable ({exc})") from exc
+        if spec is None or str(arr.dtype) != spec.dtype or list(arr.shape) != spec.shape or len(arr) != meta.rows:
+            raise SidecarCorrupt(f"{path}: {name}.npy has {arr.dtype}{list(arr.shape)}, meta says {spec}")
+        arrays[name] = arr
+    return Sidecar(path=path, meta=meta, **arrays)
