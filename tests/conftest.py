@@ -1,0 +1,40 @@
+"""Shared fixtures: real Databento samples from ../shared and small generated demo data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings swing 10-40x
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO.parent / "shared" / "data" / "databento-samples"
+
+
+@pytest.fixture(scope="session")
+def samples() -> Path:
+    assert SAMPLES.is_dir(), f"real Databento samples expected at {SAMPLES} (../shared beside the clone)"
+    return SAMPLES
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """`alpha demo-data --scale tiny` for ES.FUT and NQ.FUT: five quarterly files per schema."""
+    from alpha_core.data.demo import generate_demo_data
+
+    out = tmp_path_factory.mktemp("demo-tiny")
+    generate_demo_data(out, "tiny", seed=7, symbols=["ES.FUT", "NQ.FUT"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_sidecars(tiny_data, tmp_path_factory):
+    """Book and bar sidecars of ES.FUT, built once for the session."""
+    from alpha_core.data.predecode import predecode
+
+    out = tmp_path_factory.mktemp("predecoded")
+    book = [p.sidecar for p in predecode(tiny_data / "ES.FUT", out, "ES.FUT", "mbp-10")]
+    bars = [p.sidecar for p in predecode(tiny_data / "ES.FUT", out, "ES.FUT", "ohlcv-1m")]
+    return {"book": book, "bars": bars}

@@ -1,0 +1,77 @@
+"""Walk-forward fold plans: the spec's split rules, every error, and the leakage check."""
+
+from __future__ import annotations
+
+import pytest
+
+from alpha_core.data.folds import FileRef, Fold, FoldPlan, check_leakage, plan_folds
+from alpha_core.errors import PlanError
+
+
+def refs(n: int) -> list[FileRef]:
+    day = 86_400 * 10**9
+    return [FileRef(path=f"/d/f{i}.dbn.zst", name=f"f{i}", start=i * 100 * day, end=(i * 100 + 90) * day) for i in range(n)]
+
+
+def names(files):
+    return [f.name for f in files]
+
+
+def test_single_fold_trains_on_all_but_last_and_validates_on_last():
+    plan = plan_folds(refs(4))
+    (fold,) = plan.folds
+    assert names(fold.train) == ["f0", "f1", "f2"] and names(fold.val) == ["f3"] and fold.test == []
+    assert plan.window == 3
+
+
+def test_sliding_window_with_test_file_after_validation():
+    plan = plan_folds(refs(6), cv_n_folds=3, cv_train_window=2)
+    assert [(names(f.train), names(f.val), names(f.test)) for f in plan.folds] == [
+        (["f0", "f1"], ["f2"], ["f3"]),
+        (["f1", "f2"], ["f3"], ["f4"]),
+        (["f2", "f3"], ["f4"], ["f5"]),
+    ]
+    assert check_leakage(plan) == []
+
+
+def test_default_window_leaves_one_validation_file_per_fold():
+    plan = plan_folds(refs(5), cv_n_folds=2)
+    assert plan.window == 3
+    assert names(plan.folds[0].train) == ["f0", "f1", "f2"] and names(plan.folds[0].test) == ["f4"]
+    assert names(plan.folds[1].val) == ["f4"] and plan.folds[1].test == []
+
+
+def test_files_are_ordered_by_time_not_by_input_order():
+    plan = plan_folds(list(reversed(refs(3))))
+    assert names(plan.folds[0].train) == ["f0", "f1"]
+
+
+@pytest.mark.parametrize(
+    "n, folds, window, message",
+    [
+        (5, 0, 0, r"--cv-n-folds must be >= 1 \(got 0\)"),
+        (5, 2, -1, r"--cv-train-window must be >= 0 \(got -1\)"),
+        (1, 1, 0, r"need >= 2 files for single-fold temporal split, found 1"),
+        (2, 2, 0, r"cv_train_window resolves to 0 \(n_files=2, n_folds=2\)"),
+        (4, 3, 2, r"CV layout overflows: cv_fold=2 \+ window=2 \+ 1 val file > 4 files available"),
+    ],
+)
+def test_invalid_layouts_say_which_numbers_do_not_fit(n, folds, window, message):
+    with pytest.raises(PlanError, match=message):
+        plan_folds(refs(n), folds, window)
+
+
+def test_fold_index_must_be_below_fold_count():
+    with pytest.raises(PlanError, match=r"--cv-fold 3 must be < --cv-n-folds 3"):
+        plan_folds(refs(6), 3, 2).fold(3)
+
+
+def test_leakage_check_catches_shared_files_and_overlapping_time():
+    f = refs(3)
+    shared = FoldPlan(cv_n_folds=1, cv_train_window=0, window=2, n_files=3,
+                      folds=[Fold(fold=0, train=[f[0], f[1]], val=[f[1]], test=[])])
+    assert any("f1 is in both train and val" in p for p in check_leakage(shared))
+    late = f[0].model_copy(update={"end": f[1].start + 1})
+    overlap = FoldPlan(cv_n_folds=1, cv_train_window=0, window=1, n_files=2,
+                       folds=[Fold(fold=0, train=[late], val=[f[1]], test=[])])
+    assert check_leakage(overlap) == ["fold 0: train data reaches into val (time ranges overlap)"]

@@ -1,0 +1,113 @@
+"""Real Databento sample files (DBN v1-3) through our reader, against `databento` itself."""
+
+from __future__ import annotations
+
+import databento as db
+import numpy as np
+import pytest
+
+from alpha_core.data.dbn import count_records, iter_records, read_info
+from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.errors import DataError
+
+MBP10_FILES = [
+    "databento-python/GLBX.MDP3/test_data.mbp-10.dbn.zst",
+    "dbn/test_data.mbp-10.dbn",
+    "dbn/test_data.mbp-10.v1.dbn.zst",
+    "dbn/test_data.mbp-10.v2.dbn.zst",
+    "dbn/test_data.mbp-10.v3.dbn.zst",
+]
+OHLCV_FILES = [
+    "databento-python/GLBX.MDP3/test_data.ohlcv-1m.dbn.zst",
+    "dbn/test_data.ohlcv-1m.dbn",
+    "dbn/test_data.ohlcv-1m.v1.dbn.zst",
+    "dbn/test_data.ohlcv-1m.v2.dbn.zst",
+    "dbn/test_data.ohlcv-1m.v3.dbn.zst",
+]
+TWO_PRODUCTS = "nautilus_trader/futures_ohlcv-1m_2024-07-01T23-40_2024-07-02T00-10.dbn.zst"
+
+
+def test_every_sample_covers_dbn_versions_1_to_3(samples):
+    versions = {read_info(samples / f).version for f in MBP10_FILES + OHLCV_FILES}
+    assert versions == {1, 2, 3}
+
+
+@pytest.mark.parametrize("name", MBP10_FILES + OHLCV_FILES + [TWO_PRODUCTS])
+def test_records_equal_databento(samples, name):
+    path = samples / name
+    reference = db.DBNStore.from_file(path).to_ndarray()
+    ours = np.concatenate(list(iter_records(read_info(path), chunk_records=1)))
+    assert count_records(read_info(path)) == len(reference) > 0
+    assert ours.dtype == reference.dtype
+    assert np.array_equal(ours, reference)
+
+
+@pytest.mark.parametrize("name", MBP10_FILES)
+def test_book_sidecar_mid_matches_databento(samples, tmp_path, name):
+    path = samples / name
+    df = db.DBNStore.from_file(path).to_df()
+    snapshots = df[(df["flags"] & 128) != 0]
+    sc, status = ensure_sidecar(path, tmp_path)
+    assert status == "built"
+    assert sc.meta.source.schema_ == "mbp-10"
+    assert sc.rows == len(snapshots)
+    expected_mid = ((snapshots["bid_px_00"] + snapshots["ask_px_00"]) / 2).to_numpy()
+    np.testing.assert_allclose(sc.price, expected_mid)
+    spread_ticks = ((snapshots["ask_px_00"] - snapshots["bid_px_00"]) / 0.25).to_numpy()
+    col = sc.meta.feature_names.index("spread_ticks")
+    np.testing.assert_allclose(sc.features[:, col], spread_ticks)
+    assert sc.meta.contracts == {"ESH1": len(snapshots)}
+
+
+@pytest.mark.parametrize("name", OHLCV_FILES)
+def test_bar_sidecar_close_matches_databento(samples, tmp_path, name):
+    path = samples / name
+    df = db.DBNStore.from_file(path).to_df()
+    sc, _ = ensure_sidecar(path, tmp_path)
+    assert sc.rows == len(df)
+    np.testing.assert_allclose(sc.price, df["close"].to_numpy())
+    np.testing.assert_array_equal(sc.ts, df.index.astype("int64").to_numpy())
+
+
+def test_parent_symbology_keeps_only_outrights(samples):
+    info = read_info(samples / "nautilus_trader/definition-glbx-es-futspread.dbn.zst")
+    assert info.stype_in == "parent" and info.symbols == ("ES.FUT",)
+    assert len(info.mappings) == 41
+    spreads = [s for s in info.mappings if "-" in s]
+    assert spreads, "the real parent file maps calendar spreads too"
+    outrights = info.outright_ids("ES")
+    assert outrights, "outright contracts expected"
+    assert all("-" not in s and s.startswith("ES") and len(s) == 4 for s in outrights.values())
+    assert set(outrights.values()) == {s for s in info.mappings if "-" not in s}
+    assert info.products() == {"ES"}
+
+
+def test_two_instrument_file_is_split_by_product(samples, tmp_path):
+    path = samples / TWO_PRODUCTS
+    es, _ = ensure_sidecar(path, tmp_path, symbol="ES.FUT")
+    nq, _ = ensure_sidecar(path, tmp_path, symbol="NQ.FUT")
+    assert es.meta.contracts == {"ESU4": 30} and nq.meta.contracts == {"NQU4": 30}
+    assert 5000 < es.price.min() and es.price.max() < 6000
+    assert 19000 < nq.price.min() and nq.price.max() < 21000
+    assert es.path != nq.path
+    with pytest.raises(DataError, match=r"futures_ohlcv.*several or no products \(ES, NQ\)"):
+        ensure_sidecar(path, tmp_path)
+    with pytest.raises(DataError, match=r"futures_ohlcv.*no ZN.FUT contracts"):
+        ensure_sidecar(path, tmp_path, symbol="ZN.FUT")
+
+
+@pytest.mark.parametrize(
+    "name, schema",
+    [
+        ("databento-python/GLBX.MDP3/test_data.trades.dbn.zst", "trades"),
+        ("databento-python/GLBX.MDP3/test_data.definition.dbn.zst", "definition"),
+        ("nautilus_trader/futures_trades_2024-07-01T23-58_2024-07-02T00-02.dbn.zst", "trades"),
+    ],
+)
+def test_other_schemas_are_rejected(samples, tmp_path, name, schema):
+    with pytest.raises(DataError) as err:
+        ensure_sidecar(samples / name, tmp_path)
+    message = str(err.value)
+    assert (samples / name).name in message
+    assert f"metadata.schema is '{schema}'" in message and "mbp-10 or ohlcv-1m" in message
+    assert list(tmp_path.iterdir()) == []
