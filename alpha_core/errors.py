@@ -15,3 +15,11 @@ class DataError(ValueError):
 
 class PlanError(ValueError):
     """An impossible request (fold layout, horizon, symbol); the message says which numbers do not fit."""
+
+
+def describe_validation_error(exc: Exception) -> str:
+    """One line per bad field (`key: problem`) from a pydantic ValidationError; str(exc) otherwise."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors())

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.sidecar import Sidecar
-from alpha_core.errors import DataError
+from alpha_core.errors import DataError, describe_validation_error
 
 MIN_STD = 1e-6
 BLOCK_ROWS = 1 << 18
@@ -34,7 +34,7 @@ class NormStats(BaseModel):
         try:
             return cls.model_validate(json.loads(Path(path).read_text()))
         except (OSError, ValueError, ValidationError) as exc:
-            raise DataError(path, f"invalid norm_stats.json ({exc})") from exc
+            raise DataError(path, f"invalid norm_stats.json: {describe_validation_error(exc)}") from exc
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.mean, dtype=np.float32), np.asarray(self.std, dtype=np.float32)

@@ -1,0 +1,559 @@
+"""Synthetic but genuine Databento DBN demo data with a planted, learnable signal.
+
+The files are real GLBX.MDP3-style DBN (zstd) files, MBP-10 and OHLCV-1m, keyed by parent symbol, so the
+whole pipeline (decode, front-month selection, features, labels, training, evaluation) can run end to end
+without a Databento account, and so a model has something true to find.
+
+Market model, one independent run per symbol and quarter, all on the *event clock* (one event = one venue
+event = one MBP-10 record with F_LAST):
+
+* Latent order flow ``z``: AR(1), ``z[t+1] = PHI * z[t] + SIGMA * eps`` with ``PHI = 1 - 1/300`` (it persists
+  for a few hundred events) and stationary std 1.
+* Latent mid ``m`` in integer ticks: at each event it moves +1 with probability ``Q * sigmoid(BETA * z)``,
+  -1 with ``Q * (1 - sigmoid(BETA * z))``, else stays (``Q = 0.3``). A reflecting floor far below the start
+  keeps prices positive on long files (below it the walk is mirrored; the oracle knows).
+* What can be observed of ``z``:
+  (a) book imbalance: bid level sizes scale with ``exp(+KAPPA * z + noise)``, ask sizes with
+  ``exp(-KAPPA * z + noise)``; the noise has a persistent per-side part, so imbalance is an imperfect signal.
+  A level keeps its size until an event touches it (or a rare background redraw), as in a real book;
+  (b) trades: an event is a trade with probability ``P_TRADE``; the aggressor buys with probability
+  ``sigmoid(GAMMA * z)`` and trade size grows with ``|z|``;
+  (c) hence OHLCV-1m bars show return autocorrelation and volume effects.
+* Contracts: a quarter's file covers ``sessions_per_quarter`` CME sessions (business days, 17:00 CT the
+  evening before to 16:00 CT) centred on the roll date of the expiring quarterly contract (8 calendar days
+  before the third Friday of the expiry month). Each event belongs to the expiring contract or the next one,
+  drawn by a share that ramps up smoothly (logistic, ~10% -> ~90% over two sessions) around the roll; the
+  back contract quotes at ``m + carry``. A calendar spread (``ESH4-ESM4``) gets a few quotes and trades at
+  front minus back (``-carry``), so consumers must drop spreads.
+* Records: a non-trade event is one A/C/M record with F_LAST; a trade event is a ``T`` record (side =
+  aggressor, price = ask0 for buys / bid0 for sells, flags 0) then, 1-2 ns later, the book update (F_LAST).
+  bid0 = m (+ carry), ask0 = bid0 + 1 tick (2 ticks 5% of the time), levels 1 tick apart; ~1% of snapshots
+  have a few empty deep levels (UNDEF_PRICE, size 0, count 0). ``ts_recv`` strictly increases over the file.
+* OHLCV-1m bars are aggregated from the ``T`` records per (instrument, minute of ts_recv); no trade, no bar.
+* Oracle (``*.oracle.npz``): the probability, given the true latent state, that the mid is strictly higher
+  h snapshots (events) or h minutes later. It uses a Gaussian approximation of the sum of the next h steps
+  (drift from the decaying AR mean, variance from step and latent noise), tabulated on a z grid. Its AUC is
+  the ceiling a model can hope for.
+
+Everything is vectorised numpy (no Python loop over events) and deterministic: the generator of a file is
+seeded from (seed, symbol, quarter), zstd uses a fixed level and the npz has fixed zip timestamps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import os
+import zipfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import databento_dbn as dbn
+import numpy as np
+import zstandard
+from scipy.signal import lfilter
+from scipy.special import expit, ndtr
+
+from alpha_core.data.products import MONTH_CODES, PRODUCTS, Product, product
+from alpha_core.errors import PlanError
+
+BOOK_HORIZONS = (10, 100, 1000)  # snapshots
+BAR_HORIZONS_MIN = (5, 15, 60)  # minutes
+
+
+@dataclass(frozen=True)
+class DemoScale:
+    """Size of the demo set: quarters per symbol, sessions per quarter file, mean events per session."""
+
+    name: str
+    quarters: int
+    sessions_per_quarter: int
+    events_per_session: int
+
+
+SCALES: dict[str, DemoScale] = {
+    s.name: s
+    for s in (
+        DemoScale("tiny", 5, 3, 1_500),
+        DemoScale("small", 6, 5, 6_000),
+        # 10 sessions x 165k (+-5%) events = 1.57-1.73M events ~ 2.05-2.25M MBP-10 records per file (>= 2M)
+        DemoScale("full", 4, 10, 165_000),
+    )
+}
+
+# --- model constants ---------------------------------------------------------------------------------------
+PHI = 1.0 - 1.0 / 300.0  # latent persistence: a few hundred events
+SIGMA = float(np.sqrt(1.0 - PHI**2))  # stationary std 1
+Q_MOVE = 0.3  # probability that an event moves the mid
+BETA = 0.5  # latent -> mid drift; oracle AUC ~0.68 at 10 events, a small model gets ~0.6-0.65
+KAPPA = 0.35  # latent -> log level size (bid +, ask -)
+SIDE_NOISE_STD, SIDE_NOISE_PERSIST = 0.5, 100.0  # persistent per-side size noise: imbalance stays imperfect
+LEVEL_NOISE_STD = 0.4  # independent per-level size noise
+GAMMA = 0.8  # latent -> aggressor side
+ETA = 0.5  # |latent| -> trade size
+P_TRADE = 0.3
+P_SPREAD = 0.004  # share of events on the calendar spread
+P_WIDE = 0.05  # ask0 = bid0 + 2 ticks
+P_HOLES = 0.01  # snapshots with a few empty deep levels
+P_REFRESH = 0.03  # per event and level: background redraw of a level size (others stay as they were)
+RTH_SHARE = 0.7  # share of a session's events in 08:30-15:00 CT
+ROLL_WIDTH = 1.0 / np.log(9.0)  # logistic scale in sessions: 10% -> 90% over two sessions
+LEVELS = 10
+ZSTD_LEVEL = 3
+_TICK_GAP = 3  # minimum ns between events; the book record after a trade comes 1-2 ns after the T record
+
+_CT = ZoneInfo("America/Chicago")
+_NS_MIN = 60 * 1_000_000_000
+_UNDEF = dbn.UNDEF_PRICE
+_MBP10_DT = np.dtype(dbn.MBP10Msg._dtypes)
+_OHLCV_DT = np.dtype(dbn.OHLCVMsg._dtypes)
+
+
+@dataclass(frozen=True)
+class _ProductModel:
+    """Per-product realism: start price, back-minus-front carry in ticks, book depth and trade size."""
+
+    price: float
+    carry_ticks: int
+    level_size: float
+    trade_size: float
+    order_size: float  # average resting order size (size / count)
+
+
+_MODELS = {
+    "ES.FUT": _ProductModel(5000.0, 36, 25.0, 2.0, 2.5),
+    "NQ.FUT": _ProductModel(17500.0, 48, 6.0, 1.0, 1.5),
+    "ZN.FUT": _ProductModel(110.5, -24, 300.0, 8.0, 12.0),
+    "6E.FUT": _ProductModel(1.085, 30, 12.0, 1.5, 2.0),
+}
+
+
+@dataclass
+class _Interval:
+    start_date: dt.date
+    end_date: dt.date  # exclusive
+    symbol: str  # str(instrument_id)
+
+
+@dataclass
+class _Mapping:
+    raw_symbol: str
+    intervals: list[_Interval]
+
+
+# --- public entry point ------------------------------------------------------------------------------------
+def generate_demo_data(
+    out_dir: Path,
+    scale: str = "small",
+    seed: int = 7,
+    symbols: Sequence[str] = tuple(PRODUCTS),
+    quarters: int | None = None,
+) -> list[Path]:
+    """Write the files; return the DBN paths written (mbp-10 and ohlcv-1m), sorted."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise PlanError(f"seed must be a non-negative integer, got {seed!r}")
+    if scale not in SCALES:
+        raise PlanError(f"unknown demo scale {scale!r}; valid scales: {', '.join(SCALES)}")
+    if isinstance(symbols, str):
+        symbols = (symbols,)
+    prods = [product(s) for s in symbols]  # PlanError naming the bad symbol and the known ones
+    sc = SCALES[scale]
+    n_q = sc.quarters if quarters is None else quarters
+    if isinstance(n_q, bool) or not isinstance(n_q, int) or n_q < 1:
+        raise PlanError(f"quarters must be a positive integer, got {quarters!r}")
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for prod in dict.fromkeys(prods):
+        for k in range(n_q):
+            written += _write_quarter(out_dir, prod, 2024 + k // 4, k % 4 + 1, sc, seed)
+    return sorted(written)
+
+
+# --- calendar ----------------------------------------------------------------------------------------------
+def _third_friday(year: int, month: int) -> dt.date:
+    first = dt.date(year, month, 1)
+    return first + dt.timedelta(days=(4 - first.weekday()) % 7 + 14)
+
+
+def _roll_date(year: int, month: int) -> dt.date:
+    """CME equity-index style roll: 8 calendar days before the third Friday (a Thursday)."""
+    return _third_friday(year, month) - dt.timedelta(days=8)
+
+
+def _sessions_around(center: dt.date, n: int) -> tuple[list[dt.date], int]:
+    """n business days centred on `center`; returns them and the index of `center`."""
+    before: list[dt.date] = []
+    d = center
+    while len(before) < (n - 1) // 2:
+        d -= dt.timedelta(days=1)
+        if d.weekday() < 5:
+            before.append(d)
+    after: list[dt.date] = []
+    d = center
+    while len(after) < n - 1 - len(before):
+        d += dt.timedelta(days=1)
+        if d.weekday() < 5:
+            after.append(d)
+    return sorted(before) + [center] + after, len(before)
+
+
+def _ct_ns(day: dt.date, hour: int, minute: int) -> int:
+    local = dt.datetime(day.year, day.month, day.day, hour, minute, tzinfo=_CT)
+    return int(local.timestamp()) * 1_000_000_000
+
+
+def _contract(root: str, year: int, month: int) -> str:
+    return f"{root}{MONTH_CODES[month - 1]}{year % 10}"
+
+
+def _instrument_id(raw_symbol: str) -> int:
+    """Stable id in 1..2^31 from the raw symbol (CME ids are opaque integers too)."""
+    h = hashlib.blake2b(raw_symbol.encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") % (2**31) + 1
+
+
+# --- the simulation ----------------------------------------------------------------------------------------
+def _rng(seed: int, prod: Product, year: int, qn: int) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn])
+
+
+def _session_times(
+    rng: np.random.Generator, days: list[dt.date], per_session: int
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Strictly increasing event times (ns), their continuous session position (for the roll share), and the
+    [start, end) of the whole file. RTH (08:30-15:00 CT) is denser than the overnight session."""
+    counts = rng.integers(int(per_session * 0.95), int(per_session * 1.05) + 1, size=len(days))
+    times, pos = [], []
+    for s, (day, n) in enumerate(zip(days, counts, strict=True)):
+        start, end = _ct_ns(day - dt.timedelta(days=1), 17, 0), _ct_ns(day, 16, 0)
+        rth0, rth1 = _ct_ns(day, 8, 30) - start, _ct_ns(day, 15, 0) - start
+        length = end - start
+        in_rth = rng.random(n) < RTH_SHARE
+        u_rth = rth0 + rng.random(n) * (rth1 - rth0)
+        u_on = rng.random(n) * (length - (rth1 - rth0))
+        u_on = np.where(u_on < rth0, u_on, u_on + (rth1 - rth0))
+        off = np.sort(np.where(in_rth, u_rth, u_on))
+        # squeeze into [0, length - gap*n) and add gap*i: strictly increasing, >= _TICK_GAP ns apart
+        off = np.floor(off * ((length - _TICK_GAP * n) / length)).astype(np.int64) + _TICK_GAP * np.arange(n)
+        times.append(start + off)
+        pos.append(s + off / length)
+    first, last = _ct_ns(days[0] - dt.timedelta(days=1), 17, 0), _ct_ns(days[-1], 16, 0)
+    return np.concatenate(times), np.concatenate(pos), first, last
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float, std: float) -> np.ndarray:
+    """Stationary AR(1) path with the given persistence and std."""
+    x0 = rng.standard_normal() * std
+    eps = rng.standard_normal(n) * (std * np.sqrt(1.0 - phi**2))
+    return lfilter([1.0], [1.0, -phi], eps, zi=[phi * x0])[0]
+
+
+@dataclass
+class _Quarter:
+    """Everything simulated for one symbol and quarter, before it is laid out as records."""
+
+    prod: Product
+    front: str
+    back: str
+    spread: str
+    ids: np.ndarray  # instrument ids of [front, back, spread]
+    t: np.ndarray  # event time (ts_recv of the first record of the event)
+    z: np.ndarray  # latent order flow
+    mid: np.ndarray  # latent mid in ticks after each event (bid0 of the front contract)
+    orient: np.ndarray  # +1, or -1 where the mid walk is mirrored at the floor
+    inst: np.ndarray  # 0 front, 1 back, 2 spread
+    spread_ev: np.ndarray  # sorted indices of the spread's events
+    start_ns: int
+    end_ns: int
+
+
+def _simulate(
+    prod: Product, year: int, qn: int, sc: DemoScale, seed: int
+) -> tuple[_Quarter, np.random.Generator]:
+    """The latent processes, event times and contract of each event; the generator goes on to the records."""
+    rng = _rng(seed, prod, year, qn)
+    model = _MODELS[prod.symbol]
+    exp_month = 3 * qn
+    nyear, nmonth = (year + 1, 3) if qn == 4 else (year, exp_month + 3)
+    front, back = _contract(prod.root, year, exp_month), _contract(prod.root, nyear, nmonth)
+    spread = f"{front}-{back}"
+    ids = np.array([_instrument_id(s) for s in (front, back, spread)], dtype=np.uint32)
+    if len(set(ids.tolist())) != 3:  # pragma: no cover - a 1-in-a-billion hash collision
+        raise PlanError(f"instrument id collision among {front}, {back}, {spread}")
+
+    days, roll_idx = _sessions_around(_roll_date(year, exp_month), sc.sessions_per_quarter)
+    t, pos, start_ns, end_ns = _session_times(rng, days, sc.events_per_session)
+    n = len(t)
+
+    z = _ar1(rng, n, PHI, 1.0)
+    p_up = Q_MOVE * expit(BETA * z)
+    u = rng.random(n)
+    step = (u < p_up).astype(np.int64) - ((u >= p_up) & (u < Q_MOVE)).astype(np.int64)
+    start_ticks = int(round(model.price / prod.tick_size * np.exp(0.03 * rng.standard_normal())))
+    floor = start_ticks // 4
+    walk = start_ticks + np.cumsum(step)
+    orient = np.where(walk >= floor, 1, -1).astype(np.int8)
+    mid = floor + np.abs(walk - floor)
+
+    share_back = expit((pos - (roll_idx + 0.5)) / ROLL_WIDTH)
+    inst = (rng.random(n) < share_back).astype(np.int8)
+    n_spread = max(3, int(round(n * P_SPREAD)))
+    spread_ev = np.sort(rng.choice(n, size=n_spread, replace=False))
+    inst[spread_ev] = 2
+
+    q = _Quarter(prod, front, back, spread, ids, t, z, mid, orient, inst, spread_ev, start_ns, end_ns)
+    return q, rng
+
+
+def _build_records(q: _Quarter, rng: np.random.Generator) -> np.ndarray:
+    """Lay the events out as MBP-10 records (one per event, two per trade) with the observable footprints
+    of the latent flow: trade side and size, and level sizes."""
+    model = _MODELS[q.prod.symbol]
+    n = len(q.t)
+    is_spread = q.inst == 2
+    zc = np.where(is_spread, 0.0, q.z)  # the spread's book and flow carry no signal
+    tick_fp = int(round(q.prod.tick_size * dbn.FIXED_PRICE_SCALE))
+
+    is_trade = rng.random(n) < P_TRADE
+    is_trade[q.spread_ev[0]] = True  # every file has at least one spread trade
+    buy = rng.random(n) < expit(GAMMA * zc)
+    base_trade = np.where(is_spread, 1.0, model.trade_size)
+    trade_size = 1 + rng.poisson(base_trade * np.exp(ETA * np.abs(zc)))
+
+    offset = np.array([0, model.carry_ticks, 0], dtype=np.int64)[q.inst]
+    bid0 = np.where(is_spread, -model.carry_ticks, q.mid + offset)
+    ask0 = bid0 + 1 + (rng.random(n) < P_WIDE)
+
+    # empty deep levels on ~1% of snapshots: the deepest k levels of the bid, the ask or both sides
+    holes = rng.random(n) < P_HOLES
+    k_holes = rng.integers(1, 4, size=n)
+    hole_side = rng.integers(0, 3, size=n)  # 0 bid, 1 ask, 2 both
+    first_hole = np.where(holes, LEVELS - k_holes, LEVELS)
+    first_hole_b = np.where(hole_side != 1, first_hole, LEVELS)
+    first_hole_a = np.where(hole_side != 0, first_hole, LEVELS)
+
+    # what each book record reports: A/C/M at some depth of one side (depth 0 if that level is empty);
+    # after a trade the passive side of the fill shrinks (C at the trade price, depth 0)
+    action = rng.choice(np.frombuffer(b"ACM", np.uint8), size=n, p=[0.45, 0.40, 0.15])
+    is_bid = np.where(is_trade, ~buy, rng.random(n) < 0.5)
+    depth = np.minimum(rng.geometric(0.5, size=n) - 1, LEVELS - 1)
+    depth = np.where(is_trade | (depth >= np.where(is_bid, first_hole_b, first_hole_a)), 0, depth)
+    action = np.where(is_trade, ord("C"), action)
+    side = np.where(is_bid, ord("B"), ord("A")).astype(np.uint8)
+    level_px = np.where(is_bid, bid0 - depth, ask0 + depth)
+    price = np.where(is_trade, np.where(buy, ask0, bid0), level_px) * tick_fp
+    size = np.where(is_trade, trade_size, 1 + rng.poisson(1.0, size=n))
+
+    # record layout: event e starts at first[e]; a trade event is [T record, book record]
+    rec_count = 1 + is_trade.astype(np.int64)
+    first = np.cumsum(rec_count) - rec_count
+    book_idx = first + is_trade
+    trade_idx = first[is_trade]
+    ev = np.repeat(np.arange(n), rec_count)
+    nrec = len(ev)
+
+    a = np.zeros(nrec, _MBP10_DT)
+    a["length"] = _MBP10_DT.itemsize // 4
+    a["rtype"] = dbn.RType.MBP_10.value
+    a["publisher_id"] = 1
+    a["instrument_id"] = q.ids[q.inst][ev]
+    ts_recv = q.t[ev]
+    ts_recv[book_idx[is_trade]] += 1 + (rng.random(int(is_trade.sum())) < 0.5)
+    a["ts_recv"] = ts_recv
+    latency = rng.integers(2_000, 40_000, size=n)
+    a["ts_event"] = (q.t - latency)[ev]
+    a["ts_in_delta"] = rng.integers(1_000, 20_000, size=nrec, dtype=np.int32)
+    a["sequence"] = int(rng.integers(1_000_000, 50_000_000)) + np.cumsum(rng.integers(1, 3, size=nrec))
+    a["flags"][book_idx] = dbn.F_LAST
+    rec_action, rec_side = action[ev], side[ev]
+    rec_action[trade_idx] = ord("T")
+    rec_side[trade_idx] = np.where(buy[is_trade], ord("B"), ord("A"))
+    a["action"].view(np.uint8)[:] = rec_action
+    a["side"].view(np.uint8)[:] = rec_side
+    a["price"] = price[ev]
+    a["size"] = size[ev]
+    a["depth"] = depth[ev]
+
+    # level sizes: a level keeps its size until the event touches it or a background refresh redraws it,
+    # per instrument; a redraw reflects the latent flow at that moment (bid +KAPPA*z, ask -KAPPA*z)
+    side_noise = {
+        "bid": _ar1(rng, n, 1.0 - 1.0 / SIDE_NOISE_PERSIST, SIDE_NOISE_STD),
+        "ask": _ar1(rng, n, 1.0 - 1.0 / SIDE_NOISE_PERSIST, SIDE_NOISE_STD),
+    }
+    base_size = np.where(is_spread, 4.0, model.level_size)
+    order_size = model.order_size * np.exp(0.3 * rng.standard_normal(n))
+    inst_events = [np.flatnonzero(q.inst == c) for c in range(3)]
+    for i in range(LEVELS):
+        for name, sign, hole in (("bid", 1.0, first_hole_b), ("ask", -1.0, first_hole_a)):
+            ln = sign * KAPPA * zc + side_noise[name] + LEVEL_NOISE_STD * rng.standard_normal(n)
+            fresh_sz = np.maximum(1, np.rint(base_size * (1.0 + 0.25 * i) * np.exp(ln))).astype(np.uint32)
+            fresh_ct = np.clip(np.rint(fresh_sz / order_size), 1, fresh_sz).astype(np.uint32)
+            touched = ((depth == i) & (is_bid == (name == "bid"))) | (rng.random(n) < P_REFRESH)
+            src = np.empty(n, np.int64)
+            for idx in inst_events:
+                if len(idx):
+                    touched_c = touched[idx]
+                    touched_c[0] = True
+                    src[idx] = idx[np.maximum.accumulate(np.where(touched_c, np.arange(len(idx)), 0))]
+            sz, ct = fresh_sz[src], fresh_ct[src]
+            empty = i >= hole
+            sz[empty] = 0
+            ct[empty] = 0
+            px = np.where(empty, _UNDEF, (bid0 - i if name == "bid" else ask0 + i) * tick_fp)
+            a[f"{name}_px_{i:02d}"] = px[ev]
+            a[f"{name}_sz_{i:02d}"] = sz[ev]
+            a[f"{name}_ct_{i:02d}"] = ct[ev]
+    return a
+
+
+def _build_bars(mbp: np.ndarray) -> np.ndarray:
+    """OHLCV-1m from the T records, per (minute of ts_recv, instrument); minutes without trades get no bar."""
+    tr = mbp[mbp["action"] == b"T"]
+    minute = (tr["ts_recv"] // _NS_MIN) * _NS_MIN
+    iid = tr["instrument_id"]
+    order = np.lexsort((np.arange(len(tr)), iid, minute))
+    minute, iid, px, sz = minute[order], iid[order], tr["price"][order], tr["size"][order].astype(np.uint64)
+    new = np.ones(len(tr), bool)
+    new[1:] = (minute[1:] != minute[:-1]) | (iid[1:] != iid[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(tr)) - 1
+    bars = np.zeros(len(starts), _OHLCV_DT)
+    bars["length"] = _OHLCV_DT.itemsize // 4
+    bars["rtype"] = dbn.RType.OHLCV_1M.value
+    bars["publisher_id"] = 1
+    bars["instrument_id"] = iid[starts]
+    bars["ts_event"] = minute[starts]
+    bars["open"] = px[starts]
+    bars["close"] = px[ends]
+    bars["high"] = np.maximum.reduceat(px, starts)
+    bars["low"] = np.minimum.reduceat(px, starts)
+    bars["volume"] = np.add.reduceat(sz, starts)
+    return bars
+
+
+# --- oracle ------------------------------------------------------------------------------------------------
+_Z_GRID = np.linspace(-6.0, 6.0, 481)
+
+
+@functools.lru_cache(maxsize=64)
+def _prob_up_table(h: int) -> np.ndarray:
+    """P(sum of the next h mid steps > 0 | z now) on _Z_GRID, Gaussian approximation.
+
+    Future latent z[t+k] | z[t] ~ N(PHI^k z, 1 - PHI^2k); the expected step Q*(2*sigmoid(BETA*z)-1) is
+    averaged over that Gaussian with the probit approximation. The variance adds the step noise
+    (Q - E[step]^2) and the latent uncertainty of the drift (local slope^2 x Var(sum of future z))."""
+    k = np.arange(1, h + 1, dtype=np.float64)
+    decay = PHI**k
+    atten = 1.0 / np.sqrt(1.0 + np.pi * BETA**2 * (1.0 - decay**2) / 8.0)
+    x = BETA * _Z_GRID[:, None] * decay[None, :] * atten[None, :]
+    s = expit(x)
+    drift = Q_MOVE * (2.0 * s - 1.0)
+    mean = drift.sum(axis=1)
+    var_step = (Q_MOVE - drift**2).sum(axis=1)
+    slope = (2.0 * Q_MOVE * BETA * atten[None, :] * s * (1.0 - s)).mean(axis=1)
+    w = (1.0 - PHI ** (h - k + 1)) / (1.0 - PHI)  # weight of the i-th future shock in the sum of future z
+    var_latent = SIGMA**2 * float((w**2).sum())
+    sd = np.sqrt(var_step + slope**2 * var_latent)
+    return ndtr((mean - 0.5) / sd)  # continuity correction: "strictly higher" means sum >= 1
+
+
+def _oracle_prob(z: np.ndarray, orient: np.ndarray, horizons: Sequence[int]) -> np.ndarray:
+    """[len(z), len(horizons)] float32 probabilities of an up-move, read off the tabulated z grid."""
+    out = np.empty((len(z), len(horizons)), np.float32)
+    zz = np.where(orient > 0, z, -z)  # a mirrored walk moves against the drift: P(S < 0 | z) = P(S > 0 | -z)
+    for j, h in enumerate(horizons):
+        out[:, j] = np.interp(zz, _Z_GRID, _prob_up_table(int(h)))
+    return out
+
+
+def _oracle(q: _Quarter, mbp: np.ndarray) -> dict[str, np.ndarray]:
+    """The oracle npz arrays: per F_LAST record, and per traded minute from the minute's last event."""
+    book_ts = mbp["ts_recv"][(mbp["flags"] & dbn.F_LAST) != 0].astype(np.int64)
+    book_prob = _oracle_prob(q.z, q.orient, BOOK_HORIZONS)  # one F_LAST record per event, in event order
+    trade_ts = mbp["ts_recv"][mbp["action"] == b"T"].astype(np.int64)
+    bar_ts = np.unique((trade_ts // _NS_MIN) * _NS_MIN)
+    last_ev = np.searchsorted(q.t, bar_ts + _NS_MIN, side="left") - 1
+    rate_per_min = len(q.t) / ((q.end_ns - q.start_ns) / _NS_MIN)  # file average (incl. overnight)
+    bar_events = [max(1, int(round(m * rate_per_min))) for m in BAR_HORIZONS_MIN]
+    bar_prob = _oracle_prob(q.z[last_ev], q.orient[last_ev], bar_events)
+    return {
+        "book_ts": book_ts,
+        "book_prob": book_prob,
+        "bar_ts": bar_ts,
+        "bar_prob": bar_prob,
+        "book_horizons": np.asarray(BOOK_HORIZONS, np.int64),
+        "bar_horizons": np.asarray(BAR_HORIZONS_MIN, np.int64),
+    }
+
+
+# --- writing -----------------------------------------------------------------------------------------------
+def _metadata(q: _Quarter, schema: dbn.Schema) -> dbn.Metadata:
+    start_date = dt.datetime.fromtimestamp(q.start_ns / 1e9, dt.UTC).date()
+    end_date = dt.datetime.fromtimestamp((q.end_ns - 1) / 1e9, dt.UTC).date() + dt.timedelta(days=1)
+    mappings = [
+        _Mapping(raw, [_Interval(start_date, end_date, str(int(iid)))])
+        for raw, iid in zip((q.front, q.back, q.spread), q.ids, strict=True)
+    ]
+    return dbn.Metadata(
+        dataset="GLBX.MDP3",
+        start=q.start_ns,
+        end=q.end_ns,
+        stype_in=dbn.SType.PARENT,
+        stype_out=dbn.SType.INSTRUMENT_ID,
+        schema=schema,
+        symbols=[q.prod.symbol],
+        mappings=mappings,
+    )
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _write_dbn(path: Path, meta: dbn.Metadata, records: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(path)
+    try:
+        cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        with open(tmp, "wb") as fh, cctx.stream_writer(fh, closefd=False) as zw:
+            zw.write(bytes(meta))
+            raw = records.view(np.uint8)
+            chunk = 1 << 26
+            for i in range(0, len(raw), chunk):
+                zw.write(raw[i : i + chunk])
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez_compressed stamps the current time into the zip; a fixed date keeps the bytes reproducible."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(path)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name, arr in arrays.items():
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with zf.open(info, "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> list[Path]:
+    q, rng = _simulate(prod, year, qn, sc, seed)
+    mbp = _build_records(q, rng)
+    stem = f"{prod.symbol}_{year}-Q{qn}"
+    base = out / prod.symbol
+    mbp_path = base / "mbp-10" / f"{stem}.dbn.zst"
+    bar_path = base / "ohlcv-1m" / f"{stem}.dbn.zst"
+    _write_dbn(mbp_path, _metadata(q, dbn.Schema.MBP_10), mbp)
+    _write_dbn(bar_path, _metadata(q, dbn.Schema.OHLCV_1M), _build_bars(mbp))
+    _write_npz(base / "oracle" / f"{stem}.oracle.npz", _oracle(q, mbp))
+    return [mbp_path, bar_path]

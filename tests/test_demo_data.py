@@ -1,0 +1,262 @@
+"""The demo data generator: real DBN files to decode, with a roll, spreads and a learnable signal."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import databento as db
+import databento_dbn as dbn
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from alpha_core.data.demo import BAR_HORIZONS_MIN, BOOK_HORIZONS, SCALES, generate_demo_data
+from alpha_core.data.products import PRODUCTS, parse_contract
+from alpha_core.errors import PlanError
+
+SYMBOLS = ("ES.FUT", "ZN.FUT", "6E.FUT")
+QUARTERS = ("2024-Q1", "2024-Q2", "2024-Q3", "2024-Q4", "2025-Q1")
+SCHEMAS = {"mbp-10": dbn.Schema.MBP_10, "ohlcv-1m": dbn.Schema.OHLCV_1M}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[Path, list[Path]]:
+    out = tmp_path_factory.mktemp("demo")
+    return out, generate_demo_data(out, scale="tiny", symbols=SYMBOLS)
+
+
+def _load(path: Path) -> tuple[db.DBNStore, np.ndarray]:
+    store = db.DBNStore.from_file(path)
+    return store, store.to_ndarray()
+
+
+def _mbp_files(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if p.parent.name == "mbp-10"]
+
+
+def _tick(path: Path) -> int:
+    """The product's tick in DBN fixed-point units."""
+    return round(PRODUCTS[path.parent.parent.name].tick_size * dbn.FIXED_PRICE_SCALE)
+
+
+def _outright_ids(store: db.DBNStore) -> dict[int, str]:
+    """instrument_id -> raw symbol of the outrights (spreads dropped), in expiry order."""
+    ids = {
+        int(iv["symbol"]): raw for raw, ivs in store.metadata.mappings.items() for iv in ivs if "-" not in raw
+    }
+    return dict(sorted(ids.items(), key=lambda kv: parse_contract(kv[1]).expiry_key(2024)))
+
+
+def test_layout_and_return_value(demo):
+    out, paths = demo
+    expected = sorted(
+        out / sym / schema / f"{sym}_{q}.dbn.zst" for sym in SYMBOLS for schema in SCHEMAS for q in QUARTERS
+    )
+    assert paths == expected
+    assert len(QUARTERS) == SCALES["tiny"].quarters
+    for sym in SYMBOLS:
+        assert sorted(p.name for p in (out / sym / "oracle").iterdir()) == [
+            f"{sym}_{q}.oracle.npz" for q in QUARTERS
+        ]
+    assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # no temporary files left behind
+
+
+def test_files_decode_with_parent_metadata(demo):
+    _, paths = demo
+    for path in paths:
+        store, arr = _load(path)
+        meta = store.metadata
+        assert meta.schema == SCHEMAS[path.parent.name]
+        assert arr.dtype.itemsize == (368 if meta.schema == dbn.Schema.MBP_10 else 56)
+        assert len(arr) > 100
+        sym = path.parent.parent.name
+        assert meta.dataset == "GLBX.MDP3"
+        assert meta.stype_in == dbn.SType.PARENT and meta.stype_out == dbn.SType.INSTRUMENT_ID
+        assert meta.symbols == [sym]
+        assert meta.start <= int(arr["ts_recv" if "ts_recv" in arr.dtype.names else "ts_event"].min())
+        assert int(arr["ts_event"].max()) < meta.end
+
+        raws = sorted(meta.mappings)
+        outrights = [r for r in raws if "-" not in r]
+        spreads = [r for r in raws if "-" in r]
+        assert len(outrights) == 2 and len(spreads) == 1
+        assert all(parse_contract(r).root == PRODUCTS[sym].root for r in outrights)
+        front, back = _outright_ids(store).values()
+        assert spreads == [f"{front}-{back}"]
+        year, qn = path.name.split("_")[1].split(".")[0].split("-Q")
+        assert front == f"{PRODUCTS[sym].root}{'HMUZ'[int(qn) - 1]}{year[-1]}"
+
+        first_day = dt.datetime.fromtimestamp(meta.start / 1e9, dt.UTC).date()
+        last_day = dt.datetime.fromtimestamp((meta.end - 1) / 1e9, dt.UTC).date()
+        mapped = set()
+        for ivs in meta.mappings.values():
+            assert len(ivs) == 1
+            assert ivs[0]["start_date"] <= first_day and ivs[0]["end_date"] > last_day  # end exclusive
+            mapped.add(int(ivs[0]["symbol"]))
+        assert set(np.unique(arr["instrument_id"]).tolist()) == mapped  # spread records included
+
+
+def test_prices_on_the_tick_grid(demo):
+    _, paths = demo
+    for path in paths:
+        store, arr = _load(path)
+        tick = _tick(path)
+        if store.metadata.schema == dbn.Schema.MBP_10:
+            fields = ["price"] + [f"{s}_px_{i:02d}" for s in ("bid", "ask") for i in range(10)]
+        else:
+            fields = ["open", "high", "low", "close"]
+        for f in fields:
+            px = arr[f][arr[f] != dbn.UNDEF_PRICE]
+            assert np.all(px % tick == 0), f"{path.name}: {f} off the tick grid"
+        if store.metadata.schema == dbn.Schema.MBP_10:
+            last = arr[(arr["flags"] & dbn.F_LAST) != 0]
+            assert np.all(last["ask_px_00"] - last["bid_px_00"] >= tick)
+
+
+def test_records_are_well_formed(demo):
+    _, paths = demo
+    for path in _mbp_files(paths):
+        _, a = _load(path)
+        assert np.all(np.diff(a["ts_recv"].astype(np.int64)) > 0)
+        assert np.all(np.diff(a["sequence"].astype(np.int64)) > 0)
+        assert np.all(a["ts_event"] < a["ts_recv"]) and np.all(a["publisher_id"] == 1)
+        assert set(np.unique(a["action"]).tolist()) == {b"A", b"C", b"M", b"T"}
+        is_t = np.flatnonzero(a["action"] == b"T")
+        t, nxt = a[is_t], a[is_t + 1]  # a trade is followed by its book update
+        assert np.all(t["flags"] == 0) and np.all(nxt["flags"] & dbn.F_LAST)
+        assert np.all(nxt["instrument_id"] == t["instrument_id"]) and np.all(nxt["action"] != b"T")
+        assert np.all(np.where(t["side"] == b"B", t["ask_px_00"], t["bid_px_00"]) == t["price"])
+        assert np.all((t["size"] > 0) & np.isin(t["side"], [b"A", b"B"]))
+        assert np.all(a["flags"][a["action"] != b"T"] == dbn.F_LAST)
+
+
+def test_roll_two_outrights_trade_and_the_next_one_takes_over(demo):
+    _, paths = demo
+    for path in _mbp_files(paths):
+        store, a = _load(path)
+        front, back = _outright_ids(store)
+        trades = a[a["action"] == b"T"]
+        assert (trades["instrument_id"] == front).sum() > 20 and (trades["instrument_id"] == back).sum() > 20
+        outr = a[np.isin(a["instrument_id"], [front, back])]
+        fifth = len(outr) // 5
+        early, late = outr["instrument_id"][:fifth], outr["instrument_id"][-fifth:]
+        assert (early == front).mean() > 0.7, path.name
+        assert (late == back).mean() > 0.7, path.name
+        # the spread trades too, near front minus back (the carry, measured from the two books)
+        (spread,) = [r for r in store.metadata.mappings if "-" in r]
+        spread_trades = trades[trades["instrument_id"] == int(store.metadata.mappings[spread][0]["symbol"])]
+        assert len(spread_trades) >= 1
+        book = a[(a["flags"] & dbn.F_LAST) != 0]
+        is_f, is_b = book["instrument_id"] == front, book["instrument_id"] == back
+        prev_b = np.searchsorted(book["ts_recv"][is_b], book["ts_recv"][is_f]) - 1  # latest back quote
+        ok = prev_b >= 0
+        carry = np.median(book["bid_px_00"][is_b][prev_b[ok]].astype(np.int64) - book["bid_px_00"][is_f][ok])
+        assert carry != 0
+        assert np.all(np.abs(spread_trades["price"] + carry) <= 2 * _tick(path))
+
+
+def test_some_deep_levels_are_empty(demo):
+    _, paths = demo
+    holes = snapshots = 0
+    for path in _mbp_files(paths):
+        _, a = _load(path)
+        last = a[(a["flags"] & dbn.F_LAST) != 0]
+        for side in ("bid", "ask"):
+            assert np.all(last[f"{side}_px_00"] != dbn.UNDEF_PRICE)
+            for i in range(10):
+                empty = last[f"{side}_px_{i:02d}"] == dbn.UNDEF_PRICE
+                assert np.all(last[f"{side}_sz_{i:02d}"][empty] == 0) and np.all(
+                    last[f"{side}_ct_{i:02d}"][empty] == 0
+                )
+                assert np.all(last[f"{side}_sz_{i:02d}"][~empty] > 0) and np.all(
+                    last[f"{side}_ct_{i:02d}"][~empty] >= 1
+                )
+        any_hole = (last["bid_px_09"] == dbn.UNDEF_PRICE) | (last["ask_px_09"] == dbn.UNDEF_PRICE)
+        holes += int(any_hole.sum())
+        snapshots += len(last)
+    assert 0.002 < holes / snapshots < 0.05
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    def files(out: Path, seed: int) -> dict[str, bytes]:
+        generate_demo_data(out, scale="tiny", seed=seed, symbols=["NQ.FUT"], quarters=1)
+        return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    a, b, c = files(tmp_path / "a", 7), files(tmp_path / "b", 7), files(tmp_path / "c", 8)
+    assert len(a) == 3 and a == b
+    assert a.keys() == c.keys() and all(a[k] != c[k] for k in a)
+
+
+def test_oracle_aligns_and_beats_chance(demo):
+    out, paths = demo
+    probs, labels = [], []
+    for path in _mbp_files(paths):
+        store, a = _load(path)
+        sym = path.parent.parent.name
+        orc = np.load(out / sym / "oracle" / path.name.replace(".dbn.zst", ".oracle.npz"))
+        assert orc["book_horizons"].tolist() == list(BOOK_HORIZONS)
+        assert orc["bar_horizons"].tolist() == list(BAR_HORIZONS_MIN)
+        last = (a["flags"] & dbn.F_LAST) != 0
+        np.testing.assert_array_equal(orc["book_ts"], a["ts_recv"][last].astype(np.int64))
+        assert orc["book_prob"].dtype == np.float32 and orc["book_prob"].shape == (last.sum(), 3)
+        assert np.all((orc["book_prob"] > 0) & (orc["book_prob"] < 1))
+        trade_min = (
+            np.unique(a["ts_recv"][a["action"] == b"T"].astype(np.int64) // 60_000_000_000) * 60_000_000_000
+        )
+        np.testing.assert_array_equal(orc["bar_ts"], trade_min)
+        assert orc["bar_prob"].dtype == np.float32 and orc["bar_prob"].shape == (len(trade_min), 3)
+
+        # realised up-moves of the mid of the dominant outright, 10 of its own snapshots ahead
+        book = a[last]
+        outrights = list(_outright_ids(store))
+        dom = max(outrights, key=lambda iid: int((book["instrument_id"] == iid).sum()))
+        rows = np.flatnonzero(book["instrument_id"] == dom)
+        mid = book["bid_px_00"][rows].astype(np.float64) + book["ask_px_00"][rows]
+        h = BOOK_HORIZONS[0]
+        probs.append(orc["book_prob"][rows[:-h], 0])
+        labels.append(mid[h:] > mid[:-h])
+    auc = roc_auc_score(np.concatenate(labels), np.concatenate(probs))
+    assert auc > 0.62, auc
+    per_file = [roc_auc_score(y, p) for y, p in zip(labels, probs, strict=True)]
+    assert min(per_file) > 0.55, per_file
+
+
+def test_bars_match_the_trades(demo):
+    _, paths = demo
+    for path in [p for p in paths if p.parent.name == "ohlcv-1m"]:
+        store, bars = _load(path)
+        _, mbp = _load(path.parent.parent / "mbp-10" / path.name)
+        assert np.all(bars["rtype"] == dbn.RType.OHLCV_1M.value)
+        assert np.all(bars["low"] <= np.minimum(bars["open"], bars["close"]))
+        assert np.all(bars["high"] >= np.maximum(bars["open"], bars["close"]))
+        order = np.lexsort((bars["instrument_id"], bars["ts_event"]))  # sorted by ts_event, then instrument
+        np.testing.assert_array_equal(order, np.arange(len(bars)))
+        assert np.all(bars["ts_event"] % 60_000_000_000 == 0)
+
+        t = mbp[mbp["action"] == b"T"]
+        minute = t["ts_recv"] // 60_000_000_000 * 60_000_000_000
+        groups = {}
+        for m, iid, px, sz in zip(
+            minute.tolist(), t["instrument_id"].tolist(), t["price"].tolist(), t["size"].tolist(), strict=True
+        ):
+            g = groups.setdefault((m, iid), [px, px, px, px, 0])
+            g[1], g[2], g[3], g[4] = max(g[1], px), min(g[2], px), px, g[4] + sz
+        assert len(groups) == len(bars)
+        got = {
+            (int(b["ts_event"]), int(b["instrument_id"])): [
+                int(b[f]) for f in ("open", "high", "low", "close", "volume")
+            ]
+            for b in bars
+        }
+        assert got == groups
+
+
+def test_unknown_scale_or_symbol_is_a_plan_error(tmp_path):
+    with pytest.raises(PlanError, match=r"'huge'.*tiny.*small.*full"):
+        generate_demo_data(tmp_path, scale="huge")
+    with pytest.raises(PlanError, match=r"'XX.FUT'.*ES\.FUT"):
+        generate_demo_data(tmp_path, scale="tiny", symbols=["ES.FUT", "XX.FUT"])
+    with pytest.raises(PlanError, match="quarters"):
+        generate_demo_data(tmp_path, scale="tiny", symbols=["ES.FUT"], quarters=0)
+    assert not list(tmp_path.iterdir())  # nothing written before the validation failed
