@@ -8,7 +8,7 @@ export ALPHA_DATA_DIR ?= $(CURDIR)/$(DATA)
 export ALPHA_STORAGE_ROOT ?= $(CURDIR)/storage
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo ui test lint bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -25,9 +25,11 @@ demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
 	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select '*' --partition $(SYMBOL)
 	@echo
-	@echo "Sidecars and fold plans for $(SYMBOL) are under $(ALPHA_STORAGE_ROOT)"
-	@$(BIN)/alpha folds --data-dir $(DATA)/$(SYMBOL)/mbp-10 --cv-n-folds 2 --cv-train-window 3
-	@echo "Open the UI with: make ui   (or: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dg dev)"
+	@echo "Results for $(SYMBOL):"
+	@echo "  sidecars:   $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL)/"
+	@echo "  fold plans: $$(ls -t $(ALPHA_STORAGE_ROOT)/*/folds/$(SYMBOL)/fold_plans.json | head -1)"
+	@$(BIN)/alpha folds --data-dir $(DATA)/$(SYMBOL) --cv-n-folds 3
+	@echo "Open the UI with: make ui"
 
 ui: install
 	$(BIN)/dg dev

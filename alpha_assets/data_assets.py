@@ -145,7 +145,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
         problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
-    path = atomic_write_json(storage.run_dir(context.run_id) / "folds" / symbol / "fold_plans.json", plans)
+    path = atomic_write_json(storage.run_dir(context.run.run_id) / "folds" / symbol / "fold_plans.json", plans)
     table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
     for kind, plan in plans.items():
         for f in plan["folds"]:
@@ -155,7 +155,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(path)),
-            "run_id": context.run_id,
+            "run_id": context.run.run_id,
             "cv_n_folds": config.cv_n_folds,
             "train_window": plans["book"]["window"],
             "folds_table": dg.MetadataValue.md("\n".join(table)),

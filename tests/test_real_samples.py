@@ -87,8 +87,8 @@ def test_two_instrument_file_is_split_by_product(samples, tmp_path):
     es, _ = ensure_sidecar(path, tmp_path, symbol="ES.FUT")
     nq, _ = ensure_sidecar(path, tmp_path, symbol="NQ.FUT")
     assert es.meta.contracts == {"ESU4": 30} and nq.meta.contracts == {"NQU4": 30}
-    assert 5000 < es.price.min() and es.price.max() < 6000
-    assert 19000 < nq.price.min() and nq.price.max() < 21000
+    assert es.price.min() > 5000 and es.price.max() < 6000
+    assert nq.price.min() > 19000 and nq.price.max() < 21000
     assert es.path != nq.path
     with pytest.raises(DataError, match=r"futures_ohlcv.*several or no products \(ES, NQ\)"):
         ensure_sidecar(path, tmp_path)

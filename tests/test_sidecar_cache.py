@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from alpha_core.data.sidecar import LabelConfig, ensure_sidecar, load_sidecar
+from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ class WindowLoader:
 
         self._views = []
         anchors = []
-        for i, sc in enumerate(self.sidecars):
+        for sc in self.sidecars:
             if sc.rows < seq_len:
                 continue
             views = {
