@@ -12,6 +12,7 @@ from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.features import FEATURE_VERSION
 from alpha_core.data.folds import check_leakage, plan_folds
+from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import Predecoded, file_ref, predecode
 from alpha_core.data.sidecar import LabelConfig, load_sidecar
 
@@ -80,8 +81,11 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         first = items[0].sidecar.meta
         rolls = [f"{r.session}: {r.from_contract}->{r.to_contract}" for i in items for r in i.sidecar.meta.roll_dates]
         context.log.info(f"{symbol} {schema}: {len(items)} files, statuses {[i.status for i in items]}")
+        oracle = oracle_auc([i.sidecar for i in items])  # demo data only: the best achievable AUC
         return dg.MaterializeResult(
             metadata={
+                **({"oracle_auc": dg.MetadataValue.json(dict(zip(map(str, first.horizons), oracle, strict=True)))}
+                   if oracle else {}),
                 "files": len(items),
                 "rows": sum(i.sidecar.rows for i in items),
                 "built": sum(i.status != "reused" for i in items),

@@ -56,6 +56,7 @@ def test_materialize_data_assets_for_one_symbol(resources):
     assert len(book["roll_dates"].value) == 5 and "ESH4->ESM4" in book["roll_dates"].value[0]
     assert book["feature_names"].value[0] == "spread_ticks"
     assert len(book["manifest"].value) == 5
+    assert 0.6 < book["oracle_auc"].value["10"] < 1.0, "demo data reports its best achievable AUC"
 
     plan_path = Path(meta["fold_plans"]["path"].value)
     assert plan_path == Path(resources["storage"].root) / result.run_id / "folds" / "ES.FUT" / "fold_plans.json"
@@ -111,3 +112,11 @@ def test_dagster_cli_materializes_everything_for_one_symbol(tiny_data, tmp_path,
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("fold_plans"), asset_partitions=["NQ.FUT"]), limit=1
     ).records
     assert records, "the CLI run's materialization is in the instance"
+
+
+def test_dg_project_loads():
+    """`dg dev` / `dg check defs` read the [tool.dg] project settings in pyproject.toml."""
+    out = subprocess.run([str(Path(sys.executable).with_name("dg")), "check", "defs"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "All definitions loaded successfully" in out.stdout + out.stderr

@@ -1,0 +1,21 @@
+"""The demo oracle: aligned to sidecar rows, clearly above chance, absent for real data."""
+
+from __future__ import annotations
+
+from alpha_core.data.oracle import oracle_auc, oracle_probabilities
+from alpha_core.data.sidecar import ensure_sidecar
+
+
+def test_oracle_auc_of_demo_sidecars(tiny_sidecars):
+    book = oracle_auc(tiny_sidecars["book"])
+    bars = oracle_auc(tiny_sidecars["bars"])
+    assert book is not None and bars is not None
+    assert 0.62 < book[0] < 0.9 and 0.7 < book[1] < 0.95
+    assert 0.6 < bars[0] < 0.9
+    probs = oracle_probabilities(tiny_sidecars["book"][0])
+    assert probs.shape == (tiny_sidecars["book"][0].rows, 3) and ((probs > 0) & (probs < 1)).all()
+
+
+def test_real_data_has_no_oracle(samples, tmp_path):
+    sc, _ = ensure_sidecar(samples / "databento-python/GLBX.MDP3/test_data.mbp-10.dbn.zst", tmp_path)
+    assert oracle_probabilities(sc) is None and oracle_auc([sc]) is None
