@@ -1,0 +1,86 @@
+"""`dg dev` serves the assets and materializes a partition launched through GraphQL (as the UI does)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dagster as dg
+from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ALPHA_DATA_DIR": str(tiny_data),
+           "ALPHA_STORAGE_ROOT": str(tmp_path / "storage")}
+    dg_exe = Path(sys.executable).with_name("dg")
+    log = (tmp_path / "dg-dev.log").open("w")
+    server = subprocess.Popen([str(dg_exe), "dev", "-p", str(port), "-h", "127.0.0.1"], cwd=REPO, env=env,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def up():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2).status == 200
+            except OSError:
+                assert server.poll() is None, (tmp_path / "dg-dev.log").read_text()[-3000:]
+                return False
+
+        wait_for(up, 180, "the webserver")
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+
+        def submit():
+            try:
+                return client.submit_job_execution(
+                    "__ASSET_JOB",
+                    repository_location_name="alpha",
+                    asset_selection=[["book_sidecars"], ["bar_sidecars"], ["fold_plans"]],
+                    tags={"dagster/partition": "NQ.FUT", "alpha/trigger": "test"},
+                )
+            except DagsterGraphQLClientError:
+                return None  # the code location is still loading
+
+        run_id = wait_for(submit, 120, "the code location")
+        status = wait_for(
+            lambda: (s := client.get_run_status(run_id)) in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE)
+            and s,
+            300,
+            "the run",
+        )
+        assert status == dg.DagsterRunStatus.SUCCESS, (tmp_path / "dg-dev.log").read_text()[-3000:]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    assert list((tmp_path / "storage").glob(f"{run_id}/folds/NQ.FUT/fold_plans.json"))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
+        dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
+    )
+    assert checks is not None and checks.run_id == run_id
