@@ -138,6 +138,55 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- train (the flagship perception trainer) ------------------------------------------------------
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from alpha_core.train.perception import TrainConfig, train
+
+    values = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
+    summary = train(TrainConfig(**values))
+    print(f"wrote {Path(args.out) / 'alpha_train_summary.json'}: best mean AUC {summary.best_mean_auc:.4f} "
+          f"(epoch {summary.best_mean_auc_epoch}), {summary.sequences_per_s:.0f} sequences/s on {summary.device}")
+    return 0
+
+
+def add_train_parser(sub) -> None:
+    """Every flag of the spec's `alpha_train` with its name and default, plus --device/--resume/--precision."""
+    p = sub.add_parser("train", help="train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars")
+    p.add_argument("--mbp10-data-dir", required=True, type=Path, help="directory containing MBP-10 .dbn.zst files")
+    p.add_argument("--predecoded-dir", required=True, type=Path, help="predecoded sidecar caches (created on miss)")
+    p.add_argument("--out", required=True, type=Path, help="output directory for weights + summary JSON")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--seq-len", type=int, default=64, help="snapshots per training sequence")
+    p.add_argument("--mamba2-state-dim", type=int, default=16)
+    p.add_argument("--lr-cfc", type=float, default=3e-3)
+    p.add_argument("--lr-mamba2", type=float, default=1e-3)
+    p.add_argument("--lr-aux", type=float, default=None, help="aux AdamW group (default: --lr-cfc)")
+    p.add_argument("--n-train-seqs", type=int, default=8000)
+    p.add_argument("--n-val-seqs", type=int, default=1000)
+    p.add_argument("--seed", type=lambda v: int(v, 0), default=0x4242)
+    p.add_argument("--lr-warmup-steps", type=int, default=200, help="linear warm-up steps; 0 disables")
+    p.add_argument("--lr-min-factor", type=float, default=0.1, help="final LR = lr * this; 1.0 disables decay")
+    p.add_argument("--early-stop-patience", type=int, default=5, help="epochs without improvement; 0 disables")
+    p.add_argument("--early-stop-metric", default="mean_auc", help="val_loss | mean_auc | auc_h1000 | none")
+    p.add_argument("--horizon-weights", default=None, help="per-horizon BCE weights, e.g. 1.0,1.0,0.5")
+    p.add_argument("--auto-horizon-weights", action="store_true", help="the canonical schedule (uniform)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--cv-fold", type=int, default=0)
+    p.add_argument("--cv-n-folds", type=int, default=1)
+    p.add_argument("--cv-train-window", type=int, default=0)
+    p.add_argument("--smoothness-base-lambda", type=float, default=0.0)
+    p.add_argument("--kernel-step-trace", type=Path, default=None, help="write one JSON line per step here")
+    p.add_argument("--bucket-warmup-cap-steps", type=int, default=None)
+    p.add_argument("--outcome-label-cost", type=float, default=None,
+                   help="round-trip cost in price units (default: 2 ticks; 0.5 for ES)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when available)")
+    p.add_argument("--resume", action="store_true", help="continue from the training state in --out")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.set_defaults(func=cmd_train)
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 
@@ -171,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
     p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
     p.set_defaults(func=cmd_demo_data)
+
+    add_train_parser(sub)
     return parser
 
 

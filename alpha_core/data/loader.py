@@ -4,6 +4,9 @@ The sidecars are memory-mapped once at construction. Each epoch, `reset(seed)` d
 random order of window anchors (no disk IO); iteration yields up to `n_max_sequences` windows of
 `seq_len` consecutive rows with features, time steps and labels at every position. A window never
 spans two files, and windows whose first row has no finite label (the file's tail) are skipped.
+
+On an accelerator (`device="cuda"`) the arrays are copied to device memory once and windows are
+gathered there, so the host never becomes the bottleneck of a GPU training step.
 """
 
 from __future__ import annotations
@@ -52,7 +55,10 @@ class WindowLoader:
         n_max_sequences: int,
         seed: int,
         norm: NormStats | None = None,
+        device: torch.device | str = "cpu",
+        resident: bool | None = None,
     ) -> None:
+        """`resident` (default: on any non-CPU device) keeps all windows' data in device memory."""
         if seq_len < 1:
             raise DataError(None, f"seq_len must be >= 1 (got {seq_len})")
         if not sidecars:
@@ -88,7 +94,24 @@ class WindowLoader:
         self._anchors = np.concatenate(anchors).astype(np.int64)
         self._order = self._anchors
         self._cursor = 0
+        self.device = torch.device(device)
+        self._resident: dict[str, torch.Tensor] | None = None
+        if self.device.type != "cpu" if resident is None else resident:
+            self._make_resident()
         self.reset(seed)
+
+    def _make_resident(self) -> None:
+        """Copy every used file's arrays to the device once, concatenated; windows become index arithmetic."""
+        used = [self.sidecars[i] for i in self._file_of_view]
+        names = ("features", "dt", "labels", "outcome_long", "outcome_short")
+        self._resident = {
+            name: torch.cat([torch.from_numpy(np.ascontiguousarray(getattr(sc, name))) for sc in used]).to(self.device)
+            for name in names
+        }
+        self._offsets = np.cumsum([0] + [sc.rows for sc in used[:-1]]).astype(np.int64)
+        self._steps = torch.arange(self.seq_len, device=self.device)
+        if self._mean is not None:
+            self._mean, self._std = self._mean.to(self.device), self._std.to(self.device)
 
     @property
     def n_windows(self) -> int:
@@ -101,6 +124,9 @@ class WindowLoader:
         pick = rng.permutation(len(self._anchors))[: self.n_windows]
         self._order = self._anchors[pick]
         self._cursor = 0
+        if self._resident is not None:
+            self._order_device = torch.from_numpy(self._order).to(self.device)
+            self._global_device = torch.from_numpy(self._offsets[self._order[:, 0]] + self._order[:, 1]).to(self.device)
 
     def yielded(self) -> int:
         return self._cursor
@@ -110,8 +136,12 @@ class WindowLoader:
         if remaining <= 0 or (drop_last and remaining < batch_size):
             return None
         take = self._order[self._cursor : self._cursor + batch_size]
+        if self._resident is not None:
+            batch = self._gather_resident(slice(self._cursor, self._cursor + len(take)))
+        else:
+            batch = self._gather(take)
         self._cursor += len(take)
-        return self._gather(take)
+        return batch
 
     def next_sequence(self) -> WindowBatch | None:
         return self.next_batch(1)
@@ -119,6 +149,17 @@ class WindowLoader:
     def batches(self, batch_size: int, drop_last: bool = False) -> Iterator[WindowBatch]:
         while (batch := self.next_batch(batch_size, drop_last)) is not None:
             yield batch
+
+    def _gather_resident(self, rows: slice) -> WindowBatch:
+        idx = self._global_device[rows, None] + self._steps  # [B, K] rows of the concatenated arrays
+        r = self._resident
+        x = r["features"][idx]
+        if self._mean is not None:
+            x = (x - self._mean) / self._std
+        order = self._order_device[rows]
+        files = torch.as_tensor(self._file_of_view, device=self.device)[order[:, 0]]
+        return WindowBatch(x=x, dt=r["dt"][idx], labels=r["labels"][idx], outcome_long=r["outcome_long"][idx],
+                           outcome_short=r["outcome_short"][idx], file_index=files, start=order[:, 1])
 
     def _gather(self, take: np.ndarray) -> WindowBatch:
         first = self._views[0]

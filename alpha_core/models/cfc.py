@@ -1,0 +1,163 @@
+"""Closed-form continuous-time (CfC) recurrent cell and sequence layer (Hasani et al. 2022, "Closed-form
+continuous-time neural networks", Nature Machine Intelligence), the "default" mode of ncps's `CfCCell`.
+
+Why in-house: ncps 1.0.1's batched `timespans` is broken (`timespans[:, t].squeeze()` gives [B], which does not
+broadcast against [B, units]; issues #81-#83), and the flagship needs a per-sample elapsed time because MBP-10
+snapshots arrive irregularly. The parameter names are ncps's, so an ncps `CfCCell` state_dict loads here with
+strict=True (and an ncps `CfC(..., mode="default")` state_dict loads into `CfC`, whose cell is `rnn_cell`).
+
+One step, for input x_t, previous state h_{t-1} and elapsed time ts (per sample, or per sample and unit):
+
+    lecun(u) = 1.7159 * tanh(0.666 * u)
+    z     = lecun(W_0 [x_t ; h_{t-1}] + b_0)            backbone.0 (then backbone.2, backbone.4, ... the same way
+                                                        for backbone_layers > 1: z = lecun(W_k z + b_k))
+    ff1   = tanh(W_1 z + b_1)                           ff1
+    ff2   = tanh(W_2 z + b_2)                           ff2
+    t_a   = W_a z + b_a                                 time_a
+    t_b   = W_b z + b_b                                 time_b
+    gate  = sigmoid(t_a * ts + t_b)
+    h_t   = ff1 * (1 - gate) + gate * ff2               (= lerp(ff1, ff2, gate))
+
+The output of a step is h_t itself. With a small ts the gate sits near sigmoid(t_b); as ts grows it saturates
+towards 0 or 1 depending on the sign of t_a, so the state moves between the two learned targets ff1 and ff2 at a
+learned, input-dependent rate: this is the closed-form stand-in for integrating an ODE for time ts.
+
+Speed (the layer is torch.compile'd and CUDA-graph captured on the GPU, see shared/notes/gpu.md):
+- W_0 is split by column views into its x-part and its h-part (the parameter stays the single ncps
+  `backbone.0.weight`). The x-part of all L steps is one matmul before the loop (`input_projection`); each step
+  only does the h-part.
+- The four heads (ff1, ff2, time_a, time_b) run as one [4H, U] matmul per step; their weights are concatenated
+  once per sequence, outside the loop.
+- The loop iterates `xproj.unbind(1)` / `timespans.unbind(1)` (indexing `xproj[:, t]` would make autograd
+  zero-fill a full-size gradient at every step) and stacks the outputs once at the end.
+- No `.item()`, no host syncs, no data-dependent Python control flow; only shape checks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["CfC", "CfCCell", "LeCun"]
+
+
+class LeCun(nn.Module):
+    """LeCun's scaled tanh, 1.7159 * tanh(0.666 * x) (ncps's default backbone activation)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return 1.7159 * torch.tanh(0.666 * x)
+
+
+def _ts_column(ts: Tensor, batch: int, hidden: int) -> Tensor:
+    """Elapsed time [B], [B, 1] or [B, H] as a tensor that broadcasts against [B, H]."""
+    if ts.dim() == 1:
+        ts = ts.unsqueeze(-1)
+    if ts.dim() != 2 or ts.shape[0] != batch or ts.shape[1] not in (1, hidden):
+        raise ValueError(f"ts must have shape [B], [B, 1] or [B, H] with B={batch}, H={hidden}; got {tuple(ts.shape)}")
+    return ts
+
+
+class CfCCell(nn.Module):
+    """One CfC step (ncps `CfCCell(input_size, hidden_size, mode="default", backbone_activation="lecun_tanh")`).
+
+    Parameters: `backbone` (nn.Sequential of Linear, LeCun, Linear, LeCun, ...; Linears at even indices), `ff1`,
+    `ff2`, `time_a`, `time_b`. Initialisation is ncps's: Xavier-uniform weights, PyTorch-default biases.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 128, backbone_layers: int = 1) -> None:
+        super().__init__()
+        if backbone_layers < 1:
+            raise ValueError(f"backbone_layers must be >= 1, got {backbone_layers}")
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.backbone_units = backbone_units
+        self.backbone_layers = backbone_layers
+        layers: list[nn.Module] = [nn.Linear(input_size + hidden_size, backbone_units), LeCun()]
+        for _ in range(1, backbone_layers):
+            layers += [nn.Linear(backbone_units, backbone_units), LeCun()]
+        self.backbone = nn.Sequential(*layers)
+        self.ff1 = nn.Linear(backbone_units, hidden_size)
+        self.ff2 = nn.Linear(backbone_units, hidden_size)
+        self.time_a = nn.Linear(backbone_units, hidden_size)
+        self.time_b = nn.Linear(backbone_units, hidden_size)
+        for w in self.parameters():
+            if w.dim() == 2:
+                nn.init.xavier_uniform_(w)
+
+    # -- pieces used by both the single-step API and the sequence loop --------------------------------------------
+    def input_projection(self, x: Tensor) -> Tensor:
+        """x [..., in] -> x-part of the first backbone Linear, W_0[:, :in] x + b_0, shape [..., U]."""
+        first = self.backbone[0]
+        return F.linear(x, first.weight[:, : self.input_size], first.bias)
+
+    def _recurrent_weight(self) -> Tensor:
+        """h-part of the first backbone Linear, W_0[:, in:] ([U, H], a view of `backbone.0.weight`)."""
+        return self.backbone[0].weight[:, self.input_size :]
+
+    def _head_params(self) -> tuple[Tensor, Tensor]:
+        """ff1, ff2, time_a, time_b stacked into one [4H, U] weight and one [4H] bias."""
+        heads = (self.ff1, self.ff2, self.time_a, self.time_b)
+        return torch.cat([m.weight for m in heads]), torch.cat([m.bias for m in heads])
+
+    def _step(self, xproj_t: Tensor, h: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor) -> Tensor:
+        """One step with precomputed weights; ts already broadcasts against [B, H]."""
+        z = self.backbone[1](xproj_t + F.linear(h, w_h))
+        for k in range(2, len(self.backbone), 2):
+            z = self.backbone[k + 1](self.backbone[k](z))
+        ff1, ff2, t_a, t_b = F.linear(z, w_heads, b_heads).split(self.hidden_size, dim=-1)
+        gate = torch.sigmoid(t_a * ts + t_b)
+        return torch.tanh(ff1) * (1.0 - gate) + gate * torch.tanh(ff2)
+
+    # -- public API ---------------------------------------------------------------------------------------------------
+    def step(self, xproj_t: Tensor, h: Tensor, ts: Tensor) -> Tensor:
+        """One step given the precomputed x-part `input_projection(x_t)` [B, U]; h [B, H]; ts [B], [B, 1] or [B, H]."""
+        w_heads, b_heads = self._head_params()
+        ts = _ts_column(ts, h.shape[0], self.hidden_size).to(h.dtype)
+        return self._step(xproj_t, h, ts, self._recurrent_weight(), w_heads, b_heads)
+
+    def forward(self, x: Tensor, h: Tensor, ts: Tensor) -> Tensor:
+        """x [B, in], h [B, H], ts [B], [B, 1] or [B, H] -> new state h_t [B, H] (also the step's output)."""
+        return self.step(self.input_projection(x), h, ts)
+
+
+class CfC(nn.Module):
+    """A CfC layer over a batch-first sequence with per-step elapsed times.
+
+    The cell is `rnn_cell` (ncps's name), so an ncps `CfC(input, units, mode="default", backbone_units=...,
+    backbone_layers=...)` state_dict (no mixed_memory, no proj_size) loads with strict=True.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 128, backbone_layers: int = 1) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.rnn_cell = CfCCell(input_size, hidden_size, backbone_units, backbone_layers)
+
+    def forward(self, x: Tensor, timespans: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x [B, L, in]; timespans [B, L], [B, L, 1] or [B, L, H]; h0 [B, H] or None (zeros).
+
+        Returns (outputs [B, L, H], h_last [B, H]); outputs[:, t] is the state after step t.
+        """
+        if x.dim() != 3 or x.shape[2] != self.input_size:
+            raise ValueError(f"x must have shape [B, L, {self.input_size}], got {tuple(x.shape)}")
+        batch, length, _ = x.shape
+        hidden = self.hidden_size
+        if timespans.dim() == 2:
+            timespans = timespans.unsqueeze(-1)
+        if timespans.dim() != 3 or timespans.shape[:2] != (batch, length) or timespans.shape[2] not in (1, hidden):
+            raise ValueError(
+                f"timespans must have shape [B, L], [B, L, 1] or [B, L, H] with B={batch}, L={length}, H={hidden}; "
+                f"got {tuple(timespans.shape)}"
+            )
+        cell = self.rnn_cell
+        xproj = cell.input_projection(x)  # [B, L, U]: the x-part of every step in one matmul
+        timespans = timespans.to(x.dtype)  # a float64 ts must not promote a float32 state
+        h = x.new_zeros(batch, hidden) if h0 is None else h0
+        w_h = cell._recurrent_weight()
+        w_heads, b_heads = cell._head_params()
+        outputs = []
+        for xproj_t, ts_t in zip(xproj.unbind(1), timespans.unbind(1), strict=True):
+            h = cell._step(xproj_t, h, ts_t, w_h, w_heads, b_heads)
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h

@@ -1,0 +1,217 @@
+"""Mamba-2 in plain PyTorch: the chunked SSD scan ("Listing 1" of Dao & Gu 2024) and the Mamba-2 block.
+
+The state space model (per head, scalar decay, "SSD")
+---------------------------------------------------
+Each of ``h`` heads carries a matrix state ``h_t`` of shape ``[p, n]`` (head dim x state dim). With ``dt_t > 0``
+(after softplus), ``A < 0`` (one scalar per head) and input/output projections ``B_t, C_t`` of shape ``[n]``::
+
+    h_t = exp(dt_t * A) * h_{t-1} + dt_t * x_t B_t^T          (zero-order-hold decay, Euler input)
+    y_t = h_t C_t
+
+Unrolled, ``y_t = sum_{s <= t} exp(a_{s+1} + ... + a_t) * (C_t . B_s) * dt_s x_s`` with ``a_t = dt_t * A``. So the
+whole sequence is ``Y = (L o C B^T) X`` with the causal decay mask ``L[t, s] = exp(segsum(a)[t, s])``: a masked
+"attention" with a 1-semiseparable mask. The quadratic form costs O(l^2), the recurrence is sequential. SSD splits
+the sequence into chunks of ``Q`` steps and mixes both:
+
+1. Intra-chunk (diagonal blocks): the quadratic form inside each chunk, ``Y_diag = (L o C B^T) X``.
+2. Chunk states: the state each chunk would produce from a zero start,
+   ``S_c = sum_s exp(a_{s+1} + ... + a_end) B_s (dt_s x_s)^T``.
+3. Inter-chunk recurrence: a scan over only ``l / Q`` chunk states, written again as a (tiny) segsum-masked
+   matmul, seeded by ``initial_state``. Its last entry is the final state.
+4. State to output (off-diagonal blocks): the state entering each chunk decays to each position and is read out,
+   ``Y_off[t] = exp(a_first + ... + a_t) * h_in C_t``.
+
+``y = Y_diag + Y_off``. Every step is an einsum or a cumsum: no Python loop over time, no data-dependent control
+flow, static shapes. Everything exponentiated is a sum of non-positive terms, so no overflow. ``B`` and ``C`` are
+shared by groups of heads (``n_groups``, like grouped-query attention); head ``i`` uses group ``i // (h // g)``.
+
+The block (Mamba-2, as in state-spaces/mamba ``Mamba2`` with its defaults)
+-------------------------------------------------------------------------
+``in_proj`` maps ``u`` to ``[z, xBC, dt]``; a causal depthwise conv1d (+ SiLU) runs over ``xBC``, which is split into
+``x`` (heads), ``B`` and ``C``; ``dt = softplus(dt + dt_bias)``, ``A = -exp(A_log)``; ``y = SSD(x, dt, A, B, C) + D x``;
+a gated RMSNorm ``rmsnorm(y * silu(z))``; ``out_proj``. The stack ``Mamba2`` is pre-norm residual with a final norm.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pydantic
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# --------------------------------------------------------------------------------------------- SSD scan
+
+
+def segsum(x: Tensor) -> Tensor:
+    """Stable segment sum: ``out[..., i, j] = x[..., j+1] + ... + x[..., i]`` for ``i >= j`` (0 on the diagonal),
+    ``-inf`` above it, so ``exp(segsum(a))`` is the causal decay mask. ``x [..., T] -> [..., T, T]``.
+
+    Masks, then cumsums, instead of differencing two cumsums (which cancels catastrophically for long chunks).
+    """
+    T = x.size(-1)
+    x = x.unsqueeze(-1).expand(*x.shape, T)  # x[..., i, j] = x_i
+    strictly_lower = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)
+    x = x.masked_fill(~strictly_lower, 0)  # keep x_i only where i > j
+    out = x.cumsum(dim=-2)  # out[i, j] = sum_{j < k <= i} x_k
+    lower = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(0)
+    return out.masked_fill(~lower, -torch.inf)
+
+
+def ssd_chunked(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """x [b, l, h, p], dt [b, l, h] (positive, after softplus), A [h] (negative), B, C [b, l, g, n] (h % g == 0).
+    Discretisation: state h_t = exp(dt_t*A) h_{t-1} + dt_t * x_t B_t^T ; y_t = C_t h_t.  Returns y [b, l, h, p],
+    final_state [b, h, p, n]. Any l: pad internally to a multiple of chunk_size (padding must not change results).
+
+    Padding appends steps with ``dt = 0``: decay ``exp(0) = 1`` and input ``0 * x = 0``, so the state passes through
+    unchanged and the final state is the one after step ``l``; outputs of real steps never see later steps.
+    Index names in the einsums: b batch, c chunk, l/s position in chunk (target/source), g group,
+    r head within group, p head dim, n state dim, z chunk (target of the inter-chunk scan).
+    """
+    b, seqlen, h, p = x.shape
+    g, n = B.shape[-2], B.shape[-1]
+    r = h // g
+    assert h == g * r, f"heads {h} not divisible by groups {g}"
+    pad = (-seqlen) % chunk_size  # Python int from static shapes
+    if pad:
+        x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))
+    c, Q = (seqlen + pad) // chunk_size, chunk_size
+
+    X = (x * dt.unsqueeze(-1)).reshape(b, c, Q, g, r, p)  # dt-weighted input
+    a = (dt * A).reshape(b, c, Q, g, r).permute(0, 3, 4, 1, 2)  # log-decay per step, [b, g, r, c, Q]
+    B = B.reshape(b, c, Q, g, n)
+    C = C.reshape(b, c, Q, g, n)
+    a_cumsum = a.cumsum(dim=-1)  # within each chunk
+
+    # 1. intra-chunk (diagonal blocks): Y_diag[l] = sum_{s <= l} exp(a_{s+1..l}) (C_l . B_s) X_s
+    L = torch.exp(segsum(a))  # [b, g, r, c, Q, Q]
+    CB = torch.einsum("bclgn,bcsgn->bgcls", C, B)  # shared by the heads of a group
+    Y_diag = torch.einsum("bgrcls,bcsgrp->bclgrp", CB.unsqueeze(2) * L, X)
+
+    # 2. state of each chunk from a zero start: S_c = sum_s exp(a_{s+1..end}) B_s X_s^T
+    decay_to_end = torch.exp(a_cumsum[..., -1:] - a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
+    states = torch.einsum("bcsgn,bcsgrp->bcgrpn", B, X * decay_to_end.unsqueeze(-1))
+
+    # 3. inter-chunk recurrence over chunk boundaries, seeded by initial_state (a (c+1)x(c+1) segsum matmul)
+    if initial_state is None:
+        init = torch.zeros_like(states[:, :1])
+    else:
+        init = initial_state.reshape(b, 1, g, r, p, n).to(states.dtype)
+    states = torch.cat([init, states], dim=1)  # [b, c+1, g, r, p, n]
+    decay_chunk = torch.exp(segsum(F.pad(a_cumsum[..., -1], (1, 0))))  # [b, g, r, c+1, c+1]
+    states = torch.einsum("bgrzc,bcgrpn->bzgrpn", decay_chunk, states)
+    states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; state after the last step
+
+    # 4. state -> output (off-diagonal blocks): Y_off[l] = exp(a_{first..l}) C_l . h_in
+    decay_from_start = torch.exp(a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
+    Y_off = torch.einsum("bclgn,bcgrpn->bclgrp", C, states) * decay_from_start.unsqueeze(-1)
+
+    y = (Y_diag + Y_off).reshape(b, c * Q, h, p)[:, :seqlen]
+    return y, final_state.reshape(b, h, p, n)
+
+
+# --------------------------------------------------------------------------------------------- modules
+
+
+class Mamba2Config(pydantic.BaseModel, extra="forbid"):
+    d_model: int = 64  # residual stream width
+    d_state: int = 16  # n: SSM state size per head row
+    d_head: int = 16  # p: head dim; n_heads = expand * d_model / d_head
+    expand: int = 2  # d_inner = expand * d_model
+    d_conv: int = 4  # causal depthwise conv kernel width
+    n_groups: int = 1  # g: B/C shared by n_heads / n_groups heads
+    chunk_size: int = 16  # SSD chunk length Q (any sequence length works; it is padded)
+    n_layers: int = 1
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> Mamba2Config:
+        d_inner = self.expand * self.d_model
+        if d_inner % self.d_head:
+            raise ValueError(f"expand * d_model = {d_inner} not divisible by d_head = {self.d_head}")
+        if (d_inner // self.d_head) % self.n_groups:
+            raise ValueError(f"n_heads = {d_inner // self.d_head} not divisible by n_groups = {self.n_groups}")
+        if min(self.d_model, self.d_state, self.d_head, self.expand, self.d_conv, self.n_groups, self.chunk_size) < 1:
+            raise ValueError("all sizes must be >= 1")
+        if self.n_layers < 0:
+            raise ValueError("n_layers must be >= 0")
+        return self
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def n_heads(self) -> int:
+        return self.d_inner // self.d_head
+
+
+class Mamba2Block(nn.Module):
+    """One Mamba-2 mixer: [B, L, d_model] -> [B, L, d_model]. Causal in L."""
+
+    def __init__(self, cfg: Mamba2Config, dt_min: float = 1e-3, dt_max: float = 1e-1, dt_floor: float = 1e-4):
+        super().__init__()
+        self.cfg = cfg
+        d_inner, n_heads, gn = cfg.d_inner, cfg.n_heads, cfg.n_groups * cfg.d_state
+        self.conv_dim = d_inner + 2 * gn  # conv runs over x, B and C
+        self.in_proj = nn.Linear(cfg.d_model, 2 * d_inner + 2 * gn + n_heads, bias=False)  # -> z, xBC, dt
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, cfg.d_conv, groups=self.conv_dim, padding=cfg.d_conv - 1)
+        # dt_bias: softplus(dt_bias) ~ log-uniform on [dt_min, dt_max]; store its inverse softplus
+        dt = torch.exp(torch.rand(n_heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=dt_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.A_log = nn.Parameter(torch.log(torch.empty(n_heads).uniform_(1, 16)))  # A = -exp(A_log) in [-16, -1]
+        self.D = nn.Parameter(torch.ones(n_heads))  # skip connection y += D * x
+        for param in (self.dt_bias, self.A_log, self.D):
+            param._no_weight_decay = True  # convention of state-spaces/mamba: optimizers may exclude these
+        self.norm = nn.RMSNorm(d_inner, eps=1e-5)  # gated: norm(y * silu(z))
+        self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
+
+    def forward(self, u: Tensor) -> Tensor:
+        cfg = self.cfg
+        batch, seqlen, _ = u.shape
+        gn = cfg.n_groups * cfg.d_state
+        z, xBC, dt = torch.split(self.in_proj(u), [cfg.d_inner, self.conv_dim, cfg.n_heads], dim=-1)
+        xBC = F.silu(self.conv1d(xBC.transpose(1, 2))[..., :seqlen].transpose(1, 2))  # causal: keep the first L
+        x, B, C = torch.split(xBC, [cfg.d_inner, gn, gn], dim=-1)
+        x = x.reshape(batch, seqlen, cfg.n_heads, cfg.d_head)
+        dt = F.softplus(dt + self.dt_bias)  # [b, l, h]
+        A = -torch.exp(self.A_log)  # [h]
+        y, _ = ssd_chunked(
+            x,
+            dt,
+            A,
+            B.reshape(batch, seqlen, cfg.n_groups, cfg.d_state),
+            C.reshape(batch, seqlen, cfg.n_groups, cfg.d_state),
+            cfg.chunk_size,
+        )
+        y = y + x * self.D.unsqueeze(-1)
+        y = self.norm(y.reshape(batch, seqlen, cfg.d_inner) * F.silu(z))
+        return self.out_proj(y)
+
+
+class Mamba2(nn.Module):
+    """n_layers x (RMSNorm -> Mamba2Block -> residual), then a final RMSNorm. [B, L, d_model] -> [B, L, d_model]."""
+
+    def __init__(self, cfg: Mamba2Config):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({"norm": nn.RMSNorm(cfg.d_model, eps=1e-5), "mixer": Mamba2Block(cfg)}) for _ in range(cfg.n_layers)
+        )
+        self.norm_f = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        with torch.no_grad():  # GPT-2 style: shrink residual-branch outputs by 1/sqrt(n_layers)
+            for layer in self.layers:
+                layer["mixer"].out_proj.weight.div_(math.sqrt(max(cfg.n_layers, 1)))
+
+    def forward(self, u: Tensor) -> Tensor:
+        for layer in self.layers:
+            u = u + layer["mixer"](layer["norm"](u))
+        return self.norm_f(u)

@@ -1,0 +1,1 @@
+"""Trainers: the flagship perception trainer (and, later, the supervised and RL trainers)."""

@@ -1,0 +1,447 @@
+"""`alpha train`: the spec's `alpha_train`, the Mamba2 -> CfC -> heads perception trainer, in PyTorch.
+
+Walk-forward split of the MBP-10 files (`--cv-*`, the spec's rules), predecoded sidecars (built on a miss),
+normalisation fitted on the training files, then per epoch: reshuffled training windows, AdamW with three
+parameter groups (Mamba2, CfC trunk + heads, aux) on linear warm-up + cosine decay, a validation pass
+(loss, and AUC per horizon from the last position of each window), independent best trackers for val_loss,
+mean AUC and the long-horizon AUC (each with its own checkpoint), and early stopping on the chosen metric.
+A full training state is saved after every epoch, so `--resume` continues a killed run and ends with the
+same summary. Outputs in `--out`: `alpha_train_summary.json`, `trunk_best_h1000.safetensors` (and the
+other best checkpoints), `model_config.json`, `norm_stats.json`, `train_state.*`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+from safetensors.torch import load_file, save_file, save_model
+from sklearn.metrics import roc_auc_score
+
+import alpha_core
+from alpha_core.atomic import atomic_write_json
+from alpha_core.data.dbn import MBP10, discover
+from alpha_core.data.folds import plan_folds
+from alpha_core.data.loader import WindowLoader
+from alpha_core.data.norm import fit_norm_stats
+from alpha_core.data.predecode import file_ref
+from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
+from alpha_core.errors import PlanError
+from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+from alpha_core.train.schedule import lr_at
+from alpha_core.train.trace import StepTrace
+
+EARLY_STOP_METRICS = ("val_loss", "mean_auc", "auc_h1000", "none")
+VAL_SEED_OFFSET = 0xC0FFEE
+SUMMARY = "alpha_train_summary.json"
+STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
+CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model_best_mean_auc.safetensors",
+               "auc_h1000": "trunk_best_h1000.safetensors"}
+
+
+class TrainConfig(BaseModel):
+    """Every flag of the spec's `alpha_train`, same names and defaults, plus device/resume/precision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mbp10_data_dir: Path
+    predecoded_dir: Path
+    out: Path
+    epochs: int = 5
+    seq_len: int = 64
+    mamba2_state_dim: int = 16
+    lr_cfc: float = 3e-3
+    lr_mamba2: float = 1e-3
+    lr_aux: float | None = None  # the spec's aux group follows lr_cfc unless set
+    n_train_seqs: int = 8000
+    n_val_seqs: int = 1000
+    seed: int = 0x4242
+    lr_warmup_steps: int = 200
+    lr_min_factor: float = 0.1
+    early_stop_patience: int = 5
+    early_stop_metric: str = "mean_auc"
+    horizon_weights: str | None = None
+    auto_horizon_weights: bool = False
+    batch_size: int = 1
+    cv_fold: int = 0
+    cv_n_folds: int = 1
+    cv_train_window: int = 0
+    smoothness_base_lambda: float = 0.0
+    kernel_step_trace: Path | None = None
+    bucket_warmup_cap_steps: int | None = None
+    outcome_label_cost: float | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
+    device: str | None = None  # None: cuda when available
+    resume: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+
+class TrainSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int
+    seq_len: int
+    horizons: list[int]
+    final_train_loss: float
+    final_val_loss: float
+    final_val_auc: list[float]
+    n_train_seqs_consumed: int
+    n_val_seqs_consumed: int
+    best_epoch: int
+    best_val_loss: float
+    best_val_auc: list[float]
+    best_mean_auc_epoch: int
+    best_mean_auc: float
+    best_mean_auc_per_horizon: list[float]
+    best_auc_h1000_epoch: int
+    best_auc_h1000: float
+    best_auc_h1000_per_horizon: list[float]
+    early_stopped: bool
+    best_h1000_ckpt_path: str | None = None
+    final_smooth_loss_per_horizon: list[float]
+    # beyond the spec
+    cv_fold: int
+    train_files: list[str]
+    val_files: list[str]
+    loss_ema_per_horizon: list[float]
+    lambda_per_horizon: list[float]
+    aux_stop_grad_lifted: bool
+    bucket_warmup_cap_steps: int
+    device: str
+    precision: str
+    wall_time_s: float
+    sequences_per_s: float
+    versions: dict[str, str]
+
+
+def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
+    """Explicit > auto > uniform (auto is uniform, as in the spec: the lambda controller rebalances)."""
+    if cfg.horizon_weights is not None:
+        try:
+            parts = [float(s.strip()) for s in cfg.horizon_weights.split(",")]
+        except ValueError as exc:
+            raise PlanError(f"horizon weight parse: {cfg.horizon_weights!r} ({exc})") from exc
+        if len(parts) != n_horizons:
+            raise PlanError(f"--horizon-weights expected {n_horizons} floats, got {len(parts)}")
+        return parts
+    return [1.0] * n_horizons
+
+
+def validate(cfg: TrainConfig) -> None:
+    """The spec's up-front checks, with its messages."""
+    if cfg.batch_size < 1:
+        raise PlanError("batch_size must be >= 1")
+    if cfg.early_stop_metric not in EARLY_STOP_METRICS:
+        raise PlanError(
+            "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none "
+            f"(got `{cfg.early_stop_metric}`)"
+        )
+    if cfg.cv_n_folds < 1:
+        raise PlanError(f"--cv-n-folds must be >= 1 (got {cfg.cv_n_folds})")
+    if cfg.cv_fold >= cfg.cv_n_folds:
+        raise PlanError(f"--cv-fold {cfg.cv_fold} must be < --cv-n-folds {cfg.cv_n_folds}")
+    if cfg.epochs < 1 or cfg.seq_len < 2 or cfg.n_train_seqs < 1 or cfg.n_val_seqs < 1:
+        raise PlanError("--epochs, --n-train-seqs and --n-val-seqs must be >= 1 and --seq-len >= 2")
+
+
+def resolve_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PlanError(f"--device {name}: CUDA is not available on this machine")
+    return device
+
+
+def auc_per_horizon(probs: np.ndarray, labels: np.ndarray) -> list[float]:
+    """AUC per horizon over finite labels; 0.5 when a horizon has one class only (the spec's default)."""
+    out = []
+    for j in range(labels.shape[1]):
+        ok = np.isfinite(labels[:, j])
+        y = labels[ok, j]
+        out.append(float(roc_auc_score(y, probs[ok, j])) if len(np.unique(y)) == 2 else 0.5)
+    return out
+
+
+class Trackers(BaseModel):
+    """Best-so-far per metric and the epochs without improvement; part of the resumable state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    best_val_loss: float = math.inf
+    best_epoch: int = 0
+    best_val_auc: list[float] = []
+    best_mean_auc: float = -math.inf
+    best_mean_auc_epoch: int = 0
+    best_mean_auc_per_horizon: list[float] = []
+    best_auc_h1000: float = -math.inf
+    best_auc_h1000_epoch: int = 0
+    best_auc_h1000_per_horizon: list[float] = []
+    best_h1000_ckpt_path: str | None = None
+    no_improvement: dict[str, int] = {"val_loss": 0, "mean_auc": 0, "auc_h1000": 0}
+    epochs_completed: int = 0
+    early_stopped: bool = False
+    final_val_loss: float = 0.0
+    final_val_auc: list[float] = []
+    n_val_seqs_consumed: int = 0
+    train_loss_sum: float = 0.0
+    train_steps: int = 0
+    train_seqs: int = 0
+    global_step: int = 0
+    wall_time_s: float = 0.0
+
+
+class PerceptionTrainer:
+    def __init__(self, cfg: TrainConfig) -> None:
+        validate(cfg)
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        self._prepare_data()
+        n_h = len(self.horizons)
+        model_cfg = PerceptionConfig(
+            n_features=len(self.norm.feature_names),
+            horizons=tuple(self.horizons),
+            mamba2_state_dim=cfg.mamba2_state_dim,
+            smoothness_base_lambda=cfg.smoothness_base_lambda,
+            bucket_warmup_cap_steps=cfg.bucket_warmup_cap_steps,
+            horizon_weights=tuple(parse_horizon_weights(cfg, n_h)),
+            time_scale=self.time_scale,
+        )
+        torch.manual_seed(cfg.seed)
+        self.model = PerceptionModel(model_cfg).to(self.device)
+        groups = self.model.param_groups()
+        self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux or cfg.lr_cfc}
+        self.optimizer = torch.optim.AdamW(
+            [{"params": groups[name], "lr": self.lr_max[name], "name": name} for name in groups],
+            foreach=self.device.type == "cuda",
+        )
+        steps_per_epoch = math.ceil(self.train_loader.n_windows / cfg.batch_size)
+        self.total_steps = cfg.epochs * steps_per_epoch
+        self.trackers = Trackers()
+        self.trace = StepTrace(cfg.kernel_step_trace) if cfg.kernel_step_trace else None
+        atomic_write_json(cfg.out / "model_config.json", model_cfg.model_dump())
+        if cfg.resume:
+            self._load_state()
+
+    # --- data ------------------------------------------------------------------------------------------
+
+    def _prepare_data(self) -> None:
+        cfg = self.cfg
+        files = discover(cfg.mbp10_data_dir, MBP10)
+        labels = LabelConfig(outcome_label_cost=cfg.outcome_label_cost)
+        sidecars = [ensure_sidecar(f.path, cfg.predecoded_dir, label_config=labels)[0] for f in files]
+        if cfg.cv_n_folds == 1 and len(sidecars) < 2:
+            raise PlanError(
+                f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}"
+            )
+        plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
+        fold = plan.fold(cfg.cv_fold)
+        by_path = {sc.meta.source.path: sc for sc in sidecars}
+        self.train_files = [by_path[r.path] for r in fold.train]
+        self.val_files = [by_path[r.path] for r in fold.val]
+        self.horizons = self.train_files[0].meta.horizons
+        self.tick_size = self.train_files[0].meta.tick_size
+        self.norm = fit_norm_stats(self.train_files)
+        spacing = np.concatenate([np.asarray(sc.dt[1:]) for sc in self.train_files])
+        self.time_scale = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
+        self.norm.save(cfg.out / "norm_stats.json")
+        self.train_loader = WindowLoader(self.train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, self.norm,
+                                         device=self.device)
+        self.val_loader = WindowLoader(self.val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + VAL_SEED_OFFSET,
+                                       self.norm, device=self.device)
+
+    # --- one epoch -------------------------------------------------------------------------------------
+
+    def _autocast(self):
+        enabled = self.cfg.precision == "bf16"
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+
+    def _set_lr(self, step: int) -> dict[str, float]:
+        lrs = {}
+        for group in self.optimizer.param_groups:
+            lr_max = self.lr_max[group["name"]]
+            group["lr"] = lrs[group["name"]] = lr_at(
+                lr_max, lr_max * self.cfg.lr_min_factor, step, self.cfg.lr_warmup_steps, self.total_steps
+            )
+        return lrs
+
+    def train_epoch(self, epoch: int) -> float:
+        cfg, model, t = self.cfg, self.model, self.trackers
+        model.train()
+        self.train_loader.reset(cfg.seed + epoch)
+        loss_sum = torch.zeros((), device=self.device)
+        steps = 0
+        for batch in self.train_loader.batches(cfg.batch_size):
+            lrs = self._set_lr(t.global_step)
+            with self._autocast():
+                out = model(batch.x, batch.dt)
+            loss, parts = model.loss(out, batch.labels, batch.outcome_long, batch.outcome_short, self.tick_size)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            self.optimizer.step()
+            model.update_controllers(parts)
+            loss_sum += loss.detach()
+            if self.trace is not None:
+                self.trace.record(epoch, t.global_step, lrs, loss.detach(), parts, grad_norm, model)
+            steps += 1
+            t.global_step += 1
+            t.train_seqs += len(batch)
+        total = float(loss_sum)  # one host sync per epoch
+        t.train_loss_sum += total
+        t.train_steps += steps
+        if self.trace is not None:
+            self.trace.flush()
+        return total / max(steps, 1)
+
+    @torch.no_grad()
+    def validate_epoch(self, epoch: int) -> tuple[float, list[float]]:
+        model = self.model
+        model.eval()
+        self.val_loader.reset(self.cfg.seed + VAL_SEED_OFFSET + epoch)
+        loss_sum = torch.zeros((), device=self.device)
+        probs, labels, steps = [], [], 0
+        for batch in self.val_loader.batches(self.cfg.batch_size):
+            with self._autocast():
+                out = model(batch.x, batch.dt)
+            _, parts = model.loss(out, batch.labels, batch.outcome_long, batch.outcome_short, self.tick_size)
+            loss_sum += (model.horizon_weights * parts["bce"]).sum()
+            probs.append(torch.sigmoid(out["logits"][:, -1].float()))
+            labels.append(batch.labels[:, -1])
+            steps += 1
+        self.trackers.n_val_seqs_consumed = self.val_loader.yielded()
+        aucs = auc_per_horizon(torch.cat(probs).cpu().numpy(), torch.cat(labels).cpu().numpy())
+        return float(loss_sum) / max(steps, 1), aucs
+
+    # --- the run ---------------------------------------------------------------------------------------
+
+    def fit(self) -> TrainSummary:
+        cfg, t = self.cfg, self.trackers
+        started = time.perf_counter() - t.wall_time_s
+        for epoch in range(t.epochs_completed, cfg.epochs):
+            train_loss = self.train_epoch(epoch)
+            val_loss, aucs = self.validate_epoch(epoch)
+            t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
+            self._track(epoch, val_loss, aucs)
+            print(f"epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} "
+                  f"auc {' '.join(f'{a:.3f}' for a in aucs)}", flush=True)
+            t.wall_time_s = time.perf_counter() - started
+            stop = self._early_stop()
+            t.early_stopped = stop
+            self._save_state()
+            if stop:
+                print(f"early stopping at epoch {epoch} on {cfg.early_stop_metric}", flush=True)
+                break
+        summary = self._summary()
+        atomic_write_json(cfg.out / SUMMARY, summary.model_dump())
+        return summary
+
+    def _track(self, epoch: int, val_loss: float, aucs: list[float]) -> None:
+        t = self.trackers
+        mean_auc, long_auc = float(np.mean(aucs)), aucs[-1]
+        improved = {
+            "val_loss": val_loss < t.best_val_loss,
+            "mean_auc": mean_auc > t.best_mean_auc,
+            "auc_h1000": long_auc > t.best_auc_h1000,
+        }
+        if improved["val_loss"]:
+            t.best_val_loss, t.best_epoch, t.best_val_auc = val_loss, epoch, aucs
+        if improved["mean_auc"]:
+            t.best_mean_auc, t.best_mean_auc_epoch, t.best_mean_auc_per_horizon = mean_auc, epoch, aucs
+        if improved["auc_h1000"]:
+            t.best_auc_h1000, t.best_auc_h1000_epoch, t.best_auc_h1000_per_horizon = long_auc, epoch, aucs
+            t.best_h1000_ckpt_path = CHECKPOINTS["auc_h1000"]
+        for metric, better in improved.items():
+            t.no_improvement[metric] = 0 if better else t.no_improvement[metric] + 1
+            if better:
+                save_model(self.model, str(self.cfg.out / CHECKPOINTS[metric]))
+
+    def _early_stop(self) -> bool:
+        metric, patience = self.cfg.early_stop_metric, self.cfg.early_stop_patience
+        return patience > 0 and metric != "none" and self.trackers.no_improvement[metric] >= patience
+
+    def _summary(self) -> TrainSummary:
+        t, m = self.trackers, self.model
+        return TrainSummary(
+            epochs=t.epochs_completed,
+            seq_len=self.cfg.seq_len,
+            horizons=list(self.horizons),
+            final_train_loss=t.train_loss_sum / max(t.train_steps, 1),
+            final_val_loss=t.final_val_loss,
+            final_val_auc=t.final_val_auc,
+            n_train_seqs_consumed=t.train_seqs,
+            n_val_seqs_consumed=t.n_val_seqs_consumed,
+            best_epoch=t.best_epoch,
+            best_val_loss=t.best_val_loss,
+            best_val_auc=t.best_val_auc,
+            best_mean_auc_epoch=t.best_mean_auc_epoch,
+            best_mean_auc=t.best_mean_auc,
+            best_mean_auc_per_horizon=t.best_mean_auc_per_horizon,
+            best_auc_h1000_epoch=t.best_auc_h1000_epoch,
+            best_auc_h1000=t.best_auc_h1000,
+            best_auc_h1000_per_horizon=t.best_auc_h1000_per_horizon,
+            early_stopped=t.early_stopped,
+            best_h1000_ckpt_path=t.best_h1000_ckpt_path,
+            final_smooth_loss_per_horizon=m.last_smoothness_loss_per_horizon(),
+            cv_fold=self.cfg.cv_fold,
+            train_files=[sc.meta.source.name for sc in self.train_files],
+            val_files=[sc.meta.source.name for sc in self.val_files],
+            loss_ema_per_horizon=m.loss_ema_snapshot(),
+            lambda_per_horizon=m.lambda_snapshot(),
+            aux_stop_grad_lifted=bool(m.aux_lifted),
+            bucket_warmup_cap_steps=int(m.warmup_cap),
+            device=str(self.device),
+            precision=self.cfg.precision,
+            wall_time_s=t.wall_time_s,
+            sequences_per_s=t.train_seqs / max(t.wall_time_s, 1e-9),
+            versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        )
+
+    # --- resumable state (safetensors for tensors, JSON for the rest: no pickle) -----------------------
+
+    def _save_state(self) -> None:
+        tensors = {f"model.{k}": v.detach().contiguous() for k, v in self.model.state_dict().items()}
+        opt = self.optimizer.state_dict()
+        for idx, state in opt["state"].items():
+            for key, value in state.items():
+                tensors[f"opt.{idx}.{key}"] = torch.as_tensor(value).detach().contiguous()
+        tensors["rng.cpu"] = torch.get_rng_state()
+        if self.device.type == "cuda":
+            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
+        tmp = self.cfg.out / f".{STATE_TENSORS}.tmp"
+        save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp))
+        tmp.replace(self.cfg.out / STATE_TENSORS)
+        atomic_write_json(self.cfg.out / STATE_JSON, {"trackers": self.trackers.model_dump(),
+                                                       "config": self.cfg.model_dump(mode="json")})
+
+    def _load_state(self) -> None:
+        tensor_path, json_path = self.cfg.out / STATE_TENSORS, self.cfg.out / STATE_JSON
+        if not (tensor_path.exists() and json_path.exists()):
+            print(f"--resume: no training state in {self.cfg.out}; starting from scratch", flush=True)
+            return
+        tensors = load_file(str(tensor_path))  # CPU; load_state_dict moves values to the parameters
+        model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        self.model.load_state_dict(model_state)
+        opt = self.optimizer.state_dict()
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in tensors.items():
+            if key.startswith("opt."):
+                _, idx, name = key.split(".", 2)
+                state.setdefault(int(idx), {})[name] = value
+        opt["state"] = state
+        self.optimizer.load_state_dict(opt)
+        torch.set_rng_state(tensors["rng.cpu"].cpu())
+        if "rng.cuda" in tensors and self.device.type == "cuda":
+            torch.cuda.set_rng_state(tensors["rng.cuda"].cpu(), self.device)
+        self.trackers = Trackers.model_validate(json.loads(json_path.read_text())["trackers"])
+        print(f"resumed after epoch {self.trackers.epochs_completed - 1} from {self.cfg.out}", flush=True)
+
+
+def train(cfg: TrainConfig) -> TrainSummary:
+    return PerceptionTrainer(cfg).fit()
