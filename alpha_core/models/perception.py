@@ -42,7 +42,8 @@ from torch import Tensor, nn
 from alpha_core.models.cfc import CfC
 from alpha_core.models.mamba2 import Mamba2, Mamba2Config
 
-EMA_DECAY = 0.99
+BCE_EMA_DECAY = 0.99  # the lambda controller follows slow trends
+AUX_EMA_DECAY = 0.95  # the lift decision reacts within the 200-step window
 LAMBDA_MIN, LAMBDA_MAX = 0.5, 2.0
 AUX_HUBER_LIFT, AUX_ACC_LIFT = 0.4, 0.85
 WARMUP_PROBE_STEPS = 100
@@ -167,9 +168,10 @@ class PerceptionModel(nn.Module):
     def update_controllers(self, parts: dict[str, Tensor]) -> None:
         """After each optimiser step: EMAs, lambdas, the aux lift, the bucket warm-up probe; then step += 1."""
         first = self.step == 0
-        for ema, value in ((self.bce_ema, parts["bce"]), (self.aux_huber_ema, parts["aux_huber"]),
-                           (self.aux_acc_ema, parts["aux_acc"])):
-            ema.copy_(torch.where(first, value, EMA_DECAY * ema + (1 - EMA_DECAY) * value))
+        for ema, value, decay in ((self.bce_ema, parts["bce"], BCE_EMA_DECAY),
+                                  (self.aux_huber_ema, parts["aux_huber"], AUX_EMA_DECAY),
+                                  (self.aux_acc_ema, parts["aux_acc"], AUX_EMA_DECAY)):
+            ema.copy_(torch.where(first, value, decay * ema + (1 - decay) * value))
         lam = (self.bce_ema / self.bce_ema.mean().clamp_min(1e-8)).clamp(LAMBDA_MIN, LAMBDA_MAX)
         self.lambdas.copy_(lam / lam.mean())
         self.last_smooth.copy_(parts["smooth"])

@@ -1,0 +1,189 @@
+"""`alpha train`: learning on the planted signal, the spec's validation errors, CV split, summary, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_model
+
+from alpha_core.cli import main
+from alpha_core.data.oracle import oracle_auc
+from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig
+
+SPEC_FIELDS = {
+    "epochs": int, "seq_len": int, "horizons": list, "final_train_loss": float, "final_val_loss": float,
+    "final_val_auc": list, "n_train_seqs_consumed": int, "n_val_seqs_consumed": int, "best_epoch": int,
+    "best_val_loss": float, "best_val_auc": list, "best_mean_auc_epoch": int, "best_mean_auc": float,
+    "best_mean_auc_per_horizon": list, "best_auc_h1000_epoch": int, "best_auc_h1000": float,
+    "best_auc_h1000_per_horizon": list, "early_stopped": bool, "best_h1000_ckpt_path": str,
+    "final_smooth_loss_per_horizon": list,
+}
+FAST = dict(epochs=1, batch_size=32, n_train_seqs=64, n_val_seqs=64, seq_len=8, lr_warmup_steps=2)
+
+
+@pytest.fixture
+def book_dir(tiny_data):
+    return tiny_data / "ES.FUT" / "mbp-10"
+
+
+def config(book_dir, tmp_path, **overrides) -> TrainConfig:
+    values = dict(mbp10_data_dir=book_dir, predecoded_dir=tmp_path / "pd", out=tmp_path / "out", device="cpu")
+    return TrainConfig(**{**values, **FAST, **overrides})
+
+
+def test_learns_the_planted_signal_below_the_oracle(book_dir, tmp_path):
+    cfg = config(book_dir, tmp_path, epochs=2, batch_size=64, n_train_seqs=3000, n_val_seqs=2000, seq_len=32,
+                 lr_warmup_steps=20, early_stop_metric="none")
+    trainer = PerceptionTrainer(cfg)
+    summary = trainer.fit()
+    auc_h10 = summary.best_mean_auc_per_horizon[0]
+    ceiling = oracle_auc(trainer.val_files)[0]
+    assert 0.6 < auc_h10 < ceiling, (auc_h10, ceiling)
+
+
+def test_summary_has_every_spec_field_and_checkpoints(book_dir, tmp_path):
+    cfg = config(book_dir, tmp_path, epochs=2, kernel_step_trace=tmp_path / "out" / "trace.jsonl")
+    PerceptionTrainer(cfg).fit()
+    out = tmp_path / "out"
+    summary = json.loads((out / SUMMARY).read_text())
+    for name, kind in SPEC_FIELDS.items():
+        assert isinstance(summary[name], kind), (name, summary[name])
+    assert summary["horizons"] == [10, 100, 1000] and summary["epochs"] == 2 and summary["seq_len"] == 8
+    assert all(len(summary[k]) == 3 for k in SPEC_FIELDS if SPEC_FIELDS[k] is list and k != "horizons")
+    assert summary["n_train_seqs_consumed"] == 128 and summary["n_val_seqs_consumed"] == 64
+    assert summary["best_h1000_ckpt_path"] == "trunk_best_h1000.safetensors"
+    assert summary["device"] == "cpu" and summary["precision"] == "fp32" and summary["sequences_per_s"] > 0
+    assert {"alpha", "torch", "numpy"} <= set(summary["versions"])
+    for name in ("trunk_best_h1000.safetensors", "norm_stats.json", "model_config.json"):
+        assert (out / name).exists()
+    lines = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(4))  # 2 epochs x 64 seqs / batch 32
+    assert set(lines[0]) >= {"loss", "bce", "lambda", "bce_ema", "aux_huber_ema", "aux_acc_ema", "lr", "grad_norm",
+                             "aux_stop_grad_lifted", "buckets_tied"}
+    assert lines[0]["lr"]["mamba2"] == pytest.approx(0.5e-3) and lines[0]["lr"]["cfc"] == pytest.approx(1.5e-3)
+
+
+def test_best_checkpoint_reproduces_its_validation_auc(book_dir, tmp_path):
+    cfg = config(book_dir, tmp_path, epochs=3, n_train_seqs=256, n_val_seqs=256)
+    summary = PerceptionTrainer(cfg).fit()
+    fresh = PerceptionTrainer(cfg)  # same data and config, untrained weights
+    load_model(fresh.model, str(cfg.out / summary.best_h1000_ckpt_path))
+    _, aucs = fresh.validate_epoch(summary.best_auc_h1000_epoch)
+    np.testing.assert_allclose(aucs, summary.best_auc_h1000_per_horizon, atol=1e-9)
+    model = PerceptionModel(PerceptionConfig(**json.loads((cfg.out / "model_config.json").read_text())))
+    load_model(model, str(cfg.out / "trunk_best_h1000.safetensors"))
+    x, dt = torch.randn(2, 8, model.cfg.n_features), torch.rand(2, 8)
+    torch.testing.assert_close(model(x, dt)["logits"], fresh.model.cpu()(x, dt)["logits"])
+
+
+def test_cv_split_single_fold_and_sliding_window(book_dir, tmp_path):
+    single = PerceptionTrainer(config(book_dir, tmp_path / "a"))
+    assert [sc.meta.source.name for sc in single.train_files] == [f"ES.FUT_2024-Q{i}.dbn.zst" for i in (1, 2, 3, 4)]
+    assert [sc.meta.source.name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
+    sliding = PerceptionTrainer(config(book_dir, tmp_path / "b", cv_n_folds=2, cv_train_window=2, cv_fold=1))
+    assert [sc.meta.source.name for sc in sliding.train_files] == ["ES.FUT_2024-Q2.dbn.zst", "ES.FUT_2024-Q3.dbn.zst"]
+    assert [sc.meta.source.name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch-size", "0"], "batch_size must be >= 1"),
+        (["--early-stop-metric", "sharpe"],
+         "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none (got `sharpe`)"),
+        (["--horizon-weights", "1.0,0.5"], "--horizon-weights expected 3 floats, got 2"),
+        (["--horizon-weights", "1.0,x,1"], "horizon weight parse"),
+        (["--cv-n-folds", "0"], "--cv-n-folds must be >= 1 (got 0)"),
+        (["--cv-fold", "2", "--cv-n-folds", "2"], "--cv-fold 2 must be < --cv-n-folds 2"),
+        (["--cv-n-folds", "3", "--cv-train-window", "3"],
+         "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available"),
+        (["--cv-n-folds", "5"], "cv_train_window resolves to 0 (n_files=5, n_folds=5)"),
+    ],
+)
+def test_spec_validation_errors(book_dir, tmp_path, capsys, flags, message):
+    argv = ["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(tmp_path / "pd"),
+            "--out", str(tmp_path / "out"), "--device", "cpu", *flags]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "only.dbn.zst").write_bytes(next(book_dir.glob("*.dbn.zst")).read_bytes())
+    argv = ["train", "--mbp10-data-dir", str(lone), "--predecoded-dir", str(tmp_path / "pd"), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert f"need >= 2 files for single-fold temporal split, found 1 under {lone}" in capsys.readouterr().err
+
+
+def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
+    cfg = config(book_dir, tmp_path, epochs=10, early_stop_patience=2, lr_cfc=0.0, lr_mamba2=0.0, lr_aux=0.0,
+                 n_val_seqs=100_000)  # every val window every epoch: a frozen model scores the same AUC
+    summary = PerceptionTrainer(cfg).fit()
+    assert summary.early_stopped and summary.epochs == 3 and summary.best_mean_auc_epoch == 0
+
+
+def test_aux_stop_gradient_lifts_on_a_constant_signal():
+    """The spec's own synthetic check: constant outcomes -> aux Huber EMA converges, accuracy 1.0, lift fires."""
+    torch.manual_seed(0)
+    model = PerceptionModel(PerceptionConfig(n_features=6, d_model=16, cfc_hidden=16, cfc_backbone=16,
+                                             aux_hidden=16))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    b, k = 8, 12
+    labels = torch.ones(b, k, 3)
+    long, short = torch.full((b, k, 3), 0.75), torch.full((b, k, 3), -1.25)  # price units, tick 0.25
+    encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
+    lifted_at = None
+    for step in range(300):
+        x, dt = torch.randn(b, k, 6), torch.rand(b, k)
+        loss, parts = model.loss(model(x, dt), labels, long, short, tick_size=0.25)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        model.update_controllers(parts)
+        if lifted_at is None and bool(model.aux_lifted):
+            lifted_at = step
+    assert (model.aux_huber_ema < 0.1).all() and (parts["aux_acc"] == 1.0).all() and (model.aux_acc_ema > 0.99).all()
+    assert lifted_at is not None and lifted_at < 200, "the stop-gradient lift fires within the first 200 steps"
+    assert any(not torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
+
+
+RUN = """
+import sys
+from alpha_core.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_killed_run_resumes_to_the_same_summary(book_dir, tmp_path):
+    common = ["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu",
+              "--epochs", "4", "--batch-size", "32", "--n-train-seqs", "256", "--n-val-seqs", "128", "--seq-len", "8",
+              "--early-stop-metric", "none"]
+    assert main([*common, "--out", str(tmp_path / "straight")]) == 0
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", RUN, *common, "--out", str(out)], stdout=subprocess.DEVNULL)
+    state = out / "train_state.json"
+    deadline = time.monotonic() + 120
+    while not (state.exists() and json.loads(state.read_text())["trackers"]["epochs_completed"] >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / SUMMARY).exists()
+    assert main([*common, "--out", str(out), "--resume"]) == 0
+
+    straight = json.loads((tmp_path / "straight" / SUMMARY).read_text())
+    resumed = json.loads((out / SUMMARY).read_text())
+    for volatile in ("wall_time_s", "sequences_per_s"):
+        straight.pop(volatile), resumed.pop(volatile)
+    assert resumed == straight
