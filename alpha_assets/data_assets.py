@@ -10,11 +10,10 @@ from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
-from alpha_core.data.features import FEATURE_VERSION
 from alpha_core.data.folds import check_leakage, plan_folds
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import Predecoded, file_ref, predecode
-from alpha_core.data.sidecar import LabelConfig, load_sidecar
+from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
 
 INTEGRITY = "sidecar_integrity"
 LEAKAGE = "fold_leakage"

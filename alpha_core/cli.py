@@ -184,6 +184,8 @@ def add_train_parser(sub) -> None:
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when available)")
     p.add_argument("--resume", action="store_true", help="continue from the training state in --out")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--cuda-graph", action="store_true", help="capture the whole training step in one CUDA graph")
+    p.add_argument("--compile", action="store_true", help="torch.compile forward + loss (GPU; slow first step)")
     p.set_defaults(func=cmd_train)
 
 

@@ -7,7 +7,9 @@ zero size, so an empty level never turns into a huge number.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -16,7 +18,6 @@ from alpha_core.data.front_month import SESSION_TZ, stitch
 from alpha_core.data.series import N_LEVELS, BarSeries, BookSeries
 
 FIXED = 1e9
-FEATURE_VERSION = "1"  # bump whenever a feature or label changes: old sidecars become stale
 
 BOOK_FEATURES: tuple[str, ...] = (
     "spread_ticks",
@@ -64,40 +65,105 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
 
 
-def book_features(series: BookSeries, tick_size: float) -> Features:
+def _ratio_into(out: np.ndarray, num: np.ndarray, den: np.ndarray) -> None:
+    """`out[...] = _ratio(num, den)` without the temporaries (the same float operations, so the same values)."""
+    out[...] = 0
+    np.divide(num, den, out=out, where=den > 0)
+
+
+BOOK_BLOCK_ROWS = 4_096  # rows of the [N, F] book features built at a time, so every pass stays in cache
+_EXACT_F32_INT = 2**24  # float32 sums of non-negative integers below this are exact in any order
+
+
+def _book_columns(series: BookSeries, tick_size: float) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
+    """The per-row (float64) book features by column index, the stitched 2 x mid and dt in seconds."""
+    col = {name: i for i, name in enumerate(BOOK_FEATURES)}
     tick_fixed = tick_size * FIXED
     bid, ask = series.bid_px.astype(np.float64), series.ask_px.astype(np.float64)
     bsz0, asz0 = series.bid_sz[:, 0].astype(np.float64), series.ask_sz[:, 0].astype(np.float64)
-    spread_ticks = (ask - bid) / tick_fixed
-    micro_offset = _ratio((ask - bid) * (bsz0 - asz0), 2.0 * (bsz0 + asz0)) / tick_fixed  # microprice - mid
-
     mid2 = series.bid_px + series.ask_px  # 2 x mid, exact integer
     mid2 = stitch(mid2, series.instrument_id)
-    mid_change = np.diff(mid2, prepend=mid2[:1]) / (2.0 * tick_fixed)
-
-    cum_b, cum_a = np.cumsum(series.bid_sz, axis=1), np.cumsum(series.ask_sz, axis=1)
-    imbalance = _ratio(cum_b - cum_a, cum_b + cum_a)
-    depth = (cum_b[:, -1] + cum_a[:, -1])[:, None]
-    counts = (series.bid_ct.sum(axis=1) + series.ask_ct.sum(axis=1))[:, None]
-
     buys, sells = series.buy_volume, series.sell_volume
     dt = np.diff(series.ts, prepend=series.ts[:1]).astype(np.float64) / 1e9
+    columns = {
+        col["spread_ticks"]: (ask - bid) / tick_fixed,
+        col["microprice_offset_ticks"]: _ratio((ask - bid) * (bsz0 - asz0), 2.0 * (bsz0 + asz0)) / tick_fixed,
+        col["mid_change_ticks"]: np.diff(mid2, prepend=mid2[:1]) / (2.0 * tick_fixed),
+        col["trade_imbalance"]: _ratio(buys - sells, buys + sells),
+        col["log_trade_volume"]: np.log1p(buys + sells),
+        col["log_dt_ms"]: np.log1p(dt * 1e3),
+    }
+    return columns, mid2, dt
 
-    columns = [
-        spread_ticks[:, None],
-        micro_offset[:, None],
-        mid_change[:, None],
-        imbalance,
-        _ratio(series.bid_sz, np.broadcast_to(depth, series.bid_sz.shape).astype(np.float32)),
-        _ratio(series.ask_sz, np.broadcast_to(depth, series.ask_sz.shape).astype(np.float32)),
-        _ratio(series.bid_ct, np.broadcast_to(counts, series.bid_ct.shape).astype(np.float32)),
-        _ratio(series.ask_ct, np.broadcast_to(counts, series.ask_ct.shape).astype(np.float32)),
-        np.log1p(depth),
-        _ratio(buys - sells, buys + sells)[:, None],
-        np.log1p(buys + sells)[:, None],
-        np.log1p(dt * 1e3)[:, None],
-    ]
-    values = np.concatenate([c.astype(np.float32, copy=False) for c in columns], axis=1)
+
+def _book_blocks(series: BookSeries, columns: dict[int, np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield (first row, float32 [F, rows]) blocks of the book features; a block is reused by the next one.
+
+    Feature-major, so every operation runs over contiguous rows, and small enough to stay in cache. The
+    float32 operations are those of `cumsum` / `_ratio` on the [N, 10] level arrays (a cumsum is a
+    sequential float32 sum), so the values are the same, without any [N, 10] temporary.
+    """
+    n = len(series.ts)
+    col = {name: i for i, name in enumerate(BOOK_FEATURES)}
+    imb, shares, log_depth = col["imbalance_1"], col["bid_size_share_0"], col["log_depth"]
+    assert BOOK_FEATURES[shares : shares + 4 * N_LEVELS] == tuple(  # the four share blocks, in book order
+        f"{side}_{what}_share_{i}" for what in ("size", "count") for side in ("bid", "ask") for i in range(N_LEVELS)
+    )
+    block_rows = max(1, min(BOOK_BLOCK_ROWS, n))
+    res_buf = np.empty((len(BOOK_FEATURES), block_rows), dtype=np.float32)
+    book_buf = np.empty((4, N_LEVELS, block_rows), dtype=np.float32)
+    cum_buf = np.empty((2, N_LEVELS, block_rows), dtype=np.float32)
+    for lo in range(0, n, block_rows):
+        hi = min(lo + block_rows, n)
+        m = hi - lo
+        res, book, cum = res_buf[:, :m], book_buf[:, :, :m], cum_buf[:, :, :m]
+        for j, arr in enumerate((series.bid_sz, series.ask_sz, series.bid_ct, series.ask_ct)):
+            book[j] = arr[lo:hi].T
+        cum[:, 0] = book[:2, 0]  # float32 cumsum over the levels, bid and ask
+        for i in range(1, N_LEVELS):
+            np.add(cum[:, i - 1], book[:2, i], out=cum[:, i])
+        depth = cum[0, -1] + cum[1, -1]
+        counts = book[2, 0] + book[3, 0]
+        for i in range(1, N_LEVELS):
+            counts += book[2, i]
+            counts += book[3, i]
+        if counts.max(initial=0) >= _EXACT_F32_INT:  # order-dependent rounding: sum exactly as numpy does
+            counts = series.bid_ct[lo:hi].sum(axis=1) + series.ask_ct[lo:hi].sum(axis=1)
+        _ratio_into(res[imb : imb + N_LEVELS], cum[0] - cum[1], cum[0] + cum[1])
+        share = res[shares : shares + 4 * N_LEVELS].reshape(4, N_LEVELS, m)
+        _ratio_into(share[:2], book[:2], depth)
+        _ratio_into(share[2:], book[2:], counts)
+        np.log1p(depth, out=res[log_depth])  # elementwise, contiguous: as on the whole column
+        for i, column in columns.items():
+            res[i] = column[lo:hi]
+        yield lo, res
+
+
+def book_features(series: BookSeries, tick_size: float) -> Features:
+    columns, mid2, dt = _book_columns(series, tick_size)
+    values = np.empty((len(series.ts), len(BOOK_FEATURES)), dtype=np.float32)
+    for lo, block in _book_blocks(series, columns):
+        values[lo : lo + block.shape[1]] = block.T
+    return Features(BOOK_FEATURES, values, series.ts, mid2, 2.0 * FIXED, dt.astype(np.float32))
+
+
+def write_book_features(series: BookSeries, tick_size: float, path: str | Path) -> Features:
+    """`book_features`, written block by block straight into the .npy file `path` (as `np.save` would
+    write it); the returned values are a read-only memory map of that file.
+
+    Each block is written while still in cache, and no [N, F] array is ever held in memory.
+    """
+    columns, mid2, dt = _book_columns(series, tick_size)
+    shape = (len(series.ts), len(BOOK_FEATURES))
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False, "shape": shape}
+    rows = np.empty((min(BOOK_BLOCK_ROWS, shape[0]), shape[1]), dtype=np.float32)
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, header)
+        for _, block in _book_blocks(series, columns):
+            m = block.shape[1]
+            rows[:m] = block.T
+            fh.write(rows[:m])
+    values = np.load(path, mmap_mode="r")
     return Features(BOOK_FEATURES, values, series.ts, mid2, 2.0 * FIXED, dt.astype(np.float32))
 
 

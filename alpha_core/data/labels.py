@@ -49,9 +49,12 @@ def make_labels(price_fixed: np.ndarray, scale: float, future_rows: list[np.ndar
     short = np.full((n, h), np.nan, dtype=np.float32)
     for j, fut in enumerate(future_rows):
         ok = fut >= 0
-        move_fixed = price_fixed[fut[ok]] - price_fixed[ok]
-        direction[ok, j] = (move_fixed > 0).astype(np.float32)
+        k = int(np.count_nonzero(ok))
+        # the labelled rows are usually a prefix (only the tail runs past the end): slice, don't mask
+        rows = slice(0, k) if ok[:k].all() else np.flatnonzero(ok)
+        move_fixed = price_fixed[fut[rows]] - price_fixed[rows]
+        direction[rows, j] = (move_fixed > 0).astype(np.float32)
         move = move_fixed / scale
-        long_[ok, j] = move - cost
-        short[ok, j] = -move - cost
+        long_[rows, j] = move - cost
+        short[rows, j] = -move - cost
     return Labels(direction, long_, short)

@@ -77,56 +77,140 @@ def _check_monotonic(info: DbnFile, ts: np.ndarray, field_name: str) -> None:
         )
 
 
+BOOK_CHUNK_RECORDS = 8_192  # ~3 MB of MBP-10 per decoded chunk: decode and extraction stay in cache
+LEVEL_ROWS_START = 1 << 18  # 40 MB of book levels: above glibc's largest mmap threshold, so grown by mremap
+_PAIR_FIELDS = ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")
+_PAIR_DTYPE = np.dtype([("px", "<i8", 2), ("q", "<u4", 4)])  # DBN BidAskPair: bid/ask px, then sz, ct
+
+
+def _levels_offset(dtype: np.dtype) -> int:
+    """Byte offset of the 10 packed BidAskPair levels in an MBP-10 record (checked against the dtype)."""
+    fields = dtype.fields
+    base = fields["bid_px_00"][1]
+    for i in range(N_LEVELS):
+        for j, name in enumerate(_PAIR_FIELDS):
+            want = base + i * _PAIR_DTYPE.itemsize + (0, 8, 16, 20, 24, 28)[j]
+            if fields[f"{name}_{i:02d}"][1] != want:
+                raise DataError(None, f"unexpected MBP-10 record layout: {name}_{i:02d} not at byte {want}")
+    return base
+
+
+class _RowBuffer:
+    """Rows appended in place to one growing array, then compacted in place to the rows finally kept.
+
+    The array is large enough to be memory-mapped by the allocator, so growing it (`ndarray.resize`,
+    i.e. realloc -> mremap) moves no data, and the kept rows never need a second full-size array.
+    """
+
+    def __init__(self, row_shape: tuple[int, ...], dtype: type, capacity: int) -> None:
+        self._buf = np.empty((capacity, *row_shape), dtype=dtype)
+        self.n = 0
+
+    def reserve(self, k: int) -> np.ndarray:
+        """The next `k` rows, to be filled by the caller before the next `reserve` (which may move them)."""
+        need = self.n + k
+        if need > len(self._buf):
+            grown = max(need, len(self._buf) + len(self._buf) // 2)
+            self._buf.resize((grown, *self._buf.shape[1:]), refcheck=False)
+        rows = self._buf[self.n : need]
+        self.n = need
+        return rows
+
+    def take(self, mask: np.ndarray, block: int = 1 << 15) -> np.ndarray:
+        """`rows[mask]` (mask over the `n` rows appended), compacted in place; the buffer is handed over."""
+        buf, self._buf = self._buf, None
+        dst = 0
+        for lo in range(0, self.n, block):
+            hi = min(lo + block, self.n)
+            part = buf[lo:hi][mask[lo:hi]]  # a small copy, so overlapping source/destination is safe
+            buf[dst : dst + len(part)] = part
+            dst += len(part)
+            del part
+        buf.resize((dst, *buf.shape[1:]), refcheck=False)
+        return buf
+
+
+def _chunk_book(chunk: np.ndarray, id_array: np.ndarray, levels_out: _RowBuffer) -> dict[str, np.ndarray]:
+    """The narrow columns of one record chunk's kept rows; the book of its snapshot rows goes to `levels_out`."""
+    action = chunk["action"].view(np.uint8)
+    last = (chunk["flags"] & F_LAST) != 0
+    is_trade = action == ACTION_TRADE
+    keep = np.isin(chunk["instrument_id"], id_array) & (last | is_trade)
+    snap = keep & last  # only snapshot rows need the book levels
+    # the level block of the snapshot rows, as [k, 10] BidAskPairs (one contiguous copy)
+    off = _levels_offset(chunk.dtype)
+    raw = chunk.view(np.uint8).reshape(len(chunk), chunk.dtype.itemsize)
+    pairs = raw[:, off : off + N_LEVELS * _PAIR_DTYPE.itemsize][snap]
+    k = len(pairs)
+    # rows with any 8-byte word equal to UNDEF_PRICE (one contiguous pass): only they can have empty levels
+    maybe_empty = np.flatnonzero((pairs.view(np.int64).reshape(k, -1) == UNDEF_PRICE).any(axis=1))
+    pairs = pairs.view(_PAIR_DTYPE).reshape(k, N_LEVELS)
+    sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(0, 2, 3, 1)  # [k, sz/ct, bid/ask, level]
+    levels = levels_out.reserve(k).reshape(k, 2, 2, N_LEVELS)  # [k, 4, 10]: bid_sz, ask_sz, bid_ct, ask_ct
+    np.copyto(levels, sizes, casting="unsafe")
+    if len(maybe_empty):  # 0 where the level's price is undefined
+        ok = pairs["px"][maybe_empty] != UNDEF_PRICE  # [r, 10, bid/ask]
+        levels[maybe_empty] = sizes[maybe_empty] * ok.transpose(0, 2, 1)[:, None]
+    side = chunk["side"].view(np.uint8)[keep]
+    trade = is_trade[keep]
+    size = chunk["size"][keep].astype(np.int64)
+    signed = np.where(trade & (side == SIDE_BID), size, 0) - np.where(trade & (side == SIDE_ASK), size, 0)
+    return {
+        "ts": chunk["ts_recv"][keep].astype(np.int64),
+        "iid": chunk["instrument_id"][keep],
+        "last": last[keep],
+        "signed": signed,
+        "bpx": pairs["px"][:, 0, 0].copy(),
+        "apx": pairs["px"][:, 0, 1].copy(),
+    }
+
+
+_QUARTER_HOUR_NS = 15 * 60 * 1_000_000_000
+
+
+def _session_days(ts: np.ndarray) -> np.ndarray:
+    """`session_days(ts)`, converting each run of one quarter hour once instead of every record.
+
+    Time-zone offsets and DST switches are whole quarter hours, so a session (17:00 CT) never starts
+    inside one: every timestamp of a quarter hour has the session day of the quarter hour's start.
+    """
+    quarter = ts // _QUARTER_HOUR_NS
+    starts = np.flatnonzero(np.r_[True, quarter[1:] != quarter[:-1]])
+    days = session_days(quarter[starts] * _QUARTER_HOUR_NS)
+    return np.repeat(days, np.diff(np.r_[starts, len(ts)]))
+
+
 def read_book(info: DbnFile, root: str) -> BookSeries:
     require_schema(info, MBP10)
     ids = _outrights(info, root)
     id_array = np.fromiter(ids, dtype=np.uint32)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "iid", "last", "signed", "bpx", "apx", "lv")}
-    for chunk in iter_records(info):
-        action = chunk["action"].view(np.uint8)
-        last = (chunk["flags"] & F_LAST) != 0
-        keep = np.isin(chunk["instrument_id"], id_array) & (last | (action == ACTION_TRADE))
-        c = chunk[keep]
-        act = action[keep]
-        side = c["side"].view(np.uint8)
-        size = c["size"].astype(np.int64)
-        signed = np.where(act == ACTION_TRADE, np.where(side == SIDE_BID, size, np.where(side == SIDE_ASK, -size, 0)), 0)
-        levels = np.empty((len(c), 4, N_LEVELS), dtype=np.float32)
-        for i in range(N_LEVELS):
-            bid_ok = c[f"bid_px_{i:02d}"] != UNDEF_PRICE
-            ask_ok = c[f"ask_px_{i:02d}"] != UNDEF_PRICE
-            levels[:, 0, i] = np.where(bid_ok, c[f"bid_sz_{i:02d}"], 0)
-            levels[:, 1, i] = np.where(ask_ok, c[f"ask_sz_{i:02d}"], 0)
-            levels[:, 2, i] = np.where(bid_ok, c[f"bid_ct_{i:02d}"], 0)
-            levels[:, 3, i] = np.where(ask_ok, c[f"ask_ct_{i:02d}"], 0)
-        cols["ts"].append(c["ts_recv"].astype(np.int64))
-        cols["iid"].append(c["instrument_id"].copy())
-        cols["last"].append(last[keep])
-        cols["signed"].append(signed)
-        cols["bpx"].append(c["bid_px_00"].copy())
-        cols["apx"].append(c["ask_px_00"].copy())
-        cols["lv"].append(levels)
-        del chunk, c
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "iid", "last", "signed", "bpx", "apx")}
+    book = _RowBuffer((4, N_LEVELS), np.float32, LEVEL_ROWS_START)
+    for chunk in iter_records(info, BOOK_CHUNK_RECORDS):
+        for k, v in _chunk_book(chunk, id_array, book).items():
+            cols[k].append(v)
+        del chunk
     if not cols["ts"] or sum(len(t) for t in cols["ts"]) == 0:
         raise DataError(info.path, f"no {root} outright book records in the file")
     ts, iid = np.concatenate(cols.pop("ts")), np.concatenate(cols.pop("iid"))
     _check_monotonic(info, ts, "ts_recv")
-    sessions = session_days(ts)
+    sessions = _session_days(ts)
     front = choose_front(sessions, iid, np.ones(len(ts), dtype=np.int64), ids, _ref_year(info))
     on_front = front.mask(sessions, iid)
     del sessions
 
     signed = np.concatenate(cols.pop("signed"))[on_front]
-    last = np.concatenate(cols.pop("last"))[on_front]
+    last_all = np.concatenate(cols.pop("last"))
+    last = last_all[on_front]
     ts, iid = ts[on_front], iid[on_front]
     # trade flow between consecutive snapshots (the snapshot's own trade included)
     buys, sells = np.cumsum(np.maximum(signed, 0)), np.cumsum(np.maximum(-signed, 0))
     snap = np.flatnonzero(last)
     buy_volume = np.diff(buys[snap], prepend=0).astype(np.float64)
     sell_volume = np.diff(sells[snap], prepend=0).astype(np.float64)
-    rows = np.flatnonzero(on_front)[snap]
-    bid_px, ask_px = np.concatenate(cols.pop("bpx"))[rows], np.concatenate(cols.pop("apx"))[rows]
-    levels = np.concatenate(cols.pop("lv"))[rows]
+    del buys, sells, signed
+    front_snaps = on_front[last_all]  # over the snapshot rows (what bpx/apx/lv hold): on the front month
+    bid_px, ask_px = np.concatenate(cols.pop("bpx"))[front_snaps], np.concatenate(cols.pop("apx"))[front_snaps]
     ts, iid = ts[snap], iid[snap]
 
     # a snapshot without both sides of the book, or crossed/locked, has no mid: drop it
@@ -139,7 +223,9 @@ def read_book(info: DbnFile, root: str) -> BookSeries:
         kept = np.flatnonzero(good)
         buy_volume = np.diff(cum_b[kept], prepend=0.0)
         sell_volume = np.diff(cum_s[kept], prepend=0.0)
-        ts, iid, bid_px, ask_px, levels = ts[good], iid[good], bid_px[good], ask_px[good], levels[good]
+        ts, iid, bid_px, ask_px = ts[good], iid[good], bid_px[good], ask_px[good]
+        front_snaps[np.flatnonzero(front_snaps)[~good]] = False
+    levels = book.take(front_snaps)
     return BookSeries(
         ts=ts,
         instrument_id=iid,

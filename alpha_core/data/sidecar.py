@@ -25,16 +25,16 @@ import alpha_core
 from alpha_core.atomic import atomic_directory, remove_dead_temporaries
 from alpha_core.data import labels as lbl
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
-from alpha_core.data.features import FEATURE_VERSION, Features, bar_features, book_features
 from alpha_core.data.products import Product, product
-from alpha_core.data.series import read_bars, read_book
 from alpha_core.errors import DataError
 
+FEATURE_VERSION = "1"  # bump whenever a feature or label changes: old sidecars become stale
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
 DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
 HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
+FINITE_CHECK_ROWS = 1 << 16
 ARRAYS = ("features", "ts", "price", "dt", "labels", "outcome_long", "outcome_short", "instrument_id")
 
 
@@ -206,17 +206,27 @@ def ensure_sidecar(
 def _write(
     out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float, sha: str, key: str
 ) -> None:
+    # the build stack (polars, the decoder) is imported here only: reading a sidecar needs numpy alone
+    from alpha_core.data.features import Features, bar_features, write_book_features
+    from alpha_core.data.series import read_bars, read_book
+
+    written: set[str] = set()
     if kind == BOOK:
         series = read_book(info, prod.root)
-        feats: Features = book_features(series, prod.tick_size)
+        # the largest array goes straight into its .npy, block by block (no [N, F] array in memory)
+        feats: Features = write_book_features(series, prod.tick_size, out / "features.npy")
+        written.add("features")
         future = [lbl.future_rows_by_count(len(feats.ts), h) for h in horizons]
     else:
         series = read_bars(info, prod.root)
         feats = bar_features(series)
         future = [lbl.future_rows_by_time(feats.ts, h) for h in horizons]
     labels = lbl.make_labels(feats.price_fixed, feats.price_scale, future, cost)
-    if not np.isfinite(feats.values).all():
-        bad = np.flatnonzero(~np.isfinite(feats.values).all(axis=0))
+    finite = np.ones(len(feats.names), dtype=bool)
+    for lo in range(0, len(feats.values), FINITE_CHECK_ROWS):  # no [N, F] boolean temporary
+        finite &= np.isfinite(feats.values[lo : lo + FINITE_CHECK_ROWS]).all(axis=0)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
         raise DataError(info.path, f"non-finite feature values in {[feats.names[i] for i in bad]}")
     arrays = {
         "features": feats.values,
@@ -229,7 +239,8 @@ def _write(
         "instrument_id": series.instrument_id.astype(np.uint32),
     }
     for name, arr in arrays.items():
-        np.save(out / f"{name}.npy", np.ascontiguousarray(arr))
+        if name not in written:
+            np.save(out / f"{name}.npy", np.ascontiguousarray(arr))
     symbols = info.outright_ids(prod.root)
     ids, counts = np.unique(arrays["instrument_id"], return_counts=True)
     meta = SidecarMeta(

@@ -35,6 +35,8 @@ Speed (the layer is torch.compile'd and CUDA-graph captured on the GPU, see shar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -161,3 +163,40 @@ class CfC(nn.Module):
             h = cell._step(xproj_t, h, ts_t, w_h, w_heads, b_heads)
             outputs.append(h)
         return torch.stack(outputs, dim=1), h
+
+
+def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequence[Tensor]) -> list[Tensor]:
+    """Run independent single-backbone-layer CfCs over sequences of one length in ONE loop.
+
+    Their weights are assembled block-diagonally, so each step is one recurrent GEMM, one head GEMM and one
+    set of elementwise kernels for all of them: a recurrence is a chain of small serial kernels, and halving
+    that chain is what matters at small batch on a GPU. Results and gradients equal running each layer alone.
+    Returns each layer's outputs [B, L, H_i] (from zero initial states).
+    """
+    cells = [layer.rnn_cell for layer in layers]
+    if any(c.backbone_layers != 1 for c in cells):
+        raise ValueError("parallel_cfc supports backbone_layers == 1 only")
+    sizes = [c.hidden_size for c in cells]
+    xproj = torch.cat([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], dim=-1)
+    ts = []
+    for c, t in zip(cells, timespans, strict=True):
+        t = t.unsqueeze(-1) if t.dim() == 2 else t
+        ts.append(t.to(xproj.dtype).expand(*t.shape[:2], c.hidden_size))
+    ts = torch.cat(ts, dim=-1)
+    w_h = torch.block_diag(*[c._recurrent_weight() for c in cells])
+    heads = [c._head_params() for c in cells]
+    weight_parts = [w.split(c.hidden_size) for (w, _), c in zip(heads, cells, strict=True)]  # ff1, ff2, t_a, t_b
+    bias_parts = [b.split(c.hidden_size) for (_, b), c in zip(heads, cells, strict=True)]
+    w_heads = torch.cat([torch.block_diag(*[w[k] for w in weight_parts]) for k in range(4)])
+    b_heads = torch.cat([torch.cat([b[k] for b in bias_parts]) for k in range(4)])
+    total = sum(sizes)
+    h = xproj.new_zeros(xproj.shape[0], total)
+    act = cells[0].backbone[1]
+    outputs = []
+    for xproj_t, ts_t in zip(xproj.unbind(1), ts.unbind(1), strict=True):
+        z = act(xproj_t + F.linear(h, w_h))
+        ff1, ff2, t_a, t_b = F.linear(z, w_heads, b_heads).split(total, dim=-1)
+        gate = torch.sigmoid(t_a * ts_t + t_b)
+        h = torch.tanh(ff1) * (1.0 - gate) + gate * torch.tanh(ff2)
+        outputs.append(h)
+    return list(torch.stack(outputs, dim=1).split(sizes, dim=-1))

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
-from alpha_core.models.cfc import CfC
+from alpha_core.models.cfc import CfC, parallel_cfc
 from alpha_core.models.mamba2 import Mamba2, Mamba2Config
 
 BCE_EMA_DECAY = 0.99  # the lambda controller follows slow trends
@@ -127,10 +127,10 @@ class PerceptionModel(nn.Module):
         log_tau = torch.where(self.buckets_tied(), self.log_tau.mean().expand_as(self.log_tau), self.log_tau)
         steps = dt / self.cfg.time_scale
         ts = steps.unsqueeze(-1) * torch.exp(-log_tau)[self.bucket_of_unit]  # [B, K, hidden]
-        trunk, _ = self.trunk(enc, ts)
-        logits = head_logits(trunk, self.heads.weight, self.heads.bias, self.lambdas)
         aux_in = torch.where(self.aux_lifted, enc, enc.detach())
-        aux, _ = self.aux_trunk(aux_in, steps)
+        # both trunks step in one loop (block-diagonal weights): half the serial kernels of two loops
+        trunk, aux = parallel_cfc([self.trunk, self.aux_trunk], [enc, aux_in], [ts, steps])
+        logits = head_logits(trunk, self.heads.weight, self.heads.bias, self.lambdas)
         long, short = self.aux_heads(aux).chunk(2, dim=-1)
         return {"logits": logits, "aux_long": long, "aux_short": short}
 

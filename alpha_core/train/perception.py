@@ -79,6 +79,8 @@ class TrainConfig(BaseModel):
     device: str | None = None  # None: cuda when available
     resume: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
+    cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
+    compile: bool = False  # torch.compile the forward + loss (GPU; the first step then takes minutes)
 
 
 class TrainSummary(BaseModel):
@@ -201,6 +203,9 @@ class PerceptionTrainer:
         validate(cfg)
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda":  # fp32 storage, TF32 tensor cores for the matmuls (the skinny CfC GEMMs)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         cfg.out.mkdir(parents=True, exist_ok=True)
         self._prepare_data()
         n_h = len(self.horizons)
@@ -215,14 +220,20 @@ class PerceptionTrainer:
         )
         torch.manual_seed(cfg.seed)
         self.model = PerceptionModel(model_cfg).to(self.device)
+        if cfg.cuda_graph and self.device.type != "cuda":
+            raise PlanError("--cuda-graph needs a cuda device")
         groups = self.model.param_groups()
-        self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux or cfg.lr_cfc}
-        self.optimizer = torch.optim.AdamW(
-            [{"params": groups[name], "lr": self.lr_max[name], "name": name} for name in groups],
-            foreach=self.device.type == "cuda",
-        )
-        steps_per_epoch = math.ceil(self.train_loader.n_windows / cfg.batch_size)
+        self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
+        steps_per_epoch = (self.train_loader.n_windows // cfg.batch_size if cfg.cuda_graph
+                           else math.ceil(self.train_loader.n_windows / cfg.batch_size))
         self.total_steps = cfg.epochs * steps_per_epoch
+        self.optimizer = torch.optim.AdamW(
+            [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
+            foreach=self.device.type == "cuda",
+            capturable=cfg.cuda_graph,
+        )
+        self.forward_loss = torch.compile(self._forward_loss) if cfg.compile else self._forward_loss
+        self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
         self.trace = StepTrace(cfg.kernel_step_trace) if cfg.kernel_step_trace else None
         atomic_write_json(cfg.out / "model_config.json", model_cfg.model_dump())
@@ -260,16 +271,34 @@ class PerceptionTrainer:
 
     def _autocast(self):
         enabled = self.cfg.precision == "bf16"
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled,
+                              cache_enabled=not self.cfg.cuda_graph)
 
-    def _set_lr(self, step: int) -> dict[str, float]:
-        lrs = {}
-        for group in self.optimizer.param_groups:
-            lr_max = self.lr_max[group["name"]]
-            group["lr"] = lrs[group["name"]] = lr_at(
-                lr_max, lr_max * self.cfg.lr_min_factor, step, self.cfg.lr_warmup_steps, self.total_steps
-            )
-        return lrs
+    def _lr_value(self, lr: float) -> float | torch.Tensor:
+        """A captured step reads its LR from a device tensor (a Python float would be baked into the graph)."""
+        return torch.tensor(lr, device=self.device) if self.cfg.cuda_graph else lr
+
+    def lrs_at(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        return {name: lr_at(lr, lr * cfg.lr_min_factor, step, cfg.lr_warmup_steps, self.total_steps)
+                for name, lr in self.lr_max.items()}
+
+    def _forward_loss(self, x, dt, labels, outcome_long, outcome_short) -> tuple[torch.Tensor, dict]:
+        with self._autocast():
+            out = self.model(x, dt)
+        return self.model.loss(out, labels, outcome_long, outcome_short, self.tick_size)
+
+    def step(self, x, dt, labels, outcome_long, outcome_short) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """One optimiser step: forward, loss, backward, AdamW, controller update. No host sync."""
+        model = self.model
+        loss, parts = self.forward_loss(x, dt, labels, outcome_long, outcome_short)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        self.optimizer.step()
+        model.update_controllers(parts)
+        return loss.detach(), parts, grad_norm
 
     def train_epoch(self, epoch: int) -> float:
         cfg, model, t = self.cfg, self.model, self.trackers
@@ -277,19 +306,18 @@ class PerceptionTrainer:
         self.train_loader.reset(cfg.seed + epoch)
         loss_sum = torch.zeros((), device=self.device)
         steps = 0
-        for batch in self.train_loader.batches(cfg.batch_size):
-            lrs = self._set_lr(t.global_step)
-            with self._autocast():
-                out = model(batch.x, batch.dt)
-            loss, parts = model.loss(out, batch.labels, batch.outcome_long, batch.outcome_short, self.tick_size)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            self.optimizer.step()
-            model.update_controllers(parts)
-            loss_sum += loss.detach()
+        for batch in self.train_loader.batches(cfg.batch_size, drop_last=cfg.cuda_graph):
+            lrs = self.lrs_at(t.global_step)
+            if self.graph is not None:
+                loss, parts, grad_norm = self.graph(batch)
+            else:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lrs[group["name"]]
+                loss, parts, grad_norm = self.step(batch.x, batch.dt, batch.labels, batch.outcome_long,
+                                                   batch.outcome_short)
+            loss_sum += loss
             if self.trace is not None:
-                self.trace.record(epoch, t.global_step, lrs, loss.detach(), parts, grad_norm, model)
+                self.trace.record(epoch, t.global_step, lrs, loss, parts, grad_norm, model)
             steps += 1
             t.global_step += 1
             t.train_seqs += len(batch)
@@ -441,6 +469,57 @@ class PerceptionTrainer:
             torch.cuda.set_rng_state(tensors["rng.cuda"].cpu(), self.device)
         self.trackers = Trackers.model_validate(json.loads(json_path.read_text())["trackers"])
         print(f"resumed after epoch {self.trackers.epochs_completed - 1} from {self.cfg.out}", flush=True)
+
+
+class CapturedStep:
+    """The whole training step in one CUDA graph: static batch buffers, capturable AdamW, LR from a device table.
+
+    The first `WARMUP_STEPS` steps run eagerly on a side stream (they are real steps and initialise the
+    optimiser state); the next call captures the step and every later one replays it after copying the batch
+    into the static buffers. The controllers already live on the device, so nothing needs the host.
+    """
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, trainer: PerceptionTrainer) -> None:
+        self.trainer = trainer
+        table = [[trainer.lrs_at(step)[g["name"]] for g in trainer.optimizer.param_groups]
+                 for step in range(trainer.total_steps + 1)]
+        self.lr_table = torch.tensor(table, device=trainer.device)
+        self.static: list[torch.Tensor] | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs = None
+        self.calls = 0
+
+    def _body(self):
+        tr = self.trainer
+        step = tr.model.step.clamp_max(len(self.lr_table) - 1).view(1)
+        row = self.lr_table.index_select(0, step).squeeze(0)  # plain `table[step]` would sync on the host
+        for i, group in enumerate(tr.optimizer.param_groups):
+            group["lr"].copy_(row[i])
+        return tr.step(*self.static)
+
+    def __call__(self, batch):
+        tensors = [batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short]
+        if self.static is None:
+            self.static = [t.clone() for t in tensors]
+        else:
+            for dst, src in zip(self.static, tensors, strict=True):
+                dst.copy_(src)
+        self.calls += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return self.outputs
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = self._body()
+        torch.cuda.current_stream().wait_stream(side)
+        if self.calls == self.WARMUP_STEPS:
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = self._body()
+        return result
 
 
 def train(cfg: TrainConfig) -> TrainSummary:

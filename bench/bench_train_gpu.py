@@ -1,0 +1,127 @@
+"""GPU throughput of the perception trainer, with data from real sidecars through the (device-resident) loader.
+
+    python bench/bench_train_gpu.py --data-dir DIR/ES.FUT/mbp-10 --predecoded-dir PD --out results.json
+
+For each mode (batch size x precision x eager/CUDA graph) it builds the real `PerceptionTrainer` (K=64,
+default widths), runs warm-up steps (the graph is captured there), then times `--steps` training steps with
+CUDA events and reports sequences/s, the time to the first step and peak GPU memory. It also times
+forward-only inference at batch 4096.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from alpha_core.train.perception import PerceptionTrainer, TrainConfig
+
+
+def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False) -> dict:
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    warmup = 5
+    cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / f"b{batch}",
+                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps),
+                      epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled)
+    t0 = time.perf_counter()
+    trainer = PerceptionTrainer(cfg)
+    trainer.model.train()
+    loader = trainer.train_loader
+    loader.reset(0)
+    available = loader.n_windows // batch
+    run = trainer.graph if graph else (lambda b: trainer.step(b.x, b.dt, b.labels, b.outcome_long, b.outcome_short))
+    batches = [loader.next_batch(batch) for _ in range(min(available, warmup + steps))]
+    run(batches[0])
+    torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - t0
+    for b in batches[1:warmup]:
+        run(b)
+    torch.cuda.synchronize()
+    timed = batches[warmup:]
+    reps = max(1, steps // max(len(timed), 1))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    n = 0
+    for _ in range(reps):
+        for b in timed:
+            loss, _, _ = run(b)
+            n += 1
+    end.record()
+    torch.cuda.synchronize()
+    ms = start.elapsed_time(end) / n
+    return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "steps": n, "ms_per_step": ms,
+            "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
+            "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "final_loss": float(loss)}
+
+
+@torch.no_grad()
+def inference(args, batch: int = 4096, reps: int = 20) -> dict:
+    cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / "inf",
+                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch, epochs=1)
+    trainer = PerceptionTrainer(cfg)
+    trainer.model.eval()
+    b = trainer.train_loader.next_batch(batch)
+    for _ in range(3):
+        trainer.model(b.x, b.dt)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        trainer.model(b.x, b.dt)
+    torch.cuda.synchronize()
+    return {"batch": batch, "inference_sequences_per_s": batch * reps / (time.perf_counter() - t)}
+
+
+def auc_parity(args) -> dict:
+    """Same seed, data and schedule in fp32 and bf16: validation AUC must agree within noise."""
+    out = {}
+    for precision in ("fp32", "bf16"):
+        cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir,
+                          out=args.out_dir / f"parity-{precision}", device="cuda", batch_size=256, seq_len=64,
+                          n_train_seqs=20_000, n_val_seqs=5_000, epochs=3, lr_warmup_steps=50, precision=precision,
+                          cuda_graph=True, early_stop_metric="none")
+        s = PerceptionTrainer(cfg).fit()
+        out[precision] = {"best_mean_auc": s.best_mean_auc, "per_horizon": s.best_mean_auc_per_horizon,
+                          "final_val_auc": s.final_val_auc, "sequences_per_s": s.sequences_per_s}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--predecoded-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out-dir", type=Path, default=Path("/tmp/bench_train_gpu"))
+    parser.add_argument("--modes", default="1:fp32:0,1:fp32:1,64:fp32:1,4096:fp32:0,4096:fp32:1,4096:bf16:1",
+                        help="batch:precision:graph(0|1)[:c for torch.compile], comma-separated")
+    parser.add_argument("--skip-inference", action="store_true")
+    parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "modes": []}
+    for spec in args.modes.split(","):
+        batch, precision, graph, *flags = spec.split(":")
+        try:
+            r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags)
+        except Exception as exc:  # report and go on: one broken mode must not cost the whole device call
+            r = {"mode": spec, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        print(json.dumps(r), flush=True)
+        results["modes"].append(r)
+        args.out.write_text(json.dumps(results, indent=2))
+    if args.auc_parity:
+        results["auc_parity"] = auc_parity(args)
+        print(json.dumps(results["auc_parity"]), flush=True)
+        args.out.write_text(json.dumps(results, indent=2))
+    if not args.skip_inference:
+        results["inference"] = inference(args)
+        print(json.dumps(results["inference"]), flush=True)
+    args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
