@@ -517,7 +517,7 @@ class CapturedStep:
         torch.cuda.current_stream().wait_stream(side)
         if self.calls == self.WARMUP_STEPS:
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self.outputs = self._body()
         return result
 
