@@ -10,6 +10,9 @@ session and drop everything else.
 from __future__ import annotations
 
 import datetime as dt
+import queue
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import databento_dbn as dbn
@@ -78,6 +81,7 @@ def _check_monotonic(info: DbnFile, ts: np.ndarray, field_name: str) -> None:
 
 
 BOOK_CHUNK_RECORDS = 8_192  # ~3 MB of MBP-10 per decoded chunk: decode and extraction stay in cache
+PREFETCH_CHUNKS = 4  # decoded chunks the background decoder may run ahead of the extraction
 LEVEL_ROWS_START = 1 << 18  # 40 MB of book levels: above glibc's largest mmap threshold, so grown by mremap
 _PAIR_FIELDS = ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")
 _PAIR_DTYPE = np.dtype([("px", "<i8", 2), ("q", "<u4", 4)])  # DBN BidAskPair: bid/ask px, then sz, ct
@@ -93,6 +97,62 @@ def _levels_offset(dtype: np.dtype) -> int:
             if fields[f"{name}_{i:02d}"][1] != want:
                 raise DataError(None, f"unexpected MBP-10 record layout: {name}_{i:02d} not at byte {want}")
     return base
+
+
+class _Prefetch:
+    """Run a chunk iterator in a background thread, up to `depth` chunks ahead of the consumer.
+
+    Decoding the next chunks (zstd decompression, which releases the GIL) then overlaps the work on
+    this one. Chunks and any exception arrive in order, the exception raised in the consumer; leaving
+    the `with` block stops the thread and closes the iterator.
+    """
+
+    _END = object()
+
+    def __init__(self, items: Iterator[np.ndarray], depth: int = PREFETCH_CHUNKS) -> None:
+        self._items = items
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="dbn-prefetch", daemon=True)
+
+    def __enter__(self) -> _Prefetch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            item, error = self._queue.get()
+            if error is not None:
+                raise error
+            if item is self._END:
+                return
+            yield item
+
+    def _put(self, entry: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for item in self._items:
+                if not self._put((item, None)):
+                    return
+            self._put((self._END, None))
+        except BaseException as exc:  # handed over to the consumer, raised there
+            self._put((self._END, exc))
+        finally:
+            close = getattr(self._items, "close", None)
+            if close is not None:
+                close()
 
 
 class _RowBuffer:
@@ -186,10 +246,11 @@ def read_book(info: DbnFile, root: str) -> BookSeries:
     id_array = np.fromiter(ids, dtype=np.uint32)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "iid", "last", "signed", "bpx", "apx")}
     book = _RowBuffer((4, N_LEVELS), np.float32, LEVEL_ROWS_START)
-    for chunk in iter_records(info, BOOK_CHUNK_RECORDS):
-        for k, v in _chunk_book(chunk, id_array, book).items():
-            cols[k].append(v)
-        del chunk
+    with _Prefetch(iter_records(info, BOOK_CHUNK_RECORDS)) as chunks:
+        for chunk in chunks:
+            for k, v in _chunk_book(chunk, id_array, book).items():
+                cols[k].append(v)
+            del chunk
     if not cols["ts"] or sum(len(t) for t in cols["ts"]) == 0:
         raise DataError(info.path, f"no {root} outright book records in the file")
     ts, iid = np.concatenate(cols.pop("ts")), np.concatenate(cols.pop("iid"))

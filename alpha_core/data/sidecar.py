@@ -34,7 +34,7 @@ Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
 DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
 HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
-FINITE_CHECK_ROWS = 1 << 16
+FINITE_CHECK_ROWS = 1 << 14
 ARRAYS = ("features", "ts", "price", "dt", "labels", "outcome_long", "outcome_short", "instrument_id")
 
 
@@ -224,7 +224,9 @@ def _write(
     labels = lbl.make_labels(feats.price_fixed, feats.price_scale, future, cost)
     finite = np.ones(len(feats.names), dtype=bool)
     for lo in range(0, len(feats.values), FINITE_CHECK_ROWS):  # no [N, F] boolean temporary
-        finite &= np.isfinite(feats.values[lo : lo + FINITE_CHECK_ROWS]).all(axis=0)
+        ok = np.isfinite(feats.values[lo : lo + FINITE_CHECK_ROWS])
+        if not ok.all():  # a flat pass; the per-feature reduction only where something is off
+            finite &= ok.all(axis=0)
     if not finite.all():
         bad = np.flatnonzero(~finite)
         raise DataError(info.path, f"non-finite feature values in {[feats.names[i] for i in bad]}")

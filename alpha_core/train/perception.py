@@ -229,7 +229,7 @@ class PerceptionTrainer:
         self.total_steps = cfg.epochs * steps_per_epoch
         self.optimizer = torch.optim.AdamW(
             [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
-            foreach=self.device.type == "cuda",
+            fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
             capturable=cfg.cuda_graph,
         )
         self.forward_loss = torch.compile(self._forward_loss) if cfg.compile else self._forward_loss
