@@ -270,14 +270,15 @@ def test_parallel_cfc_equals_each_layer_alone():
 
     torch.manual_seed(3)
     a, b = CfC(5, 6, backbone_units=7).double(), CfC(5, 4, backbone_units=3).double()
-    xa, xb = torch.randn(3, 9, 5, dtype=torch.float64), torch.randn(3, 9, 5, dtype=torch.float64)
-    ta, tb = torch.rand(3, 9, 6, dtype=torch.float64), torch.rand(3, 9, dtype=torch.float64)
+    xa, xb = (torch.randn(3, 9, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    ta = torch.rand(3, 9, 6, dtype=torch.float64, requires_grad=True)
+    tb = torch.rand(3, 9, dtype=torch.float64, requires_grad=True)
     fused = parallel_cfc([a, b], [xa, xb], [ta, tb])
     alone = [a(xa, ta)[0], b(xb, tb)[0]]
     for f, s in zip(fused, alone, strict=True):
         torch.testing.assert_close(f, s, rtol=0, atol=1e-12)
     weights = [torch.randn_like(o) for o in alone]
-    params = [*a.parameters(), *b.parameters()]
+    params = [*a.parameters(), *b.parameters(), xa, xb, ta, tb]
     g_fused = torch.autograd.grad(sum((o * w).sum() for o, w in zip(fused, weights, strict=True)), params)
     g_alone = torch.autograd.grad(sum((o * w).sum() for o, w in zip(alone, weights, strict=True)), params)
     for gf, ga in zip(g_fused, g_alone, strict=True):
