@@ -2,10 +2,12 @@
 
     python bench/bench_train_gpu.py --data-dir DIR/ES.FUT/mbp-10 --predecoded-dir PD --out results.json
 
-For each mode (batch size x precision x eager/CUDA graph) it builds the real `PerceptionTrainer` (K=64,
-default widths), runs warm-up steps (the graph is captured there), then times `--steps` training steps with
-CUDA events and reports sequences/s, the time to the first step and peak GPU memory. It also times
-forward-only inference at batch 4096.
+For each mode (batch size x precision x eager/CUDA graph x compile) it builds the real `PerceptionTrainer`
+(K=64, default widths), runs warm-up steps (the graph is captured there), then times `--steps` training steps,
+each including the device-resident loader's gather, with CUDA events, and reports sequences/s, the time to
+the first step (compile and capture included) and peak GPU memory. It also times forward-only inference at
+batch 4096, and optionally (`--auc-parity`) trains fp32 and bf16 side by side to compare validation AUC.
+Run one mode per process: a failed capture poisons the CUDA state of the process.
 """
 
 from __future__ import annotations
@@ -31,27 +33,31 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     trainer = PerceptionTrainer(cfg)
     trainer.model.train()
     loader = trainer.train_loader
-    loader.reset(0)
-    available = loader.n_windows // batch
+    epoch = 0
+
+    def next_batch():  # the device-resident loader's gather is part of every timed step
+        nonlocal epoch
+        b = loader.next_batch(batch, drop_last=True)
+        if b is None:
+            epoch += 1
+            loader.reset(epoch)
+            b = loader.next_batch(batch, drop_last=True)
+        return b
+
     run = trainer.graph if graph else (lambda b: trainer.step(b.x, b.dt, b.labels, b.outcome_long, b.outcome_short))
-    batches = [loader.next_batch(batch) for _ in range(min(available, warmup + steps))]
-    run(batches[0])
+    run(next_batch())
     torch.cuda.synchronize()
     first_step_s = time.perf_counter() - t0
-    for b in batches[1:warmup]:
-        run(b)
+    for _ in range(warmup - 1):
+        run(next_batch())
     torch.cuda.synchronize()
-    timed = batches[warmup:]
-    reps = max(1, steps // max(len(timed), 1))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    n = 0
-    for _ in range(reps):
-        for b in timed:
-            loss, _, _ = run(b)
-            n += 1
+    for _ in range(steps):
+        loss, _, _ = run(next_batch())
     end.record()
     torch.cuda.synchronize()
+    n = steps
     ms = start.elapsed_time(end) / n
     return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "steps": n, "ms_per_step": ms,
             "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
