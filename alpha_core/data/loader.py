@@ -105,7 +105,7 @@ class WindowLoader:
         used = [self.sidecars[i] for i in self._file_of_view]
         names = ("features", "dt", "labels", "outcome_long", "outcome_short")
         self._resident = {
-            name: torch.cat([torch.from_numpy(np.ascontiguousarray(getattr(sc, name))) for sc in used]).to(self.device)
+            name: torch.cat([torch.from_numpy(np.array(getattr(sc, name))) for sc in used]).to(self.device)
             for name in names
         }
         self._offsets = np.cumsum([0] + [sc.rows for sc in used[:-1]]).astype(np.int64)
