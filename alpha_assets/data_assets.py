@@ -1,7 +1,6 @@
 """Data assets per symbol: book and bar sidecars, and the walk-forward fold plans, with their gates."""
 
 
-import json
 
 import dagster as dg
 
@@ -162,7 +161,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
             "cv_n_folds": config.cv_n_folds,
             "train_window": plans["book"]["window"],
             "folds_table": dg.MetadataValue.md("\n".join(table)),
-            "plans": dg.MetadataValue.json(json.loads(json.dumps(plans))),
+            "plans": dg.MetadataValue.json(plans),
         },
         check_results=[
             dg.AssetCheckResult(
