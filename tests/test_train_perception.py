@@ -107,6 +107,7 @@ def test_cv_split_single_fold_and_sliding_window(book_dir, tmp_path):
         (["--cv-n-folds", "3", "--cv-train-window", "3"],
          "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available"),
         (["--cv-n-folds", "5"], "cv_train_window resolves to 0 (n_files=5, n_folds=5)"),
+        (["--cuda-graph"], "--cuda-graph and --compile are for cuda devices"),
     ],
 )
 def test_spec_validation_errors(book_dir, tmp_path, capsys, flags, message):

@@ -203,6 +203,8 @@ class PerceptionTrainer:
         validate(cfg)
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
+        if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
+            raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
         if self.device.type == "cuda":  # fp32 storage, TF32 tensor cores for the matmuls (the skinny CfC GEMMs)
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -220,8 +222,6 @@ class PerceptionTrainer:
         )
         torch.manual_seed(cfg.seed)
         self.model = PerceptionModel(model_cfg).to(self.device)
-        if cfg.cuda_graph and self.device.type != "cuda":
-            raise PlanError("--cuda-graph needs a cuda device")
         groups = self.model.param_groups()
         self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
         steps_per_epoch = (self.train_loader.n_windows // cfg.batch_size if cfg.cuda_graph
