@@ -232,7 +232,10 @@ class PerceptionTrainer:
             fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
             capturable=cfg.cuda_graph,
         )
+        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels
         self.forward_loss = torch.compile(self._forward_loss) if cfg.compile else self._forward_loss
+        self.update_controllers = (torch.compile(self.model.update_controllers) if cfg.compile
+                                   else self.model.update_controllers)
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
         self.trace = StepTrace(cfg.kernel_step_trace) if cfg.kernel_step_trace else None
@@ -288,16 +291,21 @@ class PerceptionTrainer:
             out = self.model(x, dt)
         return self.model.loss(out, labels, outcome_long, outcome_short, self.tick_size)
 
-    def step(self, x, dt, labels, outcome_long, outcome_short) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """One optimiser step: forward, loss, backward, AdamW, controller update. No host sync."""
+    def step(self, x, dt, labels, outcome_long, outcome_short) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
+        """One optimiser step: forward, loss, backward, AdamW, controller update. No host sync.
+
+        The gradient norm is computed only for the step trace: at batch 1 every kernel counts.
+        """
         model = self.model
         loss, parts = self.forward_loss(x, dt, labels, outcome_long, outcome_short)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        grad_norm = None
+        if self.trace is not None:
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         self.optimizer.step()
-        model.update_controllers(parts)
+        self.update_controllers(parts)
         return loss.detach(), parts, grad_norm
 
     def train_epoch(self, epoch: int) -> float:
