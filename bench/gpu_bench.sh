@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# On the device machine (carry .whl and gpu from bench/prepare_gpu_carry.sh): one process per mode, since a
+# failed CUDA-graph capture poisons the process. Results land in $OUT (or bench/out). Example modes:
+#   1:fp32:1:c 4096:bf16:1:c 4096:fp32:1
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+out=${OUT:-bench/out}
+mkdir -p "$out"
+for mode in "$@"; do
+  timeout 280 python3 bench/bench_train_gpu.py --data-dir gpu/data/ES.FUT/mbp-10 --predecoded-dir gpu/pd \
+    --out "$out/train_${mode//:/_}.json" --steps 100 --modes "$mode" --skip-inference 2>&1 | grep -E '^\{|Error'
+done
