@@ -1,0 +1,37 @@
+"""Mamba2 ensemble member: input projection -> stacked Mamba2 blocks (the flagship's SSD) -> per-horizon heads.
+
+x [B, K, F] -> Linear(F, d_model) -> Mamba2 x n_layers (pre-norm residual, final RMSNorm) -> Linear(d_model, H).
+The SSD recurrence is causal, so the logit at position k depends on x[:, :k+1] only.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor, nn
+
+from alpha_core.models.mamba2 import Mamba2, Mamba2Config
+
+
+class Mamba2StackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n_features: int
+    horizons: tuple[int, ...] = (5, 15, 60)
+    d_model: int = 64
+    d_state: int = 16
+    d_head: int = 16
+    n_layers: int = 2
+    chunk_size: int = 16
+
+
+class Mamba2StackModel(nn.Module):
+    def __init__(self, cfg: Mamba2StackConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_proj = nn.Linear(cfg.n_features, cfg.d_model)
+        self.backbone = Mamba2(Mamba2Config(d_model=cfg.d_model, d_state=cfg.d_state, d_head=cfg.d_head,
+                                            n_layers=cfg.n_layers, chunk_size=cfg.chunk_size))
+        self.heads = nn.Linear(cfg.d_model, len(cfg.horizons))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.heads(self.backbone(self.input_proj(x)))
