@@ -1,0 +1,90 @@
+"""TGGN ensemble member: a temporal gated graph network over the features (nodes) of each bar.
+
+"TGGN" is read as GGNN spatial steps + gated temporal convolutions (STGCN / Graph WaveNet style; see
+notes/models.md). For bar data every input feature is a node:
+
+    h0[b, k, n]  = value[b, k, n] * w_val + node_embedding[n]            node state, [B, K, N, d]
+    A            = softmax(relu(E1 @ E2.T))                              learned adjacency over the N nodes
+    repeat S:      m = A @ (h @ W_s);  h = GRUCell(m, h)                 gated graph step (Li et al. 2016)
+    repeat L:      h = h + tanh(conv_f(h)) * sigmoid(conv_g(h))          causal dilated conv per node over time
+    logits[b, k] = heads(sum_n softmax_n(a . h[b, k, n]) h[b, k, n])     attention pooling over nodes
+
+Graph steps mix features within one bar only, and the temporal convolutions are left-padded, so the logit
+at position k depends on bars 0..k only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+from torch import Tensor, nn
+
+
+class TGGNConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n_features: int
+    horizons: tuple[int, ...] = (5, 15, 60)
+    d_node: int = 16
+    d_embed: int = 8  # adjacency embedding size
+    graph_steps: int = 2
+    dilations: tuple[int, ...] = (1, 2, 4)
+    kernel_size: int = 3
+
+
+class GatedGraphStep(nn.Module):
+    """One GGNN step on a dense weighted adjacency: m = A @ (h W), h' = GRUCell(m, h)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.message = nn.Linear(d, d, bias=False)
+        self.gru = nn.GRUCell(d, d)
+
+    def forward(self, h: Tensor, adjacency: Tensor) -> Tensor:
+        m = torch.einsum("nm,...md->...nd", adjacency, self.message(h))
+        return self.gru(m.reshape(-1, m.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(h.shape)
+
+
+class GatedTemporalConv(nn.Module):
+    """Residual gated causal convolution over time, shared by all nodes: h + tanh(f) * sigmoid(g)."""
+
+    def __init__(self, d: int, kernel_size: int, dilation: int) -> None:
+        super().__init__()
+        self.pad = (kernel_size - 1) * dilation
+        self.conv = nn.Conv1d(d, 2 * d, kernel_size, dilation=dilation)
+
+    def forward(self, h: Tensor) -> Tensor:  # [B, K, N, d]
+        b, k, n, d = h.shape
+        seq = h.permute(0, 2, 3, 1).reshape(b * n, d, k)  # each node's series
+        f, g = self.conv(F.pad(seq, (self.pad, 0))).chunk(2, dim=1)
+        out = (torch.tanh(f) * torch.sigmoid(g)).reshape(b, n, d, k).permute(0, 3, 1, 2)
+        return h + out
+
+
+class TGGNModel(nn.Module):
+    def __init__(self, cfg: TGGNConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n, d = cfg.n_features, cfg.d_node
+        self.value_weight = nn.Parameter(torch.randn(d) * 0.5)
+        self.node_embedding = nn.Parameter(torch.randn(n, d) * 0.1)
+        self.e1 = nn.Parameter(torch.randn(n, cfg.d_embed) * 0.5)
+        self.e2 = nn.Parameter(torch.randn(n, cfg.d_embed) * 0.5)
+        self.graph = nn.ModuleList(GatedGraphStep(d) for _ in range(cfg.graph_steps))
+        self.temporal = nn.ModuleList(GatedTemporalConv(d, cfg.kernel_size, dil) for dil in cfg.dilations)
+        self.pool = nn.Linear(d, 1)
+        self.heads = nn.Linear(d, len(cfg.horizons))
+
+    def adjacency(self) -> Tensor:
+        return torch.softmax(torch.relu(self.e1 @ self.e2.T), dim=-1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.unsqueeze(-1) * self.value_weight + self.node_embedding  # [B, K, N, d]
+        a = self.adjacency()
+        for step in self.graph:
+            h = step(h, a)
+        for conv in self.temporal:
+            h = conv(h)
+        weights = torch.softmax(self.pool(h), dim=2)  # over nodes
+        return self.heads((weights * h).sum(dim=2))
