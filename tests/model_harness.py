@@ -7,20 +7,11 @@ position and returns the validation AUC per horizon from each window's last posi
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
 
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
-
-
-def masked_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    mask = torch.isfinite(labels)
-    target = torch.where(mask, labels, torch.zeros_like(labels))
-    loss = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
-    return (loss * mask).sum() / mask.sum().clamp_min(1)
+from alpha_core.train.metrics import auc_per_horizon, masked_bce
 
 
 def fit_and_score(model: torch.nn.Module, train, val, steps: int = 150, batch_size: int = 64, seq_len: int = 32,
@@ -42,12 +33,7 @@ def fit_and_score(model: torch.nn.Module, train, val, steps: int = 150, batch_si
         for batch in val_loader.batches(512):
             probs.append(torch.sigmoid(model(batch.x)[:, -1]))
             labels.append(batch.labels[:, -1])
-    p, y = torch.cat(probs).numpy(), torch.cat(labels).numpy()
-    aucs = []
-    for j in range(y.shape[1]):
-        ok = np.isfinite(y[:, j])
-        aucs.append(float(roc_auc_score(y[ok, j], p[ok, j])) if len(np.unique(y[ok, j])) == 2 else 0.5)
-    return aucs
+    return auc_per_horizon(torch.cat(probs).numpy(), torch.cat(labels).numpy())
 
 
 def assert_causal(model: torch.nn.Module, n_features: int, seq_len: int = 16) -> None:

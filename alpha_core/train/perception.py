@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 from safetensors.torch import load_file, save_file, save_model
-from sklearn.metrics import roc_auc_score
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
@@ -34,10 +33,11 @@ from alpha_core.data.predecode import file_ref
 from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
 from alpha_core.errors import PlanError
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
+from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 
-EARLY_STOP_METRICS = ("val_loss", "mean_auc", "auc_h1000", "none")
 VAL_SEED_OFFSET = 0xC0FFEE
 SUMMARY = "alpha_train_summary.json"
 STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
@@ -158,44 +158,6 @@ def resolve_device(name: str | None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise PlanError(f"--device {name}: CUDA is not available on this machine")
     return device
-
-
-def auc_per_horizon(probs: np.ndarray, labels: np.ndarray) -> list[float]:
-    """AUC per horizon over finite labels; 0.5 when a horizon has one class only (the spec's default)."""
-    out = []
-    for j in range(labels.shape[1]):
-        ok = np.isfinite(labels[:, j])
-        y = labels[ok, j]
-        out.append(float(roc_auc_score(y, probs[ok, j])) if len(np.unique(y)) == 2 else 0.5)
-    return out
-
-
-class Trackers(BaseModel):
-    """Best-so-far per metric and the epochs without improvement; part of the resumable state."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    best_val_loss: float = math.inf
-    best_epoch: int = 0
-    best_val_auc: list[float] = []
-    best_mean_auc: float = -math.inf
-    best_mean_auc_epoch: int = 0
-    best_mean_auc_per_horizon: list[float] = []
-    best_auc_h1000: float = -math.inf
-    best_auc_h1000_epoch: int = 0
-    best_auc_h1000_per_horizon: list[float] = []
-    best_h1000_ckpt_path: str | None = None
-    no_improvement: dict[str, int] = {"val_loss": 0, "mean_auc": 0, "auc_h1000": 0}
-    epochs_completed: int = 0
-    early_stopped: bool = False
-    final_val_loss: float = 0.0
-    final_val_auc: list[float] = []
-    n_val_seqs_consumed: int = 0
-    train_loss_sum: float = 0.0
-    train_steps: int = 0
-    train_seqs: int = 0
-    global_step: int = 0
-    wall_time_s: float = 0.0
 
 
 class PerceptionTrainer:
@@ -379,28 +341,15 @@ class PerceptionTrainer:
         return summary
 
     def _track(self, epoch: int, val_loss: float, aucs: list[float]) -> None:
-        t = self.trackers
-        mean_auc, long_auc = float(np.mean(aucs)), aucs[-1]
-        improved = {
-            "val_loss": val_loss < t.best_val_loss,
-            "mean_auc": mean_auc > t.best_mean_auc,
-            "auc_h1000": long_auc > t.best_auc_h1000,
-        }
-        if improved["val_loss"]:
-            t.best_val_loss, t.best_epoch, t.best_val_auc = val_loss, epoch, aucs
-        if improved["mean_auc"]:
-            t.best_mean_auc, t.best_mean_auc_epoch, t.best_mean_auc_per_horizon = mean_auc, epoch, aucs
+        improved = self.trackers.update(epoch, val_loss, aucs)
         if improved["auc_h1000"]:
-            t.best_auc_h1000, t.best_auc_h1000_epoch, t.best_auc_h1000_per_horizon = long_auc, epoch, aucs
-            t.best_h1000_ckpt_path = CHECKPOINTS["auc_h1000"]
+            self.trackers.best_h1000_ckpt_path = CHECKPOINTS["auc_h1000"]
         for metric, better in improved.items():
-            t.no_improvement[metric] = 0 if better else t.no_improvement[metric] + 1
             if better:
                 save_model(self.model, str(self.cfg.out / CHECKPOINTS[metric]))
 
     def _early_stop(self) -> bool:
-        metric, patience = self.cfg.early_stop_metric, self.cfg.early_stop_patience
-        return patience > 0 and metric != "none" and self.trackers.no_improvement[metric] >= patience
+        return self.trackers.should_stop(self.cfg.early_stop_metric, self.cfg.early_stop_patience)
 
     def _summary(self) -> TrainSummary:
         t, m = self.trackers, self.model
