@@ -1,0 +1,170 @@
+"""xLSTM: mLSTM parallel form against its recurrent step form (fp64, outputs and gradients), the sLSTM step against
+its (unstabilised) equations, and the model as a causal, trainable, serialisable zoo member."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_harness import assert_causal, fit_and_score
+from pydantic import ValidationError
+from safetensors.torch import load_model, save_model
+
+from alpha_core.models.xlstm import (
+    XLSTMConfig,
+    XLSTMModel,
+    mlstm_parallel,
+    mlstm_recurrent,
+    slstm_initial_state,
+    slstm_step,
+)
+
+F64 = torch.float64
+
+
+def mlstm_inputs(b, nh, length, dh, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, nh, length, dh, generator=gen, dtype=F64) for _ in range(3))
+    i_pre = torch.randn(b, nh, length, generator=gen, dtype=F64) * 3  # wide range: the stabiliser matters
+    f_pre = torch.randn(b, nh, length, generator=gen, dtype=F64) * 2 + 1
+    return q, k, v, i_pre, f_pre
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 32, 50])
+def test_mlstm_parallel_matches_recurrent(length):
+    leaves = [t.requires_grad_() for t in mlstm_inputs(2, 3, length, 4, seed=length)]
+    h_par = mlstm_parallel(*leaves)
+    h_rec, (C, n, m) = mlstm_recurrent(*leaves)
+    assert h_par.shape == h_rec.shape == (2, 3, length, 4) and C.shape == (2, 3, 4, 4) and n.shape == (2, 3, 4)
+    torch.testing.assert_close(h_par, h_rec, rtol=0, atol=1e-12)
+    w = torch.randn_like(h_par)  # random cotangent: the full vector-Jacobian product
+    g_par = torch.autograd.grad((h_par * w).sum(), leaves)
+    g_rec = torch.autograd.grad((h_rec * w).sum(), leaves)
+    for a, b in zip(g_par, g_rec, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def test_mlstm_matches_unstabilised_definition():
+    """h_t = C*_t q_t / max(|n*_t . q_t|, 1) with C*_t = sum_s exp(F_t - F_s + i_s) v_s k_s^T / sqrt(DH)."""
+    q, k, v, i_pre, f_pre = mlstm_inputs(1, 2, 9, 3, seed=5)
+    log_f = torch.nn.functional.logsigmoid(f_pre)
+    F = log_f.cumsum(-1)
+    want = torch.empty_like(q)
+    for t in range(9):
+        w = torch.exp(F[..., t : t + 1] - F[..., : t + 1] + i_pre[..., : t + 1])  # [B, NH, s]
+        C = torch.einsum("bhs,bhsa,bhsc->bhac", w, v[..., : t + 1, :], k[..., : t + 1, :]) / 3**0.5
+        n = torch.einsum("bhs,bhsc->bhc", w, k[..., : t + 1, :]) / 3**0.5
+        den = (n * q[..., t, :]).sum(-1, keepdim=True).abs().clamp_min(1.0)
+        want[..., t, :] = torch.einsum("bhac,bhc->bha", C, q[..., t, :]) / den
+    torch.testing.assert_close(mlstm_parallel(q, k, v, i_pre, f_pre), want, rtol=0, atol=1e-12)
+
+
+def slstm_reference(wx, R, steps):
+    """The paper's sLSTM written out without the stabiliser, head by head:
+    g~ = W x + R_g h + b;  c = f c + exp(i~) tanh(z~);  n = f n + exp(i~);  h = sigmoid(o~) c / n,  f = sigmoid(f~)."""
+    b, _, nh, dh = wx[0].shape
+    h = torch.zeros(b, nh, dh, dtype=F64)
+    c, n = torch.zeros_like(h), torch.zeros_like(h)
+    hs = []
+    for t in range(steps):
+        raw = wx[t].clone()
+        for head in range(nh):
+            for gate in range(4):
+                raw[:, gate, head] += h[:, head] @ R[head, :, gate, :]
+        i_pre, f_pre, z_pre, o_pre = raw[:, 0], raw[:, 1], raw[:, 2], raw[:, 3]
+        c = torch.sigmoid(f_pre) * c + torch.exp(i_pre) * torch.tanh(z_pre)
+        n = torch.sigmoid(f_pre) * n + torch.exp(i_pre)
+        h = torch.sigmoid(o_pre) * c / n
+        hs.append(h)
+    return hs, c, n
+
+
+def test_slstm_step_matches_equations():
+    gen = torch.Generator().manual_seed(3)
+    b, nh, dh, steps = 3, 2, 4, 6
+    wx = [torch.randn(b, 4, nh, dh, generator=gen, dtype=F64) * 2 for _ in range(steps)]
+    R = torch.randn(nh, dh, 4, dh, generator=gen, dtype=F64) * 0.5
+    want_h, want_c, want_n = slstm_reference(wx, R, steps)
+    state = slstm_initial_state(b, nh, dh, wx[0])
+    for t in range(steps):
+        h, state = slstm_step(wx[t], R, state)
+        torch.testing.assert_close(h, want_h[t], rtol=0, atol=1e-12)
+    _, c, n, m = state
+    torch.testing.assert_close(c, want_c * torch.exp(-m), rtol=1e-12, atol=1e-12)  # stabilised = true * exp(-m)
+    torch.testing.assert_close(n, want_n * torch.exp(-m), rtol=1e-12, atol=1e-12)
+
+
+def test_slstm_step_stable_for_extreme_gates():
+    wx = torch.tensor([-200.0, 0.0, 1.0, 0.0]).reshape(1, 4, 1, 1).repeat(1, 1, 1, 2)  # i~ = -200 at the first step
+    R = torch.zeros(1, 2, 4, 2)
+    state = slstm_initial_state(1, 1, 2, wx)
+    for _ in range(3):
+        h, state = slstm_step(wx, R, state)
+        assert torch.isfinite(h).all()
+    torch.testing.assert_close(h, torch.full_like(h, 0.5 * torch.tanh(torch.tensor(1.0)).item()))
+
+
+def test_config_validation():
+    with pytest.raises(ValidationError):
+        XLSTMConfig(n_features=4, d_model=30, n_heads=4)
+    with pytest.raises(ValidationError):
+        XLSTMConfig(n_features=4, blocks=("m", "x"))
+    with pytest.raises(ValidationError):
+        XLSTMConfig(n_features=4, unknown=1)
+
+
+def test_shapes_loss_and_gradients_reach_every_parameter():
+    torch.manual_seed(0)
+    model = XLSTMModel(XLSTMConfig(n_features=5, horizons=(5, 15), blocks=("m", "s", "m")))
+    x = torch.randn(3, 11, 5)
+    logits = model(x)
+    assert logits.shape == (3, 11, 2)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.rand_like(logits).round())
+    assert torch.isfinite(loss)
+    loss.backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all(), name
+        assert param.grad.abs().sum() > 0, name
+    with pytest.raises(ValueError):
+        model(torch.randn(3, 11, 4))
+
+
+def test_causal():
+    torch.manual_seed(0)
+    assert_causal(XLSTMModel(XLSTMConfig(n_features=6, blocks=("m", "s", "m", "s"))), 6)
+
+
+def test_safetensors_round_trip(tmp_path):
+    cfg = XLSTMConfig(n_features=7)
+    torch.manual_seed(0)
+    model = XLSTMModel(cfg).eval()
+    save_model(model, str(tmp_path / "xlstm.safetensors"))
+    torch.manual_seed(1)
+    other = XLSTMModel(cfg).eval()
+    load_model(other, str(tmp_path / "xlstm.safetensors"))
+    x = torch.randn(2, 9, 7)
+    with torch.no_grad():
+        assert torch.equal(model(x), other(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs cuda")
+def test_cuda_matches_cpu():
+    torch.manual_seed(0)
+    model = XLSTMModel(XLSTMConfig(n_features=6)).double().eval()
+    x = torch.randn(4, 20, 6, dtype=F64)
+    with torch.no_grad():
+        want = model(x)
+        got = model.cuda()(x.cuda())
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9)
+    model.float().train()
+    loss = model(x.float().cuda()).square().mean()
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_learns_planted_signal(tiny_sidecars):
+    torch.manual_seed(0)
+    bars = tiny_sidecars["bars"]
+    model = XLSTMModel(XLSTMConfig(n_features=13))
+    aucs = fit_and_score(model, bars[:4], [bars[4]])
+    print(f"xlstm AUC per horizon: {aucs}")
+    assert aucs[0] > 0.55, aucs
