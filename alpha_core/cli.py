@@ -189,6 +189,80 @@ def add_train_parser(sub) -> None:
     p.set_defaults(func=cmd_train)
 
 
+# --- the model zoo ---------------------------------------------------------------------------------
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from alpha_core.models.registry import REGISTRY
+
+    rows = [
+        {"name": s.name, "group": s.group, "input": s.input, "trainer": s.trainer, "description": s.description,
+         "hyperopt": None if s.search_space is None else {k: v.model_dump(exclude_none=True)
+                                                           for k, v in s.search_space.items()}}
+        for s in REGISTRY.values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        space = ", ".join(r["hyperopt"]) if r["hyperopt"] else "none"
+        print(f"{r['name']:11s} {r['group']:10s} {r['input']:5s} hyperopt: {space}\n            {r['description']}")
+    return 0
+
+
+def _explicit_params(pairs: list[str] | None) -> dict:
+    """`--param KEY=VALUE` (VALUE parsed as JSON when it can be: 32, 1e-3, true, [1,2])."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise PlanError(f"--param expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def cmd_train_supervised(args: argparse.Namespace) -> int:
+    from alpha_core.train.params import TRAIN_KEYS
+    from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
+
+    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", "params_file", "param")}
+    explicit = {k: values.pop(k) for k in TRAIN_KEYS if k in values}
+    explicit.update(_explicit_params(args.param))
+    summaries = train_supervised(SupervisedTrainConfig(**values), args.params_file, explicit)
+    for s in summaries:
+        print(f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, "
+              f"val AUC {' '.join(f'{a:.3f}' for a in s.val_auc)} -> {Path(args.output_dir) / f'fold-{s.fold}'}")
+    return 0
+
+
+def add_train_supervised_parser(sub) -> None:
+    p = sub.add_parser("train-supervised", help="walk-forward training of a supervised registry model")
+    p.add_argument("--model", required=True, help="a supervised model of `alpha models`")
+    p.add_argument("--data-dir", required=True, type=Path, help="one symbol's DBN folder")
+    p.add_argument("--output-dir", required=True, type=Path, help="fold-<k>/ folders are written here")
+    p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="explicit model/training parameter (wins)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--cv-fold", type=int, help="train this fold only (default: every fold)")
+    p.add_argument("--cv-n-folds", type=int)
+    p.add_argument("--cv-train-window", type=int)
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--n-train-seqs", type=int)
+    p.add_argument("--n-val-seqs", type=int)
+    p.add_argument("--early-stop-patience", type=int)
+    p.add_argument("--early-stop-metric", help="val_loss | mean_auc | auc_h1000 | none")
+    p.add_argument("--predecoded-dir", type=Path)
+    p.add_argument("--symbol", help="product to extract when a file maps several (e.g. ES.FUT)")
+    p.add_argument("--seed", type=lambda v: int(v, 0))
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_train_supervised)
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 
@@ -224,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo_data)
 
     add_train_parser(sub)
+    add_train_supervised_parser(sub)
+
+    p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
     return parser
 
 

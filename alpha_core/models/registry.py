@@ -1,0 +1,108 @@
+"""One registry of every model: name -> group, input, config class with defaults, builder, search space.
+
+Adding a model is one entry here; the CLI (`alpha models`, `alpha train-supervised`, `alpha hyperopt`) and,
+later, the Dagster assets are generated from it. Supervised models map a window x [B, K, F] to causal
+per-horizon logits [B, K, H]; a model may define `loss(batch, tick_size)` to train on something other than
+masked BCE (the diffusion member does). RL models are built by the RL trainer from their config.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from alpha_core.errors import PlanError
+
+
+class SearchParam(BaseModel):
+    """One hyperparameter's range: log-uniform or uniform floats, integers, or a set of choices."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["log", "float", "int", "choice"]
+    low: float | None = None
+    high: float | None = None
+    choices: list[float | int | str] | None = Field(default=None)
+
+
+def log(low: float, high: float) -> SearchParam:
+    return SearchParam(kind="log", low=low, high=high)
+
+
+def integer(low: int, high: int) -> SearchParam:
+    return SearchParam(kind="int", low=low, high=high)
+
+
+def choice(*values: float | int | str) -> SearchParam:
+    return SearchParam(kind="choice", choices=list(values))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    group: Literal["supervised", "rl"]
+    input: Literal["book", "bars"]
+    module: str  # alpha_core.models.<module> (imported on use: a listing does not import torch models)
+    config_name: str
+    model_name: str
+    trainer: Literal["perception", "supervised", "rl"]
+    description: str
+    search_space: dict[str, SearchParam] | None = field(default=None)
+
+    def config_class(self) -> type[BaseModel]:
+        return getattr(importlib.import_module(self.module), self.config_name)
+
+    def builder(self) -> Callable[[BaseModel], nn.Module]:
+        return getattr(importlib.import_module(self.module), self.model_name)
+
+    def build(self, **config) -> nn.Module:
+        return self.builder()(self.config_class()(**config))
+
+
+_SUPERVISED_LR = {"lr": log(1e-4, 1e-2)}
+_ENTRIES = [
+    ModelSpec("perception", "supervised", "book", "alpha_core.models.perception", "PerceptionConfig",
+              "PerceptionModel", "perception", "flagship: Mamba2 -> CfC (irregular time) -> heads, aux outcome path"),
+    ModelSpec("tft", "supervised", "bars", "alpha_core.models.tft", "TFTConfig", "TFTModel", "supervised",
+              "Temporal Fusion Transformer: variable selection, GRNs, LSTM, causal interpretable attention",
+              {**_SUPERVISED_LR, "d_model": choice(16, 32, 64), "n_heads": choice(1, 2, 4)}),
+    ModelSpec("mamba2", "supervised", "bars", "alpha_core.models.mamba2_stack", "Mamba2StackConfig",
+              "Mamba2StackModel", "supervised", "stacked Mamba2 (chunked SSD) blocks with heads",
+              {**_SUPERVISED_LR, "d_model": choice(32, 64, 96), "d_state": choice(8, 16, 32), "n_layers": integer(1, 3)}),
+    ModelSpec("tggn", "supervised", "bars", "alpha_core.models.tggn", "TGGNConfig", "TGGNModel", "supervised",
+              "temporal gated graph network: GGNN steps over the features, gated causal temporal convs"),
+    ModelSpec("tlob", "supervised", "bars", "alpha_core.models.tlob", "TLOBConfig", "TLOBModel", "supervised",
+              "TLOB: causal dual attention over time and over features"),
+    ModelSpec("liquid", "supervised", "bars", "alpha_core.models.liquid", "LiquidConfig", "LiquidModel", "supervised",
+              "liquid time-constant network (ncps LTC)"),
+    ModelSpec("kan", "supervised", "bars", "alpha_core.models.kan", "KANConfig", "KANModel", "supervised",
+              "B-spline KAN layers over causal EMA summaries"),
+    ModelSpec("xlstm", "supervised", "bars", "alpha_core.models.xlstm", "XLSTMConfig", "XLSTMModel", "supervised",
+              "xLSTM: mLSTM (parallel form) and sLSTM blocks"),
+]
+REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
+
+
+def register(spec: ModelSpec) -> None:
+    REGISTRY[spec.name] = spec
+
+
+def get(name: str) -> ModelSpec:
+    if name not in REGISTRY:
+        raise PlanError(f"unknown model {name!r}; registered: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def select(models: str) -> list[str]:
+    """The spec's MODELS variable: `all`, `rl`, `supervised`, or a comma-separated list of names."""
+    if models in ("all", "rl", "supervised"):
+        return [n for n, s in REGISTRY.items() if models == "all" or s.group == models]
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    for name in names:
+        get(name)
+    return names

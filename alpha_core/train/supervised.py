@@ -1,0 +1,211 @@
+"""`alpha train-supervised`: walk-forward training of any supervised registry model (the spec's
+`train_baseline_supervised`).
+
+Per fold of the symbol's fold plan: normalisation fitted on the training files, AdamW on linear warm-up +
+cosine decay, masked BCE at every labelled position (or the model's own `loss`), a validation pass per
+epoch (AUC per horizon at each window's last position), the spec's three best trackers and early stopping.
+The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
+`fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json` and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from safetensors.torch import save_model
+
+import alpha_core
+from alpha_core.atomic import atomic_write_json
+from alpha_core.data.dbn import MBP10, OHLCV_1M, discover
+from alpha_core.data.folds import Fold, plan_folds
+from alpha_core.data.loader import WindowLoader
+from alpha_core.data.norm import fit_norm_stats
+from alpha_core.data.predecode import file_ref
+from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.models import registry
+from alpha_core.train.metrics import auc_per_horizon, masked_bce
+from alpha_core.train.params import load_params_file, resolve
+from alpha_core.train.perception import resolve_device
+from alpha_core.train.schedule import lr_at
+from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
+
+SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
+
+
+class SupervisedTrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    data_dir: Path
+    output_dir: Path
+    predecoded_dir: Path | None = None  # default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded
+    symbol: str | None = None
+    epochs: int = 50  # the spec's EPOCHS default
+    seq_len: int = 64
+    batch_size: int = 256
+    n_train_seqs: int = 20_000
+    n_val_seqs: int = 5_000
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    lr_warmup_steps: int = 100
+    lr_min_factor: float = 0.1
+    early_stop_patience: int = 5
+    early_stop_metric: str = "mean_auc"
+    cv_fold: int | None = None  # None: every fold of the plan
+    cv_n_folds: int = 1
+    cv_train_window: int = 0
+    seed: int = 0x4242
+    device: str | None = None
+
+
+class FoldSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    fold: int
+    train_files: list[str]
+    val_files: list[str]
+    test_files: list[str]
+    horizons: list[int]
+    epochs: int
+    early_stopped: bool
+    checkpoint_metric: str
+    checkpoint_epoch: int
+    val_auc: list[float]  # at the checkpoint's epoch
+    best_epoch: int
+    best_val_loss: float
+    best_mean_auc: float
+    best_mean_auc_epoch: int
+    best_auc_long: float
+    best_auc_long_epoch: int
+    final_train_loss: float
+    final_val_loss: float
+    final_val_auc: list[float]
+    params: dict
+    n_train_seqs_consumed: int
+    device: str
+    wall_time_s: float
+    sequences_per_s: float
+    versions: dict[str, str]
+
+
+def _predecoded_dir(cfg: SupervisedTrainConfig) -> Path:
+    if cfg.predecoded_dir is not None:
+        return cfg.predecoded_dir
+    root = os.environ.get("ALPHA_STORAGE_ROOT")
+    return Path(root, "predecoded") if root else cfg.output_dir / ".predecoded"
+
+
+def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
+                     explicit_params: dict | None = None) -> list[FoldSummary]:
+    """Train every requested fold; precedence: defaults < params file < explicit (CLI) values."""
+    spec = registry.get(cfg.model)
+    if spec.trainer != "supervised":
+        raise PlanError(f"model {cfg.model!r} is trained by `alpha {'train' if spec.trainer == 'perception' else 'train-rl'}`")
+    if cfg.early_stop_metric not in EARLY_STOP_METRICS:
+        raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
+    device = resolve_device(cfg.device)
+    files = discover(cfg.data_dir, SCHEMA_OF_INPUT[spec.input])
+    sidecars = [ensure_sidecar(f.path, _predecoded_dir(cfg), symbol=cfg.symbol)[0] for f in files]
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
+    folds = plan.folds if cfg.cv_fold is None else [plan.fold(cfg.cv_fold)]
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    first = sidecars[0].meta
+    data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
+    model_cfg, train_overrides = resolve(spec.config_class(), data_fields, load_params_file(params_file),
+                                         explicit_params or {}, str(params_file))
+    try:
+        cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **train_overrides})
+    except ValidationError as exc:
+        raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
+    params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
+    return [_train_fold(cfg, spec, model_cfg, params, fold, by_path, device) for fold in folds]
+
+
+def _train_fold(cfg, spec, model_cfg, params, fold: Fold, by_path, device) -> FoldSummary:
+    out = cfg.output_dir / f"fold-{fold.fold}"
+    out.mkdir(parents=True, exist_ok=True)
+    train_files = [by_path[r.path] for r in fold.train]
+    val_files = [by_path[r.path] for r in fold.val]
+    norm = fit_norm_stats(train_files)
+    norm.save(out / "norm_stats.json")
+    atomic_write_json(out / "model_config.json", model_cfg.model_dump(mode="json"))
+    atomic_write_json(out / "params.json", params)
+    tick_size = train_files[0].meta.tick_size
+    train_loader = WindowLoader(train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, norm, device=device)
+    val_loader = WindowLoader(val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + 1, norm, device=device)
+
+    torch.manual_seed(cfg.seed + fold.fold)
+    model = spec.builder()(model_cfg).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    total_steps = cfg.epochs * math.ceil(train_loader.n_windows / cfg.batch_size)
+    metric = "mean_auc" if cfg.early_stop_metric == "none" else cfg.early_stop_metric
+    t = Trackers()
+    checkpoint_epoch, checkpoint_auc = 0, []
+    started = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        model.train()
+        train_loader.reset(cfg.seed + epoch)
+        loss_sum, steps = torch.zeros((), device=device), 0
+        for batch in train_loader.batches(cfg.batch_size):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(cfg.lr, cfg.lr * cfg.lr_min_factor, t.global_step, cfg.lr_warmup_steps, total_steps)
+            loss = model.loss(batch, tick_size) if hasattr(model, "loss") else masked_bce(model(batch.x), batch.labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach()
+            steps += 1
+            t.global_step += 1
+            t.train_seqs += len(batch)
+        t.train_loss_sum += float(loss_sum)
+        t.train_steps += steps
+        val_loss, aucs = _validate(model, val_loader, cfg, epoch)
+        t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
+        improved = t.update(epoch, val_loss, aucs)
+        if improved[metric]:
+            save_model(model, str(out / "model.safetensors"))
+            checkpoint_epoch, checkpoint_auc = epoch, aucs
+        print(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} "
+              f"auc {' '.join(f'{a:.3f}' for a in aucs)}", flush=True)
+        if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
+            t.early_stopped = True
+            break
+    wall = time.perf_counter() - started
+    summary = FoldSummary(
+        model=cfg.model, fold=fold.fold,
+        train_files=[sc.meta.source.name for sc in train_files], val_files=[sc.meta.source.name for sc in val_files],
+        test_files=[r.name for r in fold.test], horizons=list(train_files[0].meta.horizons),
+        epochs=t.epochs_completed, early_stopped=t.early_stopped, checkpoint_metric=metric,
+        checkpoint_epoch=checkpoint_epoch, val_auc=checkpoint_auc, best_epoch=t.best_epoch,
+        best_val_loss=t.best_val_loss, best_mean_auc=t.best_mean_auc, best_mean_auc_epoch=t.best_mean_auc_epoch,
+        best_auc_long=t.best_auc_h1000, best_auc_long_epoch=t.best_auc_h1000_epoch,
+        final_train_loss=t.train_loss_sum / max(t.train_steps, 1), final_val_loss=t.final_val_loss,
+        final_val_auc=t.final_val_auc, params=params, n_train_seqs_consumed=t.train_seqs, device=str(device),
+        wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
+        versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+    )
+    atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
+    return summary
+
+
+@torch.no_grad()
+def _validate(model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: int) -> tuple[float, list[float]]:
+    model.eval()
+    loader.reset(cfg.seed + 1 + epoch)
+    losses, probs, labels = [], [], []
+    for batch in loader.batches(cfg.batch_size):
+        logits = model(batch.x)
+        losses.append(masked_bce(logits, batch.labels))
+        probs.append(torch.sigmoid(logits[:, -1].float()))
+        labels.append(batch.labels[:, -1])
+    aucs = auc_per_horizon(torch.cat(probs).cpu().numpy(), torch.cat(labels).cpu().numpy())
+    return float(torch.stack(losses).mean()), aucs
