@@ -263,6 +263,36 @@ def add_train_supervised_parser(sub) -> None:
     p.set_defaults(func=cmd_train_supervised)
 
 
+def cmd_hyperopt(args: argparse.Namespace) -> int:
+    from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
+
+    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command")}
+    results = hyperopt(HyperoptConfig(**values))
+    print(f"best validation mean AUC {results['best_score']:.4f} with {results['best_params']} -> {args.output}")
+    return 0
+
+
+def add_hyperopt_parser(sub) -> None:
+    p = sub.add_parser("hyperopt", help="particle swarm search over a registry model's hyperparameters")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data-dir", required=True, type=Path)
+    p.add_argument("--output", required=True, type=Path, help="results.json (loadable as --params-file)")
+    p.add_argument("--trials", type=int, help="PSO trials (default 20, the spec's HYPEROPT_TRIALS)")
+    p.add_argument("--epochs", type=int, help="epochs per trial (default 3)")
+    p.add_argument("--workers", type=int, help="particles evaluated concurrently per generation (default 1)")
+    p.add_argument("--seed", type=lambda v: int(v, 0))
+    p.add_argument("--cv-n-folds", type=int)
+    p.add_argument("--cv-train-window", type=int)
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--n-train-seqs", type=int)
+    p.add_argument("--n-val-seqs", type=int)
+    p.add_argument("--predecoded-dir", type=Path)
+    p.add_argument("--symbol")
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_hyperopt)
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 
@@ -299,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_parser(sub)
     add_train_supervised_parser(sub)
+    add_hyperopt_parser(sub)
 
     p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
     p.add_argument("--json", action="store_true")

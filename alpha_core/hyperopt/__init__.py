@@ -1,0 +1,1 @@
+"""Hyperparameter search: particle swarm optimisation through nevergrad."""

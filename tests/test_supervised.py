@@ -1,0 +1,106 @@
+"""The registry, params precedence (defaults < params file < CLI) and `alpha train-supervised` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from model_harness import assert_causal
+from safetensors.torch import load_model, save_model
+
+from alpha_core.cli import main
+from alpha_core.errors import PlanError
+from alpha_core.models import registry
+from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
+
+SUPERVISED_BARS = [n for n, s in registry.REGISTRY.items() if s.trainer == "supervised"]
+FAST = dict(epochs=1, seq_len=16, batch_size=32, n_train_seqs=128, n_val_seqs=128, cv_n_folds=2, cv_train_window=2)
+
+
+@pytest.mark.parametrize("name", SUPERVISED_BARS)
+def test_every_supervised_model_builds_runs_and_round_trips(name, tmp_path):
+    spec = registry.get(name)
+    model = spec.build(n_features=13)
+    x = torch.randn(2, 12, 13)
+    torch.manual_seed(0)
+    out = model(x)
+    assert out.shape == (2, 12, 3) and torch.isfinite(out).all()
+    assert_causal(model, 13, seq_len=12)
+    save_model(model, str(tmp_path / "m.safetensors"))
+    again = spec.build(n_features=13)
+    load_model(again, str(tmp_path / "m.safetensors"))
+    torch.manual_seed(0)
+    torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
+
+
+def test_select_follows_the_spec_models_variable():
+    assert registry.select("all") == list(registry.REGISTRY)
+    assert "perception" in registry.select("supervised") and "tft" in registry.select("supervised")
+    assert registry.select("tft,kan") == ["tft", "kan"]
+    with pytest.raises(PlanError, match=r"unknown model 'gpt'; registered: perception, tft"):
+        registry.select("tft,gpt")
+
+
+@pytest.fixture
+def bars_dir(tiny_data):
+    return tiny_data / "ES.FUT" / "ohlcv-1m"
+
+
+def run(bars_dir, tmp_path, params_file=None, explicit=None, **overrides):
+    cfg = SupervisedTrainConfig(model="tft", data_dir=bars_dir, output_dir=tmp_path / "out",
+                                predecoded_dir=tmp_path / "pd", device="cpu", **{**FAST, **overrides})
+    return train_supervised(cfg, params_file, explicit)
+
+
+def test_params_precedence_defaults_then_file_then_cli(bars_dir, tmp_path):
+    params = tmp_path / "results.json"
+    params.write_text(json.dumps({"best_params": {"d_model": 16, "n_heads": 2, "lr": 0.002}, "trials": []}))
+    (summary,) = run(bars_dir, tmp_path, params, {"lr": 0.005, "n_heads": 4}, cv_fold=0)
+    resolved = json.loads((tmp_path / "out" / "fold-0" / "params.json").read_text())
+    assert resolved["d_model"] == 16  # params file over the compiled default (32)
+    assert resolved["n_heads"] == 4 and resolved["lr"] == 0.005  # the command line over the params file
+    assert resolved["lstm_layers"] == 1  # compiled default
+    assert summary.params == resolved
+    config = json.loads((tmp_path / "out" / "fold-0" / "model_config.json").read_text())
+    assert config["d_model"] == 16 and config["n_features"] == 13
+
+
+def test_missing_params_file_means_defaults(bars_dir, tmp_path):
+    (summary,) = run(bars_dir, tmp_path, tmp_path / "no-such-results.json", cv_fold=1)
+    assert summary.params["d_model"] == 32 and summary.fold == 1
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"d_modle": 16}, "unknown parameter 'd_modle'"),
+        ({"d_model": "wide"}, "d_model: Input should be a valid integer"),
+        ({"lr": "fast"}, "lr: Input should be a valid number"),
+        ({"n_features": 99}, "unknown parameter 'n_features'"),
+    ],
+)
+def test_bad_params_files_name_the_key(bars_dir, tmp_path, content, message):
+    params = tmp_path / "bad.json"
+    params.write_text(json.dumps(content))
+    with pytest.raises(PlanError, match=message) as err:
+        run(bars_dir, tmp_path, params, cv_fold=0)
+    assert "bad.json" in str(err.value)
+
+
+def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys):
+    argv = ["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "m"),
+            "--predecoded-dir", str(tmp_path / "pd"), "--epochs", "2", "--cv-n-folds", "2", "--cv-train-window", "2",
+            "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "128",
+            "--param", "n_layers=1", "--device", "cpu"]
+    assert main(argv) == 0
+    for k in (0, 1):
+        fold = tmp_path / "m" / f"fold-{k}"
+        assert {p.name for p in fold.iterdir()} == {"model.safetensors", "norm_stats.json", "model_config.json",
+                                                     "params.json", "summary.json"}
+        summary = json.loads((fold / "summary.json").read_text())
+        assert summary["fold"] == k and summary["epochs"] == 2 and len(summary["val_auc"]) == 3
+        assert summary["params"]["n_layers"] == 1
+    assert main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir),
+                 "--output-dir", str(tmp_path / "p")]) == 2
+    assert "is trained by `alpha train`" in capsys.readouterr().err
