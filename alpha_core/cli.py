@@ -263,6 +263,40 @@ def add_train_supervised_parser(sub) -> None:
     p.set_defaults(func=cmd_train_supervised)
 
 
+def cmd_train_rl(args: argparse.Namespace) -> int:
+    from alpha_core.train.rl import RLTrainConfig, train_rl
+
+    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", "params_file", "param")}
+    for s in train_rl(RLTrainConfig(**values), args.params_file, _explicit_params(args.param)):
+        print(f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
+              f"turnover {s.val_turnover:.3f} -> {Path(args.output_dir) / f'fold-{s.fold}'}")
+    return 0
+
+
+def add_train_rl_parser(sub) -> None:
+    p = sub.add_parser("train-rl", help="walk-forward training of the DQN / PPO members")
+    p.add_argument("--model", required=True, choices=["dqn", "ppo"])
+    p.add_argument("--data-dir", required=True, type=Path, help="one symbol's DBN folder (OHLCV-1m files are used)")
+    p.add_argument("--output-dir", required=True, type=Path)
+    p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="explicit agent parameter (wins)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--timesteps-per-epoch", type=int)
+    p.add_argument("--early-stop-patience", type=int)
+    p.add_argument("--cv-fold", type=int)
+    p.add_argument("--cv-n-folds", type=int)
+    p.add_argument("--cv-train-window", type=int)
+    p.add_argument("--window", type=int)
+    p.add_argument("--episode-len", type=int)
+    p.add_argument("--n-envs", type=int)
+    p.add_argument("--cost-per-turnover", type=float, help="ticks per unit of position change")
+    p.add_argument("--predecoded-dir", type=Path)
+    p.add_argument("--symbol")
+    p.add_argument("--seed", type=lambda v: int(v, 0))
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_train_rl)
+
+
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
@@ -279,6 +313,7 @@ def add_hyperopt_parser(sub) -> None:
     p.add_argument("--output", required=True, type=Path, help="results.json (loadable as --params-file)")
     p.add_argument("--trials", type=int, help="PSO trials (default 20, the spec's HYPEROPT_TRIALS)")
     p.add_argument("--epochs", type=int, help="epochs per trial (default 3)")
+    p.add_argument("--timesteps-per-epoch", type=int, help="RL trials: environment steps per epoch (default 5000)")
     p.add_argument("--workers", type=int, help="particles evaluated concurrently per generation (default 1)")
     p.add_argument("--seed", type=lambda v: int(v, 0))
     p.add_argument("--cv-n-folds", type=int)
@@ -329,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_parser(sub)
     add_train_supervised_parser(sub)
+    add_train_rl_parser(sub)
     add_hyperopt_parser(sub)
 
     p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")

@@ -73,6 +73,7 @@ class HyperoptConfig(BaseModel):
     output: Path
     trials: int = 20  # the spec's HYPEROPT_TRIALS
     epochs: int = 3
+    timesteps_per_epoch: int = 5_000  # RL trials
     workers: int = 1
     seed: int = 0
     cv_n_folds: int = 1
@@ -93,11 +94,13 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     if spec.search_space is None:
         raise PlanError(f"model {cfg.model!r} has no hyperopt search space (models with one: "
                         f"{', '.join(n for n, s in registry.REGISTRY.items() if s.search_space)})")
-    if spec.trainer != "supervised":
-        raise PlanError(f"`alpha hyperopt` searches supervised models; {cfg.model!r} is trained by its own trainer")
+    if spec.trainer == "perception":
+        raise PlanError("the perception model is tuned through `alpha train` flags, not `alpha hyperopt`")
 
     def objective(params: dict) -> float:
         torch.set_num_threads(1)
+        if spec.trainer == "rl":
+            return -_rl_trial_score(cfg, params)
         with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
             train_cfg = SupervisedTrainConfig(
                 model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
@@ -111,7 +114,7 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     best, history = pso_minimize(objective, spec.search_space, cfg.trials, cfg.workers, cfg.seed)
     results = {
         "model": cfg.model,
-        "metric": "validation mean AUC (higher is better)",
+        "metric": ("validation Sharpe" if spec.trainer == "rl" else "validation mean AUC") + " (higher is better)",
         "best_params": best,
         "best_score": -min(h["loss"] for h in history),
         "trials": [{"trial": h["trial"], "params": h["params"], "score": -h["loss"], "wall_s": h["wall_s"]}
@@ -124,3 +127,15 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     }
     atomic_write_json(cfg.output, results)
     return results
+
+
+def _rl_trial_score(cfg: HyperoptConfig, params: dict) -> float:
+    from alpha_core.train.rl import RLTrainConfig, train_rl
+
+    with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
+        train_cfg = RLTrainConfig(
+            model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
+            symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch,
+            cv_n_folds=cfg.cv_n_folds, cv_train_window=cfg.cv_train_window, seed=cfg.seed, device=cfg.device,
+        )
+        return float(np.mean([s.val_sharpe for s in train_rl(train_cfg, explicit_params=params)]))

@@ -61,6 +61,7 @@ class ModelSpec:
         return getattr(importlib.import_module(self.module), self.model_name)
 
     def build(self, **config) -> nn.Module:
+        """A supervised model from its config values (RL agents need an environment: see alpha_core.train.rl)."""
         return self.builder()(self.config_class()(**config))
 
 
@@ -84,6 +85,15 @@ _ENTRIES = [
               "B-spline KAN layers over causal EMA summaries"),
     ModelSpec("xlstm", "supervised", "bars", "alpha_core.models.xlstm", "XLSTMConfig", "XLSTMModel", "supervised",
               "xLSTM: mLSTM (parallel form) and sLSTM blocks"),
+]
+_ENTRIES += [
+    ModelSpec("dqn", "rl", "bars", "alpha_core.rl.agents", "DQNConfig", "build_agent", "rl",
+              "DQN (stable-baselines3) on the batched trading environment: short/flat/long",
+              {"learning_rate": log(1e-4, 3e-3), "gamma": choice(0.5, 0.9, 0.99),
+               "exploration_fraction": SearchParam(kind="float", low=0.1, high=0.5)}),
+    ModelSpec("ppo", "rl", "bars", "alpha_core.rl.agents", "PPOConfig", "build_agent", "rl",
+              "PPO (stable-baselines3) on the batched trading environment: short/flat/long",
+              {"learning_rate": log(1e-4, 1e-3), "ent_coef": log(1e-4, 5e-2), "gamma": choice(0.5, 0.9, 0.99)}),
 ]
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
 

@@ -1,0 +1,236 @@
+"""SB3 DQN/PPO agents on the trading env: configs, a window-encoder features extractor, safetensors I/O, evaluation.
+
+Policies are MLPs over the flat observation by default. `extractor="gru"` (or `build_agent(..., encoder=...)`)
+instead runs an encoder over the [B, window, F] feature window and appends the position: any torch module
+mapping [B, window, F] -> [B, d] (or per-position [B, window, d], of which the last position is used, as the
+causal sequence models of `alpha_core.models` produce) can be reused this way.
+
+Weights are saved with `safetensors.torch.save_model` on `agent.policy` (SB3 policies alias one extractor
+under several names, which a raw `save_file(state_dict)` rejects). SB3's own `.zip` (cloudpickle) is not used.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_model, save_model
+from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.vec_env import VecEnv
+
+from alpha_core.data.norm import NormStats
+from alpha_core.data.sidecar import Sidecar
+from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv
+
+# 1-minute CME Globex bars: ~23 trading hours x 60 bars x 252 sessions a year
+BARS_PER_YEAR_1M = 23 * 60 * 252
+
+
+class _AgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(1e-3, gt=0)
+    gamma: float = Field(0.9, ge=0, le=1)  # short horizon: a bar's reward is mostly its own action's
+    net_arch: list[int] = Field(default_factory=lambda: [64, 64])
+    extractor: Literal["mlp", "gru"] = "mlp"  # "gru": the CausalGRUEncoder window extractor
+    gru_hidden: int = Field(32, ge=1)
+
+
+class DQNConfig(_AgentConfig):
+    buffer_size: int = Field(50_000, ge=1)
+    learning_starts: int = Field(500, ge=0)
+    batch_size: int = Field(64, ge=1)
+    train_freq: int = Field(1, ge=1)  # vectorised env steps between updates
+    gradient_steps: int = Field(1, ge=-1)
+    target_update_interval: int = Field(500, ge=1)  # env transitions
+    exploration_fraction: float = Field(0.3, gt=0, le=1)
+    exploration_initial_eps: float = Field(1.0, ge=0, le=1)
+    exploration_final_eps: float = Field(0.05, ge=0, le=1)
+
+
+class PPOConfig(_AgentConfig):
+    learning_rate: float = Field(3e-4, gt=0)
+    n_steps: int = Field(128, ge=1)  # per env and rollout
+    batch_size: int = Field(256, ge=2)
+    n_epochs: int = Field(4, ge=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip_range: float = Field(0.2, gt=0)
+    ent_coef: float = Field(0.01, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float = Field(0.5, gt=0)
+
+
+class CausalGRUEncoder(torch.nn.Module):
+    """A small causal encoder [B, window, F] -> [B, hidden]: the GRU's state after the window's last bar."""
+
+    def __init__(self, n_features: int, hidden: int = 32) -> None:
+        super().__init__()
+        self.gru = torch.nn.GRU(n_features, hidden, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, h = self.gru(x)
+        return h[-1]
+
+
+class WindowEncoderExtractor(BaseFeaturesExtractor):
+    """Features = [encoder(window), position] from the flat trading observation.
+
+    `encoder` is a module (deep-copied per extractor, so DQN's online and target nets do not share it) or a
+    zero-argument factory. Its output width is found by one dry forward pass."""
+
+    def __init__(self, observation_space: spaces.Box, window: int, n_features: int,
+                 encoder: torch.nn.Module | Callable[[], torch.nn.Module]) -> None:
+        module = copy.deepcopy(encoder) if isinstance(encoder, torch.nn.Module) else encoder()
+        if observation_space.shape != (window * n_features + 1,):
+            raise ValueError(f"observation shape {observation_space.shape} != window*F+1 = {window * n_features + 1}")
+        with torch.no_grad():
+            was_training = module.training
+            module.eval()
+            d = self._encode(module, torch.zeros(1, window, n_features)).shape[-1]
+            module.train(was_training)
+        super().__init__(observation_space, features_dim=int(d) + 1)
+        self.encoder = module
+        self.window, self.n_features = window, n_features
+
+    @staticmethod
+    def _encode(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        h = module(x)
+        if h.dim() == 3:  # per-position outputs of a causal sequence model: the last bar's
+            h = h[:, -1]
+        return h
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        b = observations.shape[0]
+        x = observations[:, :-1].reshape(b, self.window, self.n_features)
+        return torch.cat([self._encode(self.encoder, x), observations[:, -1:]], dim=1)
+
+
+def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOConfig | None = None, seed: int = 0,
+                device: str | torch.device = "cpu",
+                encoder: torch.nn.Module | Callable[[], torch.nn.Module] | None = None) -> BaseAlgorithm:
+    """An SB3 DQN or PPO on `env` (a TradingVecEnv, possibly wrapped, e.g. in VecMonitor).
+
+    The policy is an MLP (`cfg.net_arch`) over the flat observation, unless `encoder` is given (any module
+    [B, window, F] -> [B, d], or a factory of one) or `cfg.extractor == "gru"` (a CausalGRUEncoder); then
+    the MLP runs on [encoder(window), position]."""
+    if name not in ("dqn", "ppo"):
+        raise ValueError(f"unknown agent {name!r} (dqn or ppo)")
+    cfg = cfg or (DQNConfig() if name == "dqn" else PPOConfig())
+    if not isinstance(cfg, DQNConfig if name == "dqn" else PPOConfig):
+        raise TypeError(f"{name} needs a {'DQNConfig' if name == 'dqn' else 'PPOConfig'}, got {type(cfg).__name__}")
+    policy_kwargs: dict = {"net_arch": list(cfg.net_arch)}
+    if encoder is None and cfg.extractor == "gru":
+        n_features, hidden = env.get_attr("n_features")[0], cfg.gru_hidden
+        encoder = lambda: CausalGRUEncoder(n_features, hidden)  # noqa: E731
+    if encoder is not None:
+        window, n_features = env.get_attr("window")[0], env.get_attr("n_features")[0]
+        policy_kwargs["features_extractor_class"] = WindowEncoderExtractor
+        policy_kwargs["features_extractor_kwargs"] = {"window": window, "n_features": n_features, "encoder": encoder}
+    common = dict(learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed,
+                  device=device, verbose=0)
+    if name == "dqn":
+        return DQN("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
+                   batch_size=cfg.batch_size, train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps,
+                   target_update_interval=cfg.target_update_interval, exploration_fraction=cfg.exploration_fraction,
+                   exploration_initial_eps=cfg.exploration_initial_eps,
+                   exploration_final_eps=cfg.exploration_final_eps, **common)
+    return PPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+               gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
+               max_grad_norm=cfg.max_grad_norm, **common)
+
+
+def save_policy(agent: BaseAlgorithm, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """The policy's weights as safetensors (`save_model`: handles SB3's shared extractor tensors; no pickle)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"algo": type(agent).__name__, "policy": type(agent.policy).__name__, **(metadata or {})}
+    save_model(agent.policy, str(path), metadata=meta)
+    return path
+
+
+def load_policy(agent: BaseAlgorithm, path: str | Path, strict: bool = True) -> BaseAlgorithm:
+    """Load weights saved by `save_policy` into an agent built with the same config (architecture must match)."""
+    load_model(agent.policy, str(path), strict=strict, device=str(agent.device))  # strict: raises on a mismatch
+    return agent
+
+
+class EvalResult(BaseModel):
+    """Greedy-policy results over whole files. Sharpe = mean / std of the per-bar rewards; `sharpe` is that
+    times sqrt(periods_per_year) (default: 1-minute Globex bars, 23 h x 60 x 252)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sharpe: float
+    sharpe_per_bar: float
+    mean_reward: float  # per bar, reward units (ticks or log return), net of cost
+    std_reward: float
+    total_reward: float
+    turnover: float  # mean |position change| per bar
+    long_frac: float
+    short_frac: float
+    n_bars: int
+    periods_per_year: float
+    reward_unit: str
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump())
+
+
+def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+             env_cfg: EnvConfig | None = None, norm: NormStats | None = None, segment_len: int | None = 2048,
+             periods_per_year: float = BARS_PER_YEAR_1M) -> EvalResult:
+    """Run the greedy (deterministic) policy over every acting bar of each file (bars window-1 .. N-2).
+
+    `data`: validation sidecars/series (with `env_cfg` for window, cost and reward unit, and the training
+    `norm`), or a (possibly wrapped) TradingVecEnv whose files, config and normalisation are reused. For speed each file is cut
+    into segments of `segment_len` bars that run side by side in one batch; each segment starts flat (its
+    entry cost is charged). `segment_len=None` runs each file as one sequence (exact, slower)."""
+    base = getattr(data, "unwrapped", data)  # a VecMonitor-wrapped env counts too
+    if isinstance(base, TradingVecEnv):
+        market, cfg = base.data, base.cfg
+    else:
+        cfg = env_cfg or EnvConfig()
+        market = MarketData(data, cfg.window, norm, cfg.reward_unit)
+    segs = []  # (global first acting row, number of acting bars)
+    for off, n in zip(market.offsets, market.lengths, strict=True):
+        first, last = off + cfg.window - 1, off + n - 2
+        step = segment_len or max(last - first + 1, 1)
+        for s in range(first, last + 1, step):
+            segs.append((s, min(step, last - s + 1)))
+    if not segs:
+        raise ValueError(f"no file is longer than window + 1 = {cfg.window + 1} bars")
+    start = np.array([s for s, _ in segs], dtype=np.int64)
+    length = np.array([n for _, n in segs], dtype=np.int64)
+    position = np.zeros(len(segs))
+    rewards = np.zeros((len(segs), int(length.max())))
+    changes = np.zeros_like(rewards)
+    held = np.zeros_like(rewards)
+    for k in range(int(length.max())):
+        live = np.flatnonzero(length > k)
+        g = start[live] + k
+        obs = market.observations(g, position[live])
+        actions, _ = agent.predict(obs, deterministic=True)
+        new_pos = ACTION_TO_POSITION[np.asarray(actions, dtype=np.int64).reshape(-1)]
+        change = np.abs(new_pos - position[live])
+        rewards[live, k] = new_pos * market.ret[g] - cfg.cost_per_turnover * market.cost_scale[g] * change
+        changes[live, k] = change
+        held[live, k] = new_pos
+        position[live] = new_pos
+    mask = np.arange(rewards.shape[1])[None, :] < length[:, None]
+    r, pos = rewards[mask], held[mask]
+    mean, std = float(r.mean()), float(r.std())
+    per_bar = mean / std if std > 0 else 0.0
+    return EvalResult(sharpe=per_bar * math.sqrt(periods_per_year), sharpe_per_bar=per_bar, mean_reward=mean,
+                      std_reward=std, total_reward=float(r.sum()), turnover=float(changes[mask].mean()),
+                      long_frac=float((pos > 0).mean()), short_frac=float((pos < 0).mean()), n_bars=int(r.size),
+                      periods_per_year=float(periods_per_year), reward_unit=cfg.reward_unit)

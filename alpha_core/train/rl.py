@@ -1,0 +1,154 @@
+"""`alpha train-rl`: walk-forward training of the DQN/PPO members (the spec's `train_baseline_rl`).
+
+Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` over them, an SB3 agent
+trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is
+evaluated on the validation file, and the policy with the best validation Sharpe is kept as
+`fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `params.json`, `summary.json`).
+Agent parameters resolve as: defaults < params file < explicit values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+import alpha_core
+from alpha_core.atomic import atomic_write_json
+from alpha_core.data.dbn import OHLCV_1M, discover
+from alpha_core.data.folds import plan_folds
+from alpha_core.data.norm import fit_norm_stats
+from alpha_core.data.predecode import file_ref
+from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
+from alpha_core.train.params import load_params_file, split_params
+from alpha_core.train.perception import resolve_device
+
+AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
+
+
+class RLTrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Literal["dqn", "ppo"]
+    data_dir: Path
+    output_dir: Path
+    predecoded_dir: Path | None = None
+    symbol: str | None = None
+    epochs: int = 50
+    timesteps_per_epoch: int = 20_000
+    early_stop_patience: int = 5
+    cv_fold: int | None = None
+    cv_n_folds: int = 1
+    cv_train_window: int = 0
+    window: int = 32
+    episode_len: int = 256
+    n_envs: int = 8
+    cost_per_turnover: float = 0.5  # ticks per unit of position change
+    seed: int = 0x4242
+    device: str | None = None
+
+
+class RLFoldSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    fold: int
+    train_files: list[str]
+    val_files: list[str]
+    test_files: list[str]
+    epochs: int
+    early_stopped: bool
+    best_epoch: int
+    val_sharpe: float  # annualised, at the best epoch
+    val_mean_reward: float  # ticks per bar
+    val_turnover: float
+    val_sharpe_per_epoch: list[float]
+    params: dict
+    timesteps: int
+    device: str
+    wall_time_s: float
+    env_steps_per_s: float
+    versions: dict[str, str]
+
+
+def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None,
+             explicit_params: dict | None = None) -> list[RLFoldSummary]:
+    device = resolve_device(cfg.device)
+    agent_cls = AGENT_CONFIGS[cfg.model]
+    file_params = _agent_params(load_params_file(params_file), agent_cls, str(params_file))
+    cli_params = _agent_params(explicit_params or {}, agent_cls, "command line")
+    try:
+        agent_cfg = agent_cls(**{**file_params, **cli_params})
+    except ValidationError as exc:
+        raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
+    root = os.environ.get("ALPHA_STORAGE_ROOT")
+    predecoded = cfg.predecoded_dir or (Path(root, "predecoded") if root else cfg.output_dir / ".predecoded")
+    sidecars = [ensure_sidecar(f.path, predecoded, symbol=cfg.symbol)[0] for f in discover(cfg.data_dir, OHLCV_1M)]
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
+    folds = plan.folds if cfg.cv_fold is None else [plan.fold(cfg.cv_fold)]
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    return [_train_fold(cfg, agent_cfg, fold, by_path, device) for fold in folds]
+
+
+def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict:
+    """Only the agent's own fields are hyperparameters here (no supervised training keys)."""
+    agent, other = split_params(params, agent_cls, source)
+    if other:
+        key = next(iter(other))
+        raise PlanError(f"{source}: unknown parameter {key!r} (accepted: {', '.join(sorted(agent_cls.model_fields))})")
+    return agent
+
+
+def _train_fold(cfg: RLTrainConfig, agent_cfg, fold, by_path, device) -> RLFoldSummary:
+    out = cfg.output_dir / f"fold-{fold.fold}"
+    out.mkdir(parents=True, exist_ok=True)
+    train = [by_path[r.path] for r in fold.train]
+    val = [by_path[r.path] for r in fold.val]
+    norm = fit_norm_stats(train)
+    norm.save(out / "norm_stats.json")
+    params = agent_cfg.model_dump(mode="json")
+    atomic_write_json(out / "agent_config.json", params)
+    atomic_write_json(out / "params.json", params)
+    env_cfg = EnvConfig(window=cfg.window, episode_len=cfg.episode_len, n_envs=cfg.n_envs,
+                        cost_per_turnover=cfg.cost_per_turnover)
+    torch.manual_seed(cfg.seed + fold.fold)
+    env = TradingVecEnv(train, env_cfg, norm, seed=cfg.seed + fold.fold)
+    agent = build_agent(cfg.model, env, agent_cfg, seed=cfg.seed + fold.fold, device=str(device))
+    best = (-math.inf, 0, None)
+    curve, stale, early = [], 0, False
+    started = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False)
+        result = evaluate(agent, val, env_cfg, norm)
+        curve.append(result.sharpe)
+        print(f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {result.sharpe:.3f} "
+              f"mean reward {result.mean_reward:.4f} turnover {result.turnover:.3f}", flush=True)
+        if result.sharpe > best[0]:
+            best, stale = (result.sharpe, epoch, result), 0
+            save_policy(agent, out / "model.safetensors", {"model": cfg.model, "epoch": str(epoch)})
+        else:
+            stale += 1
+            if 0 < cfg.early_stop_patience <= stale:
+                early = True
+                break
+    wall = time.perf_counter() - started
+    _, best_epoch, result = best
+    summary = RLFoldSummary(
+        model=cfg.model, fold=fold.fold, train_files=[sc.meta.source.name for sc in train],
+        val_files=[sc.meta.source.name for sc in val], test_files=[r.name for r in fold.test], epochs=len(curve),
+        early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_mean_reward=result.mean_reward,
+        val_turnover=result.turnover, val_sharpe_per_epoch=curve, params=params, timesteps=int(agent.num_timesteps),
+        device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
+        versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+    )
+    atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
+    return summary

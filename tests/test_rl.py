@@ -1,0 +1,306 @@
+"""RL members: the batched trading VecEnv against hand stepping, and SB3 DQN/PPO on a toy env with a known optimum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from stable_baselines3.common.env_checker import check_env
+from stable_baselines3.common.vec_env import VecCheckNan, VecMonitor
+
+from alpha_core.data.norm import NormStats, fit_norm_stats
+from alpha_core.errors import DataError
+from alpha_core.rl import EnvConfig, MarketSeries, SingleTradingEnv, TradingVecEnv, split_observation
+from alpha_core.rl.agents import (
+    CausalGRUEncoder,
+    DQNConfig,
+    PPOConfig,
+    WindowEncoderExtractor,
+    build_agent,
+    evaluate,
+    load_policy,
+    save_policy,
+)
+
+
+def toy_series(n: int, seed: int, n_noise: int = 1) -> MarketSeries:
+    """+-1 tick steps whose next sign is feature 0 of the current bar: optimal = hold sign(feature 0)."""
+    rng = np.random.default_rng(seed)
+    sign = rng.choice([-1.0, 1.0], size=n)
+    price = 1000.0 + np.concatenate([[0.0], np.cumsum(sign[:-1])])  # price[t+1] - price[t] = sign[t]
+    feats = np.concatenate([sign[:, None], rng.normal(size=(n, n_noise))], axis=1).astype(np.float32)
+    return MarketSeries(feats, price, 1.0, f"toy{seed}")
+
+
+def random_series(n: int, seed: int, tick: float = 0.25) -> MarketSeries:
+    rng = np.random.default_rng(seed)
+    price = 4000.0 + tick * np.cumsum(rng.integers(-3, 4, size=n))
+    return MarketSeries(rng.normal(size=(n, 3)).astype(np.float32), price, tick, f"rand{seed}")
+
+
+class Always:
+    """A fixed-action stand-in for an agent (evaluate only calls predict)."""
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+
+    def predict(self, obs, deterministic=True):
+        return np.full(len(obs), self.action), None
+
+
+TOY_CFG = EnvConfig(window=4, episode_len=64, cost_per_turnover=0.1, n_envs=8)
+
+
+@pytest.fixture(scope="module")
+def toy_train():
+    return [toy_series(2000, i) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def toy_val():
+    return [toy_series(2000, 99)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the environment
+# ---------------------------------------------------------------------------------------------------
+def test_batched_step_equals_hand_stepping():
+    files = [random_series(40, 0), random_series(25, 1), random_series(9, 2), random_series(60, 3)]  # 9: too short
+    norm = NormStats(feature_names=["a", "b", "c"], mean=[0.5, -1.0, 0.0], std=[2.0, 1.0, 0.5], rows=1, sources=[])
+    cfg = EnvConfig(window=3, episode_len=7, cost_per_turnover=0.3, n_envs=5)
+    env = TradingVecEnv(files, cfg, norm, seed=11)
+    mean, std = norm.arrays()
+
+    def window(f: int, bar: int) -> np.ndarray:
+        return ((files[f].features[bar - cfg.window + 1 : bar + 1] - mean) / std).reshape(-1)
+
+    def check_fresh(i: int, obs_i: np.ndarray) -> None:
+        f, bar = env.file[i], env.t[i] - env.data.offsets[env.file[i]]
+        n = len(files[f].price)
+        assert cfg.window - 1 <= bar <= n - 1 - cfg.episode_len  # the whole episode fits in the file
+        np.testing.assert_allclose(obs_i, np.append(window(f, bar), 0.0), rtol=1e-6, atol=1e-6)
+
+    obs = env.reset()
+    assert obs.shape == (5, 3 * 3 + 1) and obs.dtype == np.float32
+    for i in range(5):
+        check_fresh(i, obs[i])
+    rng = np.random.default_rng(0)
+    pos = np.zeros(5)
+    steps_done = np.zeros(5, dtype=int)
+    seen_files, n_done = set(), 0
+    for _ in range(60):
+        files_now, bars_now = env.local_bar()
+        actions = rng.integers(0, 3, size=5)
+        obs, rew, dones, infos = env.step(actions)
+        for i in range(5):
+            f, bar, s = files_now[i], bars_now[i], files[files_now[i]]
+            seen_files.add(int(f))
+            new = actions[i] - 1.0
+            expected = new * (s.price[bar + 1] - s.price[bar]) / s.tick_size - 0.3 * abs(new - pos[i])
+            assert rew[i] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+            pos[i], steps_done[i] = new, steps_done[i] + 1
+            after = np.append(window(f, bar + 1), new)
+            assert dones[i] == (steps_done[i] == cfg.episode_len)
+            if dones[i]:
+                n_done += 1
+                assert infos[i]["TimeLimit.truncated"] is True
+                np.testing.assert_allclose(infos[i]["terminal_observation"], after, rtol=1e-6, atol=1e-6)
+                check_fresh(i, obs[i])
+                pos[i], steps_done[i] = 0.0, 0
+            else:
+                assert "terminal_observation" not in infos[i]
+                np.testing.assert_allclose(obs[i], after, rtol=1e-6, atol=1e-6)
+    assert n_done == 5 * (60 // 7)
+    assert 2 not in seen_files and seen_files == {0, 1, 3}
+
+
+def test_reward_arithmetic_on_hand_made_prices():
+    price = np.array([100.0, 101.0, 99.0, 99.0, 102.0, 100.0])
+    series = MarketSeries(np.zeros((6, 1), np.float32), price, tick_size=0.5)
+    # window 1, 5 acting bars: the only valid episode is bars 0..4
+    env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=2), seed=0)
+    env.reset()
+    assert (env.local_bar()[1] == 0).all()
+    actions = [2, 2, 0, 1, 2]  # long, long, short, flat, long
+    expected = [2 - 0.25, -4.0, 0.0 - 0.5, 0.0 - 0.25, -4 - 0.25]
+    for k, (a, e) in enumerate(zip(actions, expected, strict=True)):
+        obs, rew, dones, infos = env.step(np.array([a, 1]))
+        assert rew[0] == pytest.approx(e) and rew[1] == 0.0
+        assert dones.tolist() == [k == 4, k == 4]
+        if k < 4:
+            assert obs[0, -1] == a - 1  # the position is the observation's last entry
+    assert infos[0]["episode_return"] == pytest.approx(sum(expected))
+
+    log_env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=1,
+                                                reward_unit="log"), seed=0)
+    log_env.reset()
+    got = [float(log_env.step(np.array([a]))[1][0]) for a in actions]
+    pos_prev, want = 0.0, []
+    for t, a in enumerate(actions):
+        p = a - 1.0
+        want.append(p * math.log(price[t + 1] / price[t]) - 0.25 * 0.5 / price[t] * abs(p - pos_prev))
+        pos_prev = p
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+    # evaluate's arithmetic on the same series: always long over acting bars 0..4
+    res = evaluate(Always(2), [series], EnvConfig(window=1, cost_per_turnover=0.25))
+    r = np.array([2 - 0.25, -4, 0, 6, -4])
+    assert res.n_bars == 5 and res.mean_reward == pytest.approx(r.mean()) and res.turnover == pytest.approx(0.2)
+    assert res.sharpe_per_bar == pytest.approx(r.mean() / r.std())
+    assert res.sharpe == pytest.approx(r.mean() / r.std() * math.sqrt(res.periods_per_year))
+    assert res.long_frac == 1.0 and res.short_frac == 0.0
+
+
+def test_episodes_never_cross_a_file_end(tiny_sidecars):
+    bars = tiny_sidecars["bars"]
+    cfg = EnvConfig(window=16, episode_len=150, n_envs=16)
+    env = TradingVecEnv(bars, cfg, fit_norm_stats(bars), seed=3)
+    env.reset()
+    lengths = [sc.rows for sc in bars]
+    rng = np.random.default_rng(1)
+    files_seen, starts = set(), []
+    ep_file = env.file.copy()
+    for _ in range(1500):
+        f, bar = env.local_bar()
+        n = np.array(lengths)[f]
+        assert (f == ep_file).all()  # an episode stays in its file
+        assert (bar >= cfg.window - 1).all() and (bar <= n - 2).all()  # window inside, next bar inside
+        files_seen.update(f.tolist())
+        _, _, dones, _ = env.step(rng.integers(0, 3, size=16))
+        ep_file[dones] = env.file[dones]
+        starts.extend(env.local_bar()[1][dones].tolist())
+    assert files_seen == set(range(len(bars)))
+    assert min(starts) >= cfg.window - 1 and max(starts) <= max(lengths) - 1 - cfg.episode_len
+
+    # a file of exactly window + episode_len bars has a single valid start; one bar less is rejected
+    exact = random_series(16 + 150, 5)
+    env2 = TradingVecEnv([exact], cfg, seed=0)
+    env2.reset()
+    assert (env2.local_bar()[1] == 15).all()
+    with pytest.raises(DataError):
+        TradingVecEnv([random_series(16 + 149, 5)], cfg)
+
+
+def test_vecenv_api_seeding_and_check_env(tiny_sidecars):
+    bars = tiny_sidecars["bars"]
+    norm = fit_norm_stats(bars[:4])
+    cfg = EnvConfig(window=8, episode_len=32, n_envs=4)
+    check_env(SingleTradingEnv(bars, cfg, norm), warn=True)
+
+    def rollout(env, seed_call=None):
+        if seed_call is not None:
+            env.seed(seed_call)
+        out = [env.reset()]
+        rng = np.random.default_rng(0)
+        for _ in range(80):
+            obs, rew, dones, _ = env.step(rng.integers(0, 3, size=env.num_envs))
+            out += [obs, rew, dones]
+        return out
+
+    a, b = rollout(TradingVecEnv(bars, cfg, norm, seed=5)), rollout(TradingVecEnv(bars, cfg, norm, seed=5))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    c = rollout(TradingVecEnv(bars, cfg, norm, seed=6))
+    assert not np.array_equal(a[0], c[0])
+    d = rollout(TradingVecEnv(bars, cfg, norm, seed=None), seed_call=5)
+    e = rollout(TradingVecEnv(bars, cfg, norm, seed=1), seed_call=5)  # VecEnv.seed wins at the next reset
+    assert all(np.array_equal(x, y) for x, y in zip(d, e, strict=True))
+
+    env = VecCheckNan(VecMonitor(TradingVecEnv(bars, cfg, norm, seed=0)), raise_exception=True)
+    obs = env.reset()
+    assert env.observation_space.contains(obs[0]) and env.num_envs == 4
+    assert env.get_attr("window") == [8] * 4 and env.get_attr("n_features") == [13] * 4
+    assert env.env_is_wrapped(VecMonitor) == [False] * 4
+    win, pos = split_observation(obs, 8, 13)
+    assert win.shape == (4, 8, 13) and (pos == 0).all()
+    for _ in range(32):
+        _, _, dones, infos = env.step(np.full(4, 2))
+    assert dones.all() and all("episode" in info for info in infos)  # VecMonitor sees SB3 episodes
+
+
+# ---------------------------------------------------------------------------------------------------
+# agents
+# ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(toy_train):
+    agents = {}
+    dqn_cfg = DQNConfig(learning_starts=200, target_update_interval=200, exploration_fraction=0.2)
+    agents["dqn"] = build_agent("dqn", TradingVecEnv(toy_train, TOY_CFG, seed=0), dqn_cfg, seed=0).learn(6000)
+    ppo_cfg = PPOConfig(learning_rate=1e-3, n_steps=64, batch_size=128)
+    agents["ppo"] = build_agent("ppo", TradingVecEnv(toy_train, TOY_CFG, seed=0), ppo_cfg, seed=0).learn(8000)
+    return agents
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_agent_beats_flat_on_toy(trained, toy_val, name):
+    flat = evaluate(Always(1), toy_val, TOY_CFG)
+    assert flat.mean_reward == 0.0 and flat.turnover == 0.0
+    res = evaluate(trained[name], toy_val, TOY_CFG)
+    # optimum: +1 tick a bar minus 0.1 x ~1 turnover; random trading loses the cost
+    assert res.mean_reward > 0.6, res
+    assert res.sharpe > 0 and res.long_frac > 0.3 and res.short_frac > 0.3
+    exact = evaluate(trained[name], toy_val, TOY_CFG, segment_len=None)  # one sequence per file
+    assert exact.n_bars == res.n_bars and abs(exact.mean_reward - res.mean_reward) < 0.05
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_safetensors_round_trip_gives_identical_actions(trained, toy_train, toy_val, tmp_path, name):
+    agent = trained[name]
+    path = save_policy(agent, tmp_path / f"{name}.safetensors", {"note": "toy"})
+    with safe_open(str(path), "pt") as fh:
+        assert fh.metadata()["algo"] == agent.__class__.__name__ and fh.metadata()["note"] == "toy"
+    cfg = DQNConfig() if name == "dqn" else PPOConfig()
+    fresh = build_agent(name, TradingVecEnv(toy_train, TOY_CFG, seed=1), cfg, seed=123)
+    obs = TradingVecEnv(toy_val, TOY_CFG.model_copy(update={"n_envs": 256}), seed=2).reset()
+    before = fresh.predict(obs, deterministic=True)[0]
+    load_policy(fresh, path)
+    want = agent.predict(obs, deterministic=True)[0]
+    assert np.array_equal(fresh.predict(obs, deterministic=True)[0], want)
+    assert not np.array_equal(before, want)  # the load did something
+    for (k, v), (k2, v2) in zip(agent.policy.state_dict().items(), fresh.policy.state_dict().items(), strict=True):
+        assert k == k2 and torch.equal(v, v2)
+
+
+def test_gru_extractor_end_to_end_with_ppo(tiny_sidecars, tmp_path):
+    bars = tiny_sidecars["bars"]
+    train, val = bars[:4], bars[4:]
+    norm = fit_norm_stats(train)
+    cfg = EnvConfig(window=16, episode_len=64, n_envs=4)
+    pcfg = PPOConfig(extractor="gru", gru_hidden=16, n_steps=32, batch_size=64, n_epochs=2, net_arch=[32])
+    agent = build_agent("ppo", TradingVecEnv(train, cfg, norm, seed=0), pcfg, seed=0)
+    extractor = agent.policy.features_extractor
+    assert isinstance(extractor, WindowEncoderExtractor) and isinstance(extractor.encoder, CausalGRUEncoder)
+    assert extractor.features_dim == 16 + 1
+    params = [p.detach().clone() for p in extractor.encoder.parameters()]
+    agent.learn(256)
+    assert any(not torch.equal(p, q) for p, q in zip(params, extractor.encoder.parameters(), strict=True))
+    res = evaluate(agent, val, cfg, norm)
+    assert evaluate(agent, VecMonitor(TradingVecEnv(val, cfg, norm)), segment_len=2048) == res  # env form, wrapped
+    assert res.n_bars == val[0].rows - cfg.window and np.isfinite([res.sharpe, res.mean_reward, res.turnover]).all()
+    path = save_policy(agent, tmp_path / "ppo_gru.safetensors")  # shared pi/vf extractor tensors
+    fresh = load_policy(build_agent("ppo", TradingVecEnv(train, cfg, norm, seed=1), pcfg, seed=9), path)
+    assert evaluate(fresh, val, cfg, norm) == res
+
+
+def test_any_encoder_module_is_wrapped_per_network(toy_train):
+    """A registry-style encoder (module, per-position [B, K, d] output) in DQN: online and target nets get copies."""
+
+    class PerPosition(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(2, 8)
+
+        def forward(self, x):
+            return torch.cumsum(self.proj(x), dim=1)  # causal, [B, K, 8]
+
+    enc = PerPosition()
+    agent = build_agent("dqn", TradingVecEnv(toy_train, TOY_CFG, seed=0), DQNConfig(learning_starts=50), encoder=enc)
+    online, target = agent.q_net.features_extractor, agent.q_net_target.features_extractor
+    assert online.features_dim == 9 and online.encoder is not target.encoder and online.encoder is not enc
+    agent.learn(200)
+    obs = torch.as_tensor(TradingVecEnv(toy_train, TOY_CFG, seed=0).reset())
+    assert agent.q_net(obs).shape == (8, 3)
+    with pytest.raises(TypeError):
+        build_agent("ppo", TradingVecEnv(toy_train, TOY_CFG), DQNConfig())
