@@ -85,6 +85,8 @@ _ENTRIES = [
               "B-spline KAN layers over causal EMA summaries"),
     ModelSpec("xlstm", "supervised", "bars", "alpha_core.models.xlstm", "XLSTMConfig", "XLSTMModel", "supervised",
               "xLSTM: mLSTM (parallel form) and sLSTM blocks"),
+    ModelSpec("diffusion", "supervised", "bars", "alpha_core.models.diffusion", "DiffusionConfig", "DiffusionModel",
+              "supervised", "conditional DDPM over forward moves; P(up) from samples"),
 ]
 _ENTRIES += [
     ModelSpec("dqn", "rl", "bars", "alpha_core.rl.agents", "DQNConfig", "build_agent", "rl",

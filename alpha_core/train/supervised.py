@@ -203,9 +203,14 @@ def _validate(model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: in
     loader.reset(cfg.seed + 1 + epoch)
     losses, probs, labels = [], [], []
     for batch in loader.batches(cfg.batch_size):
-        logits = model(batch.x)
-        losses.append(masked_bce(logits, batch.labels))
-        probs.append(torch.sigmoid(logits[:, -1].float()))
+        if hasattr(model, "forward_last"):  # sampling models: score the last position only (the AUC's position)
+            last = model.forward_last(batch.x)
+            losses.append(masked_bce(last[:, None], batch.labels[:, -1:]))
+        else:
+            logits = model(batch.x)
+            losses.append(masked_bce(logits, batch.labels))
+            last = logits[:, -1]
+        probs.append(torch.sigmoid(last.float()))
         labels.append(batch.labels[:, -1])
     aucs = auc_per_horizon(torch.cat(probs).cpu().numpy(), torch.cat(labels).cpu().numpy())
     return float(torch.stack(losses).mean()), aucs
