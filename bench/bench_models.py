@@ -1,9 +1,10 @@
-"""Training throughput of every supervised registry model: samples/s at batch 256, K=64, one CPU thread.
+"""Training throughput of every supervised registry model, and PPO environment steps/s.
 
-    .venv/bin/python bench/bench_models.py [--batch 256] [--seq-len 64] [--steps 3] [--device cpu]
+    .venv/bin/python bench/bench_models.py [--batch 256] [--seq-len 64] [--steps 3] [--device cpu] [--n-envs 1024]
 
-Windows come from real bar sidecars through the loader (a `--scale tiny` demo set generated on the fly).
-Each model runs one warm-up step, then `--steps` timed steps of forward + backward + AdamW.
+Windows come from real bar sidecars through the loader (a `--scale small` demo set generated on the fly).
+Each model runs one warm-up step, then `--steps` timed steps of forward + backward + AdamW, one torch thread.
+PPO then learns on the batched trading environment with `--n-envs` parallel environments.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n-envs", type=int, default=1024)
     parser.add_argument("--out", type=Path, default=Path("bench/out/bench_models.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -64,9 +66,24 @@ def main() -> None:
                              "params": sum(p.numel() for p in model.parameters())}
             print(f"{name:8s} {args.batch / seconds:10,.0f} samples/s  {seconds * 1e3:8.0f} ms/step  "
                   f"{results[name]['params']:>9,} params", flush=True)
+        rl = ppo_env_steps(bars, args)
+        print(f"ppo      {rl['env_steps_per_s']:10,.0f} env steps/s with {args.n_envs} environments", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"batch": args.batch, "seq_len": args.seq_len, "device": args.device,
-                                    "threads": 1, "models": results}, indent=2))
+                                    "threads": 1, "models": results, "ppo": rl}, indent=2))
+
+
+def ppo_env_steps(bars, args) -> dict:
+    from alpha_core.rl import EnvConfig, PPOConfig, TradingVecEnv, build_agent
+
+    env = TradingVecEnv(bars, EnvConfig(n_envs=args.n_envs, window=32, episode_len=256), fit_norm_stats(bars))
+    agent = build_agent("ppo", env, PPOConfig(n_steps=16, batch_size=4096, n_epochs=1), device=args.device)
+    agent.learn(args.n_envs * 16)  # warm-up: one rollout + update
+    start = time.perf_counter()
+    agent.learn(args.n_envs * 16 * 4, reset_num_timesteps=False)
+    seconds = time.perf_counter() - start
+    return {"n_envs": args.n_envs, "env_steps": args.n_envs * 64, "seconds": seconds,
+            "env_steps_per_s": args.n_envs * 64 / seconds}
 
 
 if __name__ == "__main__":
