@@ -106,3 +106,12 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys)
     assert main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir),
                  "--output-dir", str(tmp_path / "p")]) == 2
     assert "is trained by `alpha train`" in capsys.readouterr().err
+
+
+def test_models_json_lists_the_registry(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"perception", "tft", "mamba2", "tggn", "tlob", "liquid", "kan", "xlstm", "diffusion", "dqn", "ppo"}
+    assert {n for n, r in rows.items() if r["hyperopt"]} == {"tft", "mamba2", "dqn", "ppo"}
+    assert rows["dqn"]["group"] == "rl" and rows["perception"]["input"] == "book" and rows["kan"]["input"] == "bars"
+    assert rows["tft"]["hyperopt"]["lr"] == {"kind": "log", "low": 1e-4, "high": 1e-2}
