@@ -99,7 +99,7 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys)
     for k in (0, 1):
         fold = tmp_path / "m" / f"fold-{k}"
         assert {p.name for p in fold.iterdir()} == {"model.safetensors", "norm_stats.json", "model_config.json",
-                                                     "params.json", "summary.json"}
+                                                     "params.json", "train_config.json", "summary.json"}
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["fold"] == k and summary["epochs"] == 2 and len(summary["val_auc"]) == 3
         assert summary["params"]["n_layers"] == 1

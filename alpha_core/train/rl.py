@@ -3,7 +3,8 @@
 Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` over them, an SB3 agent
 trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is
 evaluated on the validation file, and the policy with the best validation Sharpe is kept as
-`fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `params.json`, `summary.json`).
+`fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`,
+`summary.json`).
 Agent parameters resolve as: defaults < params file < explicit values.
 """
 
@@ -120,6 +121,7 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold, by_path, device) -> RLFoldS
     atomic_write_json(out / "params.json", params)
     env_cfg = EnvConfig(window=cfg.window, episode_len=cfg.episode_len, n_envs=cfg.n_envs,
                         cost_per_turnover=cfg.cost_per_turnover)
+    atomic_write_json(out / "env_config.json", env_cfg.model_dump(mode="json"))  # the observation layout
     torch.manual_seed(cfg.seed + fold.fold)
     env = TradingVecEnv(train, env_cfg, norm, seed=cfg.seed + fold.fold)
     agent = build_agent(cfg.model, env, agent_cfg, seed=cfg.seed + fold.fold, device=str(device))

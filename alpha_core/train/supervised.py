@@ -5,7 +5,8 @@ Per fold of the symbol's fold plan: normalisation fitted on the training files, 
 cosine decay, masked BCE at every labelled position (or the model's own `loss`), a validation pass per
 epoch (AUC per horizon at each window's last position), the spec's three best trackers and early stopping.
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
-`fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json` and `summary.json`.
+`fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
+and `summary.json`.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: Fold, by_path, device) -> Fo
     norm.save(out / "norm_stats.json")
     atomic_write_json(out / "model_config.json", model_cfg.model_dump(mode="json"))
     atomic_write_json(out / "params.json", params)
+    atomic_write_json(out / "train_config.json", cfg.model_dump(mode="json"))  # seq_len etc. for evaluation
     tick_size = train_files[0].meta.tick_size
     train_loader = WindowLoader(train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, norm, device=device)
     val_loader = WindowLoader(val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + 1, norm, device=device)
