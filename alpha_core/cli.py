@@ -297,6 +297,33 @@ def add_train_rl_parser(sub) -> None:
     p.set_defaults(func=cmd_train_rl)
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from alpha_core.eval.evaluate import EvalConfig, evaluate
+
+    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command")}
+    if "symbols" in values:
+        values["symbols"] = _symbols(values["symbols"])
+    report = evaluate(EvalConfig(**values))
+    print(Path(args.output).with_suffix(".md").read_text())
+    for e in report.excluded:
+        print(f"excluded: {e.model} {e.symbol} fold {e.fold}: {e.reason}", file=sys.stderr)
+    return 0
+
+
+def add_evaluate_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="out-of-sample backtests of every checkpoint and the ensemble report")
+    p.add_argument("--models-dir", required=True, type=Path, help="models/<model>/<symbol>/fold-<k>/ checkpoints")
+    p.add_argument("--data-dir", required=True, type=Path, help="data root with one folder per symbol")
+    p.add_argument("--output", required=True, type=Path, help="ensemble_report.json (.md and PNGs beside it)")
+    p.add_argument("--symbols", help="comma-separated (default: every symbol with checkpoints)")
+    p.add_argument("--horizon", type=int, help="horizon index the positions follow (default 0, the shortest)")
+    p.add_argument("--band", type=float, help="flat while |P(up) - 0.5| <= band (default 0.05)")
+    p.add_argument("--cost-ticks", type=float, help="cost per unit of position change in ticks (default 1)")
+    p.add_argument("--predecoded-dir", type=Path)
+    p.add_argument("--device")
+    p.set_defaults(func=cmd_evaluate)
+
+
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
@@ -366,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_supervised_parser(sub)
     add_train_rl_parser(sub)
     add_hyperopt_parser(sub)
+    add_evaluate_parser(sub)
 
     p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
     p.add_argument("--json", action="store_true")
