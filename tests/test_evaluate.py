@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -40,6 +41,11 @@ def trained(tiny_data, tmp_path_factory):
     broken = models / "kan" / "ES.FUT" / "fold-7"
     shutil.copytree(models / "kan" / "ES.FUT" / "fold-0", broken)
     (broken / "model.safetensors").unlink()
+    for fold, change in ((8, {"test_files": []}), (9, {"gate_passed": False})):  # no test file; a failed gate
+        odd = models / "mamba2" / "ES.FUT" / f"fold-{fold}"
+        shutil.copytree(models / "mamba2" / "ES.FUT" / "fold-0", odd)
+        summary = json.loads((odd / "summary.json").read_text())
+        (odd / "summary.json").write_text(json.dumps({**summary, **change}))
     return root, pd
 
 
@@ -63,6 +69,8 @@ def test_report_end_to_end(trained, tiny_data):
     assert sym.oracle_auc is not None and 0.6 < sym.oracle_auc[0] < 1
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("kan", 7)] == "missing model.safetensors"
+    assert reasons[("mamba2", 8)] == "fold has no test file"
+    assert reasons[("mamba2", 9)] == "its gate failed upstream"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md
     for name in ("ES.FUT_equity.png", "ES.FUT_drawdown.png", "ES.FUT_fold_sharpe.png"):
