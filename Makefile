@@ -21,18 +21,24 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
+RUN := $(ALPHA_STORAGE_ROOT)/demo-run
 demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
 	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select '*' --partition $(SYMBOL)
 	$(BIN)/alpha train --mbp10-data-dir $(DATA)/$(SYMBOL)/mbp-10 --predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL) \
-		--out $(ALPHA_STORAGE_ROOT)/demo-train/$(SYMBOL) --cv-n-folds 3 --cv-fold 0 --epochs 2 --batch-size 64 \
+		--out $(RUN)/models/perception/$(SYMBOL)/fold-0 --cv-n-folds 3 --cv-fold 0 --epochs 2 --batch-size 64 \
 		--seq-len 32 --n-train-seqs 4000 --n-val-seqs 2000 --lr-warmup-steps 20 --device cpu
+	$(BIN)/alpha train-supervised --model tft --data-dir $(DATA)/$(SYMBOL) --output-dir $(RUN)/models/tft/$(SYMBOL) \
+		--predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL) --cv-n-folds 3 --epochs 2 --seq-len 32 \
+		--batch-size 64 --n-train-seqs 3000 --n-val-seqs 2000 --device cpu
+	$(BIN)/alpha evaluate --models-dir $(RUN)/models --data-dir $(DATA) --output $(RUN)/eval/ensemble_report.json \
+		--predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded --device cpu
 	@echo
 	@echo "Results for $(SYMBOL):"
 	@echo "  sidecars:   $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL)/"
 	@echo "  fold plans: $$(ls -t $(ALPHA_STORAGE_ROOT)/*/folds/$(SYMBOL)/fold_plans.json | head -1)"
-	@echo "  perception model (fold 0): $(ALPHA_STORAGE_ROOT)/demo-train/$(SYMBOL)/alpha_train_summary.json"
-	@$(BIN)/alpha folds --data-dir $(DATA)/$(SYMBOL) --cv-n-folds 3
+	@echo "  models:     $(RUN)/models/{perception,tft}/$(SYMBOL)/fold-<k>/"
+	@echo "  report:     $(RUN)/eval/ensemble_report.{json,md} and PNG plots"
 	@echo "Open the UI with: make ui"
 
 ui: install
