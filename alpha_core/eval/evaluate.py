@@ -110,9 +110,9 @@ def _n_trials(models_dir: Path, model: str, symbol: str) -> int:
         return 1
 
 
+@torch.no_grad()
 def evaluate(cfg: EvalConfig) -> EnsembleReport:
     device = resolve_device(cfg.device)
-    torch.set_grad_enabled(False)
     checkpoints, excluded = find_checkpoints(cfg.models_dir, cfg.symbols)
     predecoded = cfg.predecoded_dir or cfg.output.parent / ".predecoded"
     by_symbol: dict[str, list[Checkpoint]] = defaultdict(list)
