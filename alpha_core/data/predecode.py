@@ -50,3 +50,36 @@ def predecode(
         Predecoded(*ensure_sidecar(f.path, predecoded_dir, symbol=symbol, label_config=label_config))
         for f in files
     ]
+
+
+@dataclass
+class FoldData:
+    """One walk-forward fold with its sidecars (what a trainer needs)."""
+
+    fold: int
+    train: list[Sidecar]
+    val: list[Sidecar]
+    test_names: list[str]
+
+
+def walk_forward(directory: str | Path, schema: str, predecoded_dir: str | Path, symbol: str | None,
+                 cv_n_folds: int, cv_train_window: int, cv_fold: int | None) -> list[FoldData]:
+    """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's files."""
+    from alpha_core.data.folds import plan_folds
+
+    sidecars = [item.sidecar for item in predecode(directory, predecoded_dir, symbol, schema)]
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window)
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
+    return [FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val],
+                     [r.name for r in f.test]) for f in folds]
+
+
+def default_predecoded_dir(explicit: Path | None, output_dir: Path) -> Path:
+    """The explicit cache, else `$ALPHA_STORAGE_ROOT/predecoded`, else `{output_dir}/.predecoded`."""
+    import os
+
+    if explicit is not None:
+        return explicit
+    root = os.environ.get("ALPHA_STORAGE_ROOT")
+    return Path(root, "predecoded") if root else output_dir / ".predecoded"

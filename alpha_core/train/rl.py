@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Literal
@@ -23,11 +22,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
-from alpha_core.data.dbn import OHLCV_1M, discover
-from alpha_core.data.folds import plan_folds
+from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
-from alpha_core.data.predecode import file_ref
-from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
 from alpha_core.train.params import load_params_file, split_params
@@ -91,13 +88,9 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None,
         agent_cfg = agent_cls(**{**file_params, **cli_params})
     except ValidationError as exc:
         raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
-    root = os.environ.get("ALPHA_STORAGE_ROOT")
-    predecoded = cfg.predecoded_dir or (Path(root, "predecoded") if root else cfg.output_dir / ".predecoded")
-    sidecars = [ensure_sidecar(f.path, predecoded, symbol=cfg.symbol)[0] for f in discover(cfg.data_dir, OHLCV_1M)]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
-    folds = plan.folds if cfg.cv_fold is None else [plan.fold(cfg.cv_fold)]
-    by_path = {sc.meta.source.path: sc for sc in sidecars}
-    return [_train_fold(cfg, agent_cfg, fold, by_path, device) for fold in folds]
+    folds = walk_forward(cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+                         cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold)
+    return [_train_fold(cfg, agent_cfg, fold, device) for fold in folds]
 
 
 def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict:
@@ -109,11 +102,10 @@ def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict
     return agent
 
 
-def _train_fold(cfg: RLTrainConfig, agent_cfg, fold, by_path, device) -> RLFoldSummary:
+def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device) -> RLFoldSummary:
     out = cfg.output_dir / f"fold-{fold.fold}"
     out.mkdir(parents=True, exist_ok=True)
-    train = [by_path[r.path] for r in fold.train]
-    val = [by_path[r.path] for r in fold.val]
+    train, val = fold.train, fold.val
     norm = fit_norm_stats(train)
     norm.save(out / "norm_stats.json")
     params = agent_cfg.model_dump(mode="json")
@@ -146,7 +138,7 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold, by_path, device) -> RLFoldS
     _, best_epoch, result = best
     summary = RLFoldSummary(
         model=cfg.model, fold=fold.fold, train_files=[sc.meta.source.name for sc in train],
-        val_files=[sc.meta.source.name for sc in val], test_files=[r.name for r in fold.test], epochs=len(curve),
+        val_files=[sc.meta.source.name for sc in val], test_files=fold.test_names, epochs=len(curve),
         early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_mean_reward=result.mean_reward,
         val_turnover=result.turnover, val_sharpe_per_epoch=curve, params=params, timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),

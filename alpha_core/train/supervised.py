@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -24,12 +23,10 @@ from safetensors.torch import save_model
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
-from alpha_core.data.dbn import MBP10, OHLCV_1M, discover
-from alpha_core.data.folds import Fold, plan_folds
+from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
-from alpha_core.data.predecode import file_ref
-from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
@@ -98,13 +95,6 @@ class FoldSummary(BaseModel):
     versions: dict[str, str]
 
 
-def _predecoded_dir(cfg: SupervisedTrainConfig) -> Path:
-    if cfg.predecoded_dir is not None:
-        return cfg.predecoded_dir
-    root = os.environ.get("ALPHA_STORAGE_ROOT")
-    return Path(root, "predecoded") if root else cfg.output_dir / ".predecoded"
-
-
 def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
                      explicit_params: dict | None = None) -> list[FoldSummary]:
     """Train every requested fold; precedence: defaults < params file < explicit (CLI) values."""
@@ -114,12 +104,10 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
     device = resolve_device(cfg.device)
-    files = discover(cfg.data_dir, SCHEMA_OF_INPUT[spec.input])
-    sidecars = [ensure_sidecar(f.path, _predecoded_dir(cfg), symbol=cfg.symbol)[0] for f in files]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
-    folds = plan.folds if cfg.cv_fold is None else [plan.fold(cfg.cv_fold)]
-    by_path = {sc.meta.source.path: sc for sc in sidecars}
-    first = sidecars[0].meta
+    folds = walk_forward(cfg.data_dir, SCHEMA_OF_INPUT[spec.input],
+                         default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol, cfg.cv_n_folds,
+                         cfg.cv_train_window, cfg.cv_fold)
+    first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
     model_cfg, train_overrides = resolve(spec.config_class(), data_fields, load_params_file(params_file),
                                          explicit_params or {}, str(params_file))
@@ -128,14 +116,13 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     except ValidationError as exc:
         raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
-    return [_train_fold(cfg, spec, model_cfg, params, fold, by_path, device) for fold in folds]
+    return [_train_fold(cfg, spec, model_cfg, params, fold, device) for fold in folds]
 
 
-def _train_fold(cfg, spec, model_cfg, params, fold: Fold, by_path, device) -> FoldSummary:
+def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device) -> FoldSummary:
     out = cfg.output_dir / f"fold-{fold.fold}"
     out.mkdir(parents=True, exist_ok=True)
-    train_files = [by_path[r.path] for r in fold.train]
-    val_files = [by_path[r.path] for r in fold.val]
+    train_files, val_files = fold.train, fold.val
     norm = fit_norm_stats(train_files)
     norm.save(out / "norm_stats.json")
     atomic_write_json(out / "model_config.json", model_cfg.model_dump(mode="json"))
@@ -185,7 +172,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: Fold, by_path, device) -> Fo
     summary = FoldSummary(
         model=cfg.model, fold=fold.fold,
         train_files=[sc.meta.source.name for sc in train_files], val_files=[sc.meta.source.name for sc in val_files],
-        test_files=[r.name for r in fold.test], horizons=list(train_files[0].meta.horizons),
+        test_files=fold.test_names, horizons=list(train_files[0].meta.horizons),
         epochs=t.epochs_completed, early_stopped=t.early_stopped, checkpoint_metric=metric,
         checkpoint_epoch=checkpoint_epoch, val_auc=checkpoint_auc, best_epoch=t.best_epoch,
         best_val_loss=t.best_val_loss, best_mean_auc=t.best_mean_auc, best_mean_auc_epoch=t.best_mean_auc_epoch,
