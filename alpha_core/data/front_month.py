@@ -11,10 +11,11 @@ roll (later segments shifted, earlier prices untouched: nothing is adjusted with
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 import numpy as np
-import polars as pl
 
 from alpha_core.data.products import parse_contract
 
@@ -22,11 +23,23 @@ SESSION_TZ = "America/Chicago"
 SESSION_OPEN_SHIFT_H = 7  # 17:00 CT + 7 h = 00:00 of the session's date
 
 
+NS_PER_HOUR = 3_600_000_000_000
+NS_PER_DAY = 24 * NS_PER_HOUR
+
+
 def session_days(ts_ns: np.ndarray) -> np.ndarray:
-    """CME session date of each UTC ns timestamp, as int32 days since 1970-01-01."""
-    s = pl.Series("ts", ts_ns.astype(np.int64, copy=False))
-    local = pl.from_epoch(s, time_unit="ns").dt.replace_time_zone("UTC").dt.convert_time_zone(SESSION_TZ)
-    return (local.dt.offset_by(f"{SESSION_OPEN_SHIFT_H}h").dt.date()).cast(pl.Int32).to_numpy()
+    """CME session date of each UTC ns timestamp, as int32 days since 1970-01-01.
+
+    Chicago's UTC offset only changes on whole hours, so it is looked up once per distinct hour
+    (a few thousand per quarter) and applied to every timestamp of that hour.
+    """
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    hours, inverse = np.unique(ts // NS_PER_HOUR, return_inverse=True)
+    tz = ZoneInfo(SESSION_TZ)
+    offsets = np.array([dt.datetime.fromtimestamp(int(h) * 3600, tz=tz).utcoffset().total_seconds() for h in hours],
+                       dtype=np.int64) * 1_000_000_000
+    local = ts + offsets[inverse.reshape(-1)] + SESSION_OPEN_SHIFT_H * NS_PER_HOUR
+    return (local // NS_PER_DAY).astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,12 @@ def choose_front(
     sessions: np.ndarray, instrument_ids: np.ndarray, activity: np.ndarray, symbols: dict[int, str], ref_year: int
 ) -> FrontMonth:
     """Front contract per session from per-row activity (1 per record, or the bar volume)."""
-    table = (
-        pl.DataFrame({"session": sessions, "iid": instrument_ids.astype(np.int64), "act": activity})
-        .group_by("session", "iid")
-        .agg(pl.col("act").sum())
-    )
+    pairs, inverse = np.unique(np.stack([sessions.astype(np.int64), instrument_ids.astype(np.int64)], axis=1),
+                               axis=0, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=np.asarray(activity, dtype=np.float64), minlength=len(pairs))
     expiry = {iid: parse_contract(sym).expiry_key(ref_year) for iid, sym in symbols.items()}
     by_session: dict[int, dict[int, float]] = {}
-    for session, iid, act in table.iter_rows():
+    for (session, iid), act in zip(pairs.tolist(), totals.tolist(), strict=True):
         by_session.setdefault(session, {})[iid] = act
 
     front: dict[int, int] = {}
