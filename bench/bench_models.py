@@ -32,13 +32,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--n-envs", type=int, default=1024)
+    parser.add_argument("--data-dir", type=Path, help="an ES.FUT folder with OHLCV-1m files (default: generate)")
+    parser.add_argument("--predecoded-dir", type=Path, help="its sidecar cache (prebuilt, for machines without polars)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/bench_models.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
-        generate_demo_data(Path(tmp), "small", 7, ["ES.FUT"], quarters=2)
-        bars = [p.sidecar for p in predecode(Path(tmp, "ES.FUT"), Path(tmp, "pd"), "ES.FUT", "ohlcv-1m")]
+        if args.data_dir is None:  # generate (the build stack needs polars: on a GPU image pass prebuilt sidecars)
+            generate_demo_data(Path(tmp), "small", 7, ["ES.FUT"], quarters=2)
+            args.data_dir, args.predecoded_dir = Path(tmp, "ES.FUT"), Path(tmp, "pd")
+        bars = [p.sidecar for p in predecode(args.data_dir, args.predecoded_dir, "ES.FUT", "ohlcv-1m")]
         loader = WindowLoader(bars, args.seq_len, 10**9, 0, fit_norm_stats(bars), device=device)
         batches = [loader.next_batch(args.batch) for _ in range(args.steps + 1)]
         tick = bars[0].meta.tick_size
