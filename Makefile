@@ -24,7 +24,7 @@ install: $(BIN)/.installed
 RUN := $(ALPHA_STORAGE_ROOT)/demo-run
 demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
-	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select '*' --partition $(SYMBOL)
+	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select book_sidecars,bar_sidecars,fold_plans --partition $(SYMBOL)
 	$(BIN)/alpha train --mbp10-data-dir $(DATA)/$(SYMBOL)/mbp-10 --predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL) \
 		--out $(RUN)/models/perception/$(SYMBOL)/fold-0 --cv-n-folds 3 --cv-fold 0 --epochs 2 --batch-size 64 \
 		--seq-len 32 --n-train-seqs 4000 --n-val-seqs 2000 --lr-warmup-steps 20 --device cpu

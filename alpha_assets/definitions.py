@@ -9,6 +9,7 @@ import dagster as dg
 
 from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import default_resources
+from alpha_assets.training_assets import checkpoint_assets, ensemble_report, hyperopt_assets
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
@@ -17,7 +18,7 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 MAX_PARALLEL = int(os.environ.get("MAX_PARALLEL", "10"))
 
 defs = dg.Definitions(
-    assets=[book_sidecars, bar_sidecars, fold_plans],
+    assets=[book_sidecars, bar_sidecars, fold_plans, *hyperopt_assets, *checkpoint_assets, ensemble_report],
     resources=default_resources(),
     executor=dg.multiprocess_executor.configured({"max_concurrent": MAX_PARALLEL}),
 )
