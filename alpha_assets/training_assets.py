@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.execution import GPU_STEP_TAGS
 from alpha_assets.partitions import symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core.models import registry
@@ -61,7 +62,8 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
     key = dg.AssetKey(["hyperopt", name])
 
     @dg.asset(key=key, partitions_def=symbol_partitions, group_name="hyperopt", kinds={"nevergrad"},
-              deps=["bar_sidecars"], pool="gpu", description=f"PSO hyperparameter search for {name}")
+              deps=["bar_sidecars"], pool="gpu", op_tags=GPU_STEP_TAGS,
+              description=f"PSO hyperparameter search for {name}")
     def _asset(context: dg.AssetExecutionContext, config: HyperoptAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
@@ -89,6 +91,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol")))
 
     @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool="gpu",
+              op_tags=GPU_STEP_TAGS,
               kinds={"pytorch", "safetensors"}, code_version="1", description=f"{name}: one walk-forward fold",
               check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True)])
     def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
