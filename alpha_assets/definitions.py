@@ -8,6 +8,7 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
+from alpha_assets.automation import jobs, new_dbn_files, schedules  # noqa: E402
 from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans  # noqa: E402
 from alpha_assets.execution import executor  # noqa: E402
 from alpha_assets.resources import default_resources  # noqa: E402
@@ -15,6 +16,9 @@ from alpha_assets.training_assets import checkpoint_assets, ensemble_report, hyp
 
 defs = dg.Definitions(
     assets=[book_sidecars, bar_sidecars, fold_plans, *hyperopt_assets, *checkpoint_assets, ensemble_report],
+    jobs=jobs,
+    schedules=schedules,
+    sensors=[new_dbn_files],
     resources=default_resources(),
     executor=executor(),
 )
