@@ -5,7 +5,7 @@
 import dagster as dg
 
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
-from alpha_assets.resources import DataRoot, StorageRoot
+from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
@@ -147,7 +147,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
         problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
-    path = atomic_write_json(storage.run_dir(context.run.run_id) / "folds" / symbol / "fold_plans.json", plans)
+    path = atomic_write_json(storage.run_dir(run_id(context)) / "folds" / symbol / "fold_plans.json", plans)
     table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
     for kind, plan in plans.items():
         for f in plan["folds"]:

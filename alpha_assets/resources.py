@@ -37,3 +37,11 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "data": DataRoot(root=os.environ.get("ALPHA_DATA_DIR", str(Path("data/demo").resolve()))),
         "storage": StorageRoot(root=os.environ.get("ALPHA_STORAGE_ROOT", str(Path("storage").resolve()))),
     }
+
+
+RUN_ID_TAG = "alpha/run_id"
+
+
+def run_id(context) -> str:
+    """The pipeline's RUN_ID (`alpha run` tags every step with it), else this Dagster run's id."""
+    return context.run.tags.get(RUN_ID_TAG, context.run.run_id)

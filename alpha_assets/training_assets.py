@@ -18,7 +18,7 @@ import dagster as dg
 
 from alpha_assets.execution import GPU_STEP_TAGS
 from alpha_assets.partitions import symbol_fold_partitions, symbol_partitions
-from alpha_assets.resources import DataRoot, StorageRoot
+from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.models import registry
 
 GATE = "validation_gate"
@@ -69,7 +69,7 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
         symbol = context.partition_key
-        out = storage.run_dir(context.run.run_id) / "hyperopt" / name / symbol / "results.json"
+        out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
         results = hyperopt(HyperoptConfig(
             model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
             symbol=symbol, **config.model_dump()))
@@ -103,7 +103,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
         hyper = latest_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
         params_file = hyper["path"] if hyper else None
-        out = storage.run_dir(context.run.run_id) / "models" / name / symbol
+        out = storage.run_dir(run_id(context)) / "models" / name / symbol
         metrics = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, out)
         passed, reason = _gate(spec, metrics, config)
         metadata = {**metrics, "path": dg.MetadataValue.path(str(out / f"fold-{fold}")), "run_id": context.run.run_id,
@@ -166,7 +166,7 @@ def ensemble_report(context: dg.AssetExecutionContext, data: DataRoot, storage: 
     from alpha_core.eval.evaluate import EvalConfig, evaluate
 
     symbol = context.partition_key
-    out = storage.run_dir(context.run.run_id) / "eval" / symbol
+    out = storage.run_dir(run_id(context)) / "eval" / symbol
     view = out / "models"  # the checkpoints this report uses: found from metadata, linked, never guessed
     used = []
     for model in MODELS:

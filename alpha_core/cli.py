@@ -324,6 +324,44 @@ def add_evaluate_parser(sub) -> None:
     p.set_defaults(func=cmd_evaluate)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """The spec's CI trigger; the one command that needs Dagster, so it lives in alpha_assets."""
+    import os
+
+    from alpha_assets import run
+
+    os.environ["MAX_PARALLEL"] = str(args.max_parallel)
+    run_id = args.run_id or run.default_run_id()
+    steps = run.plan(_symbols(args.symbols), args.models, args.phase, args.epochs, args.hyperopt_trials, run_id,
+                     json.loads(args.train_config) if args.train_config else None,
+                     json.loads(args.hyperopt_config) if args.hyperopt_config else None)
+    print(f"RUN_ID {run_id}: {len(steps)} steps ({args.phase}) for {args.symbols}, models {args.models}", flush=True)
+    if args.dry_run:
+        print(run.describe(steps))
+        return 0
+    ok = run.run_remote(args.remote, steps) if args.remote else run.run_local(steps)
+    return 0 if ok else 1
+
+
+def add_run_parser(sub) -> None:
+    import os
+
+    env = os.environ.get
+    p = sub.add_parser("run", help="the CI trigger: SYMBOLS/MODELS/PHASE/... as Dagster runs (local or --remote)")
+    p.add_argument("--symbols", default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS)")
+    p.add_argument("--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS)")
+    p.add_argument("--phase", default=env("PHASE", "full"), choices=["hyperopt", "train", "eval", "full"])
+    p.add_argument("--max-parallel", type=int, default=int(env("MAX_PARALLEL", "10")))
+    p.add_argument("--epochs", type=int, default=int(env("EPOCHS", "50")))
+    p.add_argument("--hyperopt-trials", type=int, default=int(env("HYPEROPT_TRIALS", "20")))
+    p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
+    p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
+    p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
+    p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")
+    p.add_argument("--dry-run", action="store_true", help="print the steps only")
+    p.set_defaults(func=cmd_run)
+
+
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
@@ -394,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_rl_parser(sub)
     add_hyperopt_parser(sub)
     add_evaluate_parser(sub)
+    add_run_parser(sub)
 
     p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
     p.add_argument("--json", action="store_true")
