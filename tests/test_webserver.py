@@ -15,6 +15,8 @@ from pathlib import Path
 import dagster as dg
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
+from alpha_assets import run as alpha_run
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -75,6 +77,13 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
             "the run",
         )
         assert status == dg.DagsterRunStatus.SUCCESS, (tmp_path / "dg-dev.log").read_text()[-3000:]
+
+        # what CI does: `alpha run --remote` submits the training steps through GraphQL and follows them
+        small = {"seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
+                 "min_val_auc": 0.0}
+        steps = alpha_run.plan(["NQ.FUT"], "kan", "train", epochs=1, trials=1, run_id="ci-remote", train_config=small)
+        assert alpha_run.run_remote(f"http://127.0.0.1:{port}", [s for s in steps if s.name.startswith("train")],
+                                    poll_s=1.0)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
@@ -84,3 +93,5 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
         dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
     )
     assert checks is not None and checks.run_id == run_id
+    folds = sorted(p.name for p in (tmp_path / "storage" / "ci-remote" / "models" / "kan" / "NQ.FUT").iterdir())
+    assert folds == ["fold-0", "fold-1", "fold-2"]
