@@ -21,24 +21,18 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
-RUN := $(ALPHA_STORAGE_ROOT)/demo-run
+DEMO_TRAIN := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 3000, "n_val_seqs": 2000, "timesteps_per_epoch": 4000, "device": "cpu"}
+DEMO_HYPEROPT := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 1000, "n_val_seqs": 500, "timesteps_per_epoch": 1000, "device": "cpu"}
 demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
-	$(BIN)/dagster asset materialize -m alpha_assets.definitions --select book_sidecars,bar_sidecars,fold_plans --partition $(SYMBOL)
-	$(BIN)/alpha train --mbp10-data-dir $(DATA)/$(SYMBOL)/mbp-10 --predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL) \
-		--out $(RUN)/models/perception/$(SYMBOL)/fold-0 --cv-n-folds 3 --cv-fold 0 --epochs 2 --batch-size 64 \
-		--seq-len 32 --n-train-seqs 4000 --n-val-seqs 2000 --lr-warmup-steps 20 --device cpu
-	$(BIN)/alpha train-supervised --model tft --data-dir $(DATA)/$(SYMBOL) --output-dir $(RUN)/models/tft/$(SYMBOL) \
-		--predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL) --cv-n-folds 3 --epochs 2 --seq-len 32 \
-		--batch-size 64 --n-train-seqs 3000 --n-val-seqs 2000 --device cpu
-	$(BIN)/alpha evaluate --models-dir $(RUN)/models --data-dir $(DATA) --output $(RUN)/eval/ensemble_report.json \
-		--predecoded-dir $(ALPHA_STORAGE_ROOT)/predecoded --device cpu
+	$(BIN)/alpha run --symbols $(SYMBOL) --models perception,tft,ppo --phase full --epochs 2 --hyperopt-trials 3 \
+		--run-id demo --train-config '$(DEMO_TRAIN)' --hyperopt-config '$(DEMO_HYPEROPT)'
 	@echo
-	@echo "Results for $(SYMBOL):"
-	@echo "  sidecars:   $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL)/"
-	@echo "  fold plans: $$(ls -t $(ALPHA_STORAGE_ROOT)/*/folds/$(SYMBOL)/fold_plans.json | head -1)"
-	@echo "  models:     $(RUN)/models/{perception,tft}/$(SYMBOL)/fold-<k>/"
-	@echo "  report:     $(RUN)/eval/ensemble_report.{json,md} and PNG plots"
+	@cat $(ALPHA_STORAGE_ROOT)/demo/eval/$(SYMBOL)/ensemble_report.md
+	@echo "Results for $(SYMBOL) (the whole lineage, RUN_ID demo), as Dagster materializations in $(DAGSTER_HOME):"
+	@echo "  sidecars:    $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL)/"
+	@echo "  run folder:  $(ALPHA_STORAGE_ROOT)/demo/{folds,hyperopt,models,eval}/"
+	@echo "  report:      $(ALPHA_STORAGE_ROOT)/demo/eval/$(SYMBOL)/ensemble_report.{json,md} and PNG plots"
 	@echo "Open the UI with: make ui"
 
 ui: install

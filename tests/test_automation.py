@@ -17,7 +17,7 @@ def test_one_weekly_schedule_per_symbol_requests_its_partition():
     assert es.cron_schedule == "0 2 * * 6" and es.execution_timezone == "America/Chicago"
     request = es(dg.build_schedule_context())
     assert request.partition_key == "ES.FUT" and request.tags["alpha/trigger"] == "schedule"
-    defs.get_job_def("symbol_data")  # the schedule's job resolves
+    defs.resolve_job_def("symbol_data")  # the schedule's job resolves
 
 
 def test_sensor_requests_data_and_every_fold_of_a_symbol_with_new_files(tiny_data, tmp_path, monkeypatch):
