@@ -12,6 +12,7 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 
 import math
 import os
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -67,13 +68,16 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
     def _asset(context: dg.AssetExecutionContext, config: HyperoptAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
+        from alpha_core.train.perception import resolve_device
 
         symbol = context.partition_key
         out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
+        started = time.perf_counter()
         results = hyperopt(HyperoptConfig(
             model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
             symbol=symbol, **config.model_dump()))
         return dg.MaterializeResult(metadata={
+            "wall_time_s": time.perf_counter() - started, "device": str(resolve_device(config.device)),
             "path": dg.MetadataValue.path(str(out)), "best_score": results["best_score"],
             "best_params": dg.MetadataValue.json(results["best_params"]), "trials": len(results["trials"]),
             "run_id": context.run.run_id,
@@ -199,3 +203,47 @@ def ensemble_report(context: dg.AssetExecutionContext, data: DataRoot, storage: 
 
 hyperopt_assets = [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None]
 checkpoint_assets = [_checkpoint_asset(m) for m in MODELS]
+
+
+class CostConfig(dg.Config):
+    eur_per_gpu_hour: float = 3.0  # the spec's H100 figure
+
+
+SPEC_COST_TABLE = """| Scenario (spec, H100 ~EUR 3/hr) | Jobs | Time | Cost |
+|---|---:|---|---:|
+| Single model, single symbol | 3 | ~1 hr | ~EUR 3 |
+| Full ensemble, single symbol | 14 | ~1 hr (parallel) | ~EUR 16 |
+| Full ensemble, 4 symbols | 56 | ~2 hr (parallel) | ~EUR 65 |"""
+
+
+@dg.asset(group_name="evaluation", kinds={"json"}, deps=[ensemble_report], code_version="1",
+          description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-hours and EUR.")
+def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: StorageRoot) -> dg.MaterializeResult:
+    from alpha_core.atomic import atomic_write_json
+
+    steps, symbols = [], {}
+    for model in MODELS:
+        for key, partitions in ((dg.AssetKey(["checkpoints", model]), symbol_fold_partitions.get_partition_keys()),
+                                (dg.AssetKey(["hyperopt", model]), symbol_partitions.get_partition_keys())):
+            for partition in partitions:
+                meta = latest_metadata(context, key, partition)
+                if meta and "wall_time_s" in meta:
+                    steps.append({"asset": key.to_user_string(), "partition": partition, "device": meta["device"],
+                                  "wall_time_s": meta["wall_time_s"]})
+    for symbol in symbol_partitions.get_partition_keys():
+        meta = latest_metadata(context, dg.AssetKey("ensemble_report"), symbol)
+        if meta:
+            symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": meta.get("ensemble_sharpe")}
+    gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
+    compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
+    summary = {"symbols": symbols, "steps": len(steps), "gpu_hours": gpu_hours, "compute_hours": compute_hours,
+               "eur_per_gpu_hour": config.eur_per_gpu_hour, "cost_eur": gpu_hours * config.eur_per_gpu_hour,
+               "step_costs": steps}
+    path = atomic_write_json(storage.run_dir(run_id(context)) / "summary.json", summary)
+    table = (f"| this run | {len(steps)} | {compute_hours:.2f} h of steps ({gpu_hours:.2f} GPU-h) | "
+             f"EUR {summary['cost_eur']:.2f} |")
+    return dg.MaterializeResult(metadata={
+        "path": dg.MetadataValue.path(str(path)), "gpu_hours": gpu_hours, "compute_hours": compute_hours,
+        "cost_eur": summary["cost_eur"], "steps": len(steps), "symbols": dg.MetadataValue.json(symbols),
+        "cost_table": dg.MetadataValue.md(SPEC_COST_TABLE + "\n" + table),
+    })

@@ -26,7 +26,7 @@ def test_definitions_load():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     models = {"perception", "tft", "mamba2", "tggn", "tlob", "liquid", "kan", "xlstm", "diffusion", "dqn", "ppo"}
-    assert keys == {"book_sidecars", "bar_sidecars", "fold_plans", "ensemble_report",
+    assert keys == {"book_sidecars", "bar_sidecars", "fold_plans", "ensemble_report", "run_summary",
                     *(f"checkpoints/{m}" for m in models), *(f"hyperopt/{m}" for m in ("tft", "mamba2", "dqn", "ppo"))}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert {("book_sidecars", INTEGRITY), ("bar_sidecars", INTEGRITY), ("fold_plans", LEAKAGE)} <= checks

@@ -48,3 +48,10 @@ def test_checkpoints_behind_their_gates_then_the_report(tiny_data, tmp_path):
     body = json.loads(path.read_text())
     assert set(body["symbols"]["ES.FUT"]["models"]) == {"mamba2"}
     assert "| mamba2 |" in meta["report"].value
+
+    summary = run(["run_summary"], None)
+    assert summary.success
+    meta = summary.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["steps"].value == 2 and meta["gpu_hours"].value == 0.0 and meta["compute_hours"].value > 0
+    assert meta["cost_eur"].value == 0.0 and "Full ensemble, 4 symbols" in meta["cost_table"].value
+    assert set(meta["symbols"].value) == {"ES.FUT"}
