@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import kubernetes
@@ -59,3 +60,14 @@ def test_executor_is_chosen_by_environment(monkeypatch):
 
 def test_gpu_tags_are_op_level_config():
     assert set(GPU_STEP_TAGS["dagster-k8s/config"]) == {"container_config", "pod_spec_config", "job_spec_config"}
+
+
+def test_every_manifest_under_deploy_validates():
+    import yaml
+
+    manifests = sorted((Path(__file__).resolve().parents[1] / "deploy" / "k8s").glob("*.yaml"))
+    assert [m.name for m in manifests] == ["training-data-pvc.yaml", "training-output-pvc.yaml"]
+    for path in manifests:
+        doc = yaml.safe_load(path.read_text())
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert yaml.safe_load(manifests[1].read_text())["spec"]["accessModes"] == ["ReadWriteMany"]
