@@ -26,6 +26,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def render(url: str, profile: Path) -> str:
+    """The page's DOM after its scripts ran, from Debian's headless Chromium (installed by .ci/run)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed for the UI test (.ci/run installs it)"
+    out = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120,
+    )
+    return out.stdout
+
+
 def wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -84,6 +97,12 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
         steps = alpha_run.plan(["NQ.FUT"], "kan", "train", epochs=1, trials=1, run_id="ci-remote", train_config=small)
         assert alpha_run.run_remote(f"http://127.0.0.1:{port}", [s for s in steps if s.name.startswith("train")],
                                     poll_s=1.0)
+
+        # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
+        catalog = render(f"http://127.0.0.1:{port}/assets", tmp_path / "chrome-1")
+        assert "book_sidecars" in catalog and "checkpoints" in catalog
+        partitions = render(f"http://127.0.0.1:{port}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2")
+        assert all(symbol in partitions for symbol in ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT"))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
