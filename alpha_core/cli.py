@@ -16,6 +16,11 @@ def _iso(ts_ns: int | None) -> str | None:
     return None if ts_ns is None else dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat()
 
 
+def _given(args: argparse.Namespace, *skip: str) -> dict:
+    """The options the user set (argparse defaults of None mean: let the config's default apply)."""
+    return {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", *skip)}
+
+
 def _symbols(value: str | None) -> list[str] | None:
     return None if not value else [s.strip() for s in value.split(",") if s.strip()]
 
@@ -228,7 +233,7 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
     from alpha_core.train.params import TRAIN_KEYS
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", "params_file", "param")}
+    values = _given(args, "params_file", "param")
     explicit = {k: values.pop(k) for k in TRAIN_KEYS if k in values}
     explicit.update(_explicit_params(args.param))
     summaries = train_supervised(SupervisedTrainConfig(**values), args.params_file, explicit)
@@ -266,7 +271,7 @@ def add_train_supervised_parser(sub) -> None:
 def cmd_train_rl(args: argparse.Namespace) -> int:
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
-    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", "params_file", "param")}
+    values = _given(args, "params_file", "param")
     for s in train_rl(RLTrainConfig(**values), args.params_file, _explicit_params(args.param)):
         print(f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
               f"turnover {s.val_turnover:.3f} -> {Path(args.output_dir) / f'fold-{s.fold}'}")
@@ -300,7 +305,7 @@ def add_train_rl_parser(sub) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
 
-    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command")}
+    values = _given(args)
     if "symbols" in values:
         values["symbols"] = _symbols(values["symbols"])
     report = evaluate(EvalConfig(**values))
@@ -365,7 +370,7 @@ def add_run_parser(sub) -> None:
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
-    values = {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command")}
+    values = _given(args)
     results = hyperopt(HyperoptConfig(**values))
     print(f"best validation mean AUC {results['best_score']:.4f} with {results['best_params']} -> {args.output}")
     return 0

@@ -29,30 +29,18 @@ from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
 from alpha_core.train.params import load_params_file, split_params
 from alpha_core.train.perception import resolve_device
+from alpha_core.train.walk_forward import WalkForwardConfig
 
 AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
 
 
-class RLTrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RLTrainConfig(WalkForwardConfig):
     model: Literal["dqn", "ppo"]
-    data_dir: Path
-    output_dir: Path
-    predecoded_dir: Path | None = None
-    symbol: str | None = None
-    epochs: int = 50
     timesteps_per_epoch: int = 20_000
-    early_stop_patience: int = 5
-    cv_fold: int | None = None
-    cv_n_folds: int = 1
-    cv_train_window: int = 0
     window: int = 32
     episode_len: int = 256
     n_envs: int = 8
     cost_per_turnover: float = 0.5  # ticks per unit of position change
-    seed: int = 0x4242
-    device: str | None = None
 
 
 class RLFoldSummary(BaseModel):

@@ -34,19 +34,13 @@ from alpha_core.train.params import load_params_file, resolve
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
+from alpha_core.train.walk_forward import WalkForwardConfig
 
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
 
 
-class SupervisedTrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SupervisedTrainConfig(WalkForwardConfig):
     model: str
-    data_dir: Path
-    output_dir: Path
-    predecoded_dir: Path | None = None  # default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded
-    symbol: str | None = None
-    epochs: int = 50  # the spec's EPOCHS default
     seq_len: int = 64
     batch_size: int = 256
     n_train_seqs: int = 20_000
@@ -55,13 +49,7 @@ class SupervisedTrainConfig(BaseModel):
     weight_decay: float = 0.01
     lr_warmup_steps: int = 100
     lr_min_factor: float = 0.1
-    early_stop_patience: int = 5
     early_stop_metric: str = "mean_auc"
-    cv_fold: int | None = None  # None: every fold of the plan
-    cv_n_folds: int = 1
-    cv_train_window: int = 0
-    seed: int = 0x4242
-    device: str | None = None
 
 
 class FoldSummary(BaseModel):
