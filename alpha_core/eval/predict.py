@@ -19,7 +19,6 @@ import torch
 from safetensors.torch import load_model
 
 from alpha_core.data.labels import NS_PER_MINUTE
-from alpha_core.data.loader import _windows
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.models import registry
@@ -48,19 +47,23 @@ def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
 @torch.no_grad()
 def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: int, norm: NormStats,
                   device: torch.device) -> np.ndarray:
-    """Up-probability per horizon at the last position of every window ending at rows seq_len-1 .. N-1."""
+    """Up-probability per horizon at the last position of every window ending at rows seq_len-1 .. N-1.
+
+    The file goes to the device once and is normalised once; each batch of windows is then a strided view
+    of it made contiguous on the device, so the host copies nothing per batch.
+    """
     mean, std = (torch.from_numpy(a).to(device) for a in norm.arrays())
-    views = _windows(np.asarray(features), seq_len)
-    dt_views = None if dt is None else _windows(np.asarray(dt), seq_len)
+    feats = ((torch.from_numpy(np.array(features)).to(device) - mean) / std).unfold(0, seq_len, 1)  # [W, F, K]
+    times = None if dt is None else torch.from_numpy(np.array(dt)).to(device).unfold(0, seq_len, 1)  # [W, K]
     out = []
-    for lo in range(0, len(views), BATCH):
-        x = (torch.from_numpy(np.array(views[lo : lo + BATCH])).to(device) - mean) / std
-        if dt_views is None:
+    for lo in range(0, feats.shape[0], BATCH):
+        x = feats[lo : lo + BATCH].transpose(1, 2).contiguous()
+        if times is None:
             last = model.forward_last(x) if hasattr(model, "forward_last") else model(x)[:, -1]
         else:
-            last = model(x, torch.from_numpy(np.array(dt_views[lo : lo + BATCH])).to(device))["logits"][:, -1]
-        out.append(torch.sigmoid(last.float()).cpu().numpy())
-    return np.concatenate(out) if out else np.empty((0, 0), np.float32)
+            last = model(x, times[lo : lo + BATCH].contiguous())["logits"][:, -1]
+        out.append(torch.sigmoid(last.float()))
+    return torch.cat(out).cpu().numpy() if out else np.empty((0, 0), np.float32)
 
 
 def _load_json(path: Path) -> dict:
