@@ -191,6 +191,8 @@ def add_train_parser(sub) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--cuda-graph", action="store_true", help="capture the whole training step in one CUDA graph")
     p.add_argument("--compile", action="store_true", help="torch.compile forward + loss (GPU; slow first step)")
+    p.add_argument("--no-fused-scan", dest="fused_scan", action="store_false",
+                   help="on cuda, run the CfC recurrence in torch instead of the fused Triton kernel")
     p.set_defaults(func=cmd_train)
 
 

@@ -3,7 +3,8 @@
 
     python3 bench/bench_inference.py --predecoded-dir gpu/pd --device cuda [--repeats 3] [--out FILE]
 
-Models are freshly initialised (throughput does not depend on the weights). Each model first runs once over
+Models are freshly initialised (throughput does not depend on the weights); a file shorter than `--min-windows`
+windows is tiled in time up to that length, so each pass is long enough to time. Each model first runs once over
 the whole file (warm-up: cuDNN/cuBLAS heuristics, allocator), then `--repeats` timed passes; every pass ends
 with the probabilities back on the host, as `alpha evaluate` uses them. The sidecars must already exist
 (`bench/prepare_gpu_carry.sh` builds them); reading them needs numpy only.
@@ -16,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from alpha_core.data.norm import fit_norm_stats
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--min-windows", type=int, default=200_000, help="tile a short file up to this many windows")
     parser.add_argument("--out", type=Path, default=Path("bench/out/bench_inference.json"))
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -43,10 +46,12 @@ def main() -> None:
     for name, (model, sc) in models.items():
         model.to(device).eval()
         norm = fit_norm_stats([sc])
-        dt = sc.dt if name == "perception" else None
+        tiles = -(-args.min_windows // (sc.rows - args.seq_len + 1))
+        features = np.tile(np.asarray(sc.features), (tiles, 1))
+        dt = np.tile(np.asarray(sc.dt), tiles) if name == "perception" else None
 
-        def run(model=model, sc=sc, norm=norm, dt=dt):
-            return _window_probs(model, sc.features, dt, args.seq_len, norm, device)
+        def run(model=model, features=features, norm=norm, dt=dt):
+            return _window_probs(model, features, dt, args.seq_len, norm, device)
 
         windows = len(run())
         times = []

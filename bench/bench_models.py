@@ -44,7 +44,13 @@ def main() -> None:
             args.data_dir, args.predecoded_dir = Path(tmp, "ES.FUT"), Path(tmp, "pd")
         bars = [p.sidecar for p in predecode(args.data_dir, args.predecoded_dir, "ES.FUT", "ohlcv-1m")]
         loader = WindowLoader(bars, args.seq_len, 10**9, 0, fit_norm_stats(bars), device=device)
-        batches = [loader.next_batch(args.batch) for _ in range(args.steps + 1)]
+        batches = []
+        while len(batches) < args.steps + 1:  # a small set may hold fewer windows than the steps need: more epochs
+            batch = loader.next_batch(args.batch, drop_last=True)
+            if batch is None:
+                loader.reset(len(batches) + 1)
+                continue
+            batches.append(batch)
         tick = bars[0].meta.tick_size
         results = {}
         for name, spec in registry.REGISTRY.items():

@@ -2,11 +2,12 @@
 
     python bench/bench_train_gpu.py --data-dir DIR/ES.FUT/mbp-10 --predecoded-dir PD --out results.json
 
-For each mode (batch size x precision x eager/CUDA graph x compile) it builds the real `PerceptionTrainer`
-(K=64, default widths), runs warm-up steps (the graph is captured there), then times `--steps` training steps,
-each including the device-resident loader's gather, with CUDA events, and reports sequences/s, the time to
-the first step (compile and capture included) and peak GPU memory. It also times forward-only inference at
-batch 4096, and optionally (`--auc-parity`) trains fp32 and bf16 side by side to compare validation AUC.
+For each mode (batch size x precision x eager/CUDA graph x compile x fused Triton or torch CfC scan) it builds
+the real `PerceptionTrainer` (K=64, default widths), runs warm-up steps (the graph is captured there), then
+times `--steps` training steps, each including the device-resident loader's gather, with CUDA events, and
+reports sequences/s, the time to the first step (compile and capture included) and peak GPU memory. It also
+times forward-only inference at batch 4096, and optionally (`--auc-parity`) trains fp32 and bf16 side by side to
+compare validation AUC.
 Run one mode per process: a failed capture poisons the CUDA state of the process.
 """
 
@@ -22,13 +23,15 @@ import torch
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
 
-def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False) -> dict:
+def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False,
+             fused: bool = True) -> dict:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     warmup = 5
     cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / f"b{batch}",
                       device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps),
-                      epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled)
+                      epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled,
+                      fused_scan=fused)
     t0 = time.perf_counter()
     trainer = PerceptionTrainer(cfg)
     trainer.model.train()
@@ -59,7 +62,8 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     torch.cuda.synchronize()
     n = steps
     ms = start.elapsed_time(end) / n
-    return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "steps": n, "ms_per_step": ms,
+    return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "fused_scan": fused,
+            "steps": n, "ms_per_step": ms,
             "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
             "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "final_loss": float(loss)}
 
@@ -102,7 +106,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/bench_train_gpu"))
     parser.add_argument("--modes", default="1:fp32:0,1:fp32:1,64:fp32:1,4096:fp32:0,4096:fp32:1,4096:bf16:1",
-                        help="batch:precision:graph(0|1)[:c for torch.compile], comma-separated")
+                        help="batch:precision:graph(0|1)[:c for torch.compile][:t for the torch CfC scan], comma-separated")
     parser.add_argument("--skip-inference", action="store_true")
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
@@ -113,7 +117,8 @@ def main() -> None:
     for spec in args.modes.split(","):
         batch, precision, graph, *flags = spec.split(":")
         try:
-            r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags)
+            r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags,
+                         fused="t" not in flags)
         except Exception as exc:  # report and go on: one broken mode must not cost the whole device call
             r = {"mode": spec, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         print(json.dumps(r), flush=True)

@@ -165,24 +165,32 @@ class CfC(nn.Module):
         return torch.stack(outputs, dim=1), h
 
 
-def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequence[Tensor]) -> list[Tensor]:
+def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequence[Tensor],
+                 fused: bool = False) -> list[Tensor]:
     """Run independent single-backbone-layer CfCs over sequences of one length in ONE loop.
 
     Their weights are assembled block-diagonally, so each step is one recurrent GEMM, one head GEMM and one
     set of elementwise kernels for all of them: a recurrence is a chain of small serial kernels, and halving
     that chain is what matters at small batch on a GPU. Results and gradients equal running each layer alone.
+    With `fused` on CUDA (and sizes the kernel supports) each layer's whole scan is instead one Triton kernel
+    per direction (cfc_triton.py), which removes the chain altogether.
     Returns each layer's outputs [B, L, H_i] (from zero initial states).
     """
     cells = [layer.rnn_cell for layer in layers]
     if any(c.backbone_layers != 1 for c in cells):
         raise ValueError("parallel_cfc supports backbone_layers == 1 only")
-    sizes = [c.hidden_size for c in cells]
-    xproj = torch.cat([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], dim=-1)
     ts = []
     for c, t in zip(cells, timespans, strict=True):
         t = t.unsqueeze(-1) if t.dim() == 2 else t
-        ts.append(t.to(xproj.dtype).expand(*t.shape[:2], c.hidden_size))
-    ts = torch.cat(ts, dim=-1)
+        ts.append(t.expand(*t.shape[:2], c.hidden_size))
+    if fused and xs[0].is_cuda and _fused_supported(cells):
+        from alpha_core.models.cfc_triton import fused_cfc_scan
+
+        return [fused_cfc_scan(c.input_projection(x), t, c._recurrent_weight(), *c._head_params())
+                for c, x, t in zip(cells, xs, ts, strict=True)]
+    sizes = [c.hidden_size for c in cells]
+    xproj = torch.cat([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], dim=-1)
+    ts = torch.cat([t.to(xproj.dtype) for t in ts], dim=-1)
     w_h = torch.block_diag(*[c._recurrent_weight() for c in cells])
     heads = [c._head_params() for c in cells]
     weight_parts = [w.split(c.hidden_size) for (w, _), c in zip(heads, cells, strict=True)]  # ff1, ff2, t_a, t_b
@@ -190,6 +198,15 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
     w_heads = torch.cat([torch.block_diag(*[w[k] for w in weight_parts]) for k in range(4)])
     b_heads = torch.cat([torch.cat([b[k] for b in bias_parts]) for k in range(4)])
     return list(CfCScan.apply(xproj, ts, w_h, w_heads, b_heads).split(sizes, dim=-1))
+
+
+def _fused_supported(cells: Sequence[CfCCell]) -> bool:
+    """Triton is importable and every layer's sizes fit the fused kernel."""
+    try:
+        from alpha_core.models import cfc_triton
+    except ImportError:  # no triton in this environment
+        return False
+    return all(cfc_triton.supported(c.hidden_size, c.backbone_units) for c in cells)
 
 
 LECUN_A, LECUN_B = 1.7159, 0.666

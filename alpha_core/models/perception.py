@@ -87,6 +87,7 @@ class PerceptionModel(nn.Module):
     def __init__(self, cfg: PerceptionConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        self.fused_scan = True  # on cuda, the Triton CfC scan where available (an execution choice, not saved)
         n_h = len(cfg.horizons)
         self.input_proj = nn.Linear(cfg.n_features, cfg.d_model)
         self.encoder = Mamba2(cfg.mamba2())
@@ -128,8 +129,8 @@ class PerceptionModel(nn.Module):
         steps = dt / self.cfg.time_scale
         ts = steps.unsqueeze(-1) * torch.exp(-log_tau)[self.bucket_of_unit]  # [B, K, hidden]
         aux_in = torch.where(self.aux_lifted, enc, enc.detach())
-        # both trunks step in one loop (block-diagonal weights): half the serial kernels of two loops
-        trunk, aux = parallel_cfc([self.trunk, self.aux_trunk], [enc, aux_in], [ts, steps])
+        # both trunks step in one loop (block-diagonal weights), or each in one fused kernel on cuda
+        trunk, aux = parallel_cfc([self.trunk, self.aux_trunk], [enc, aux_in], [ts, steps], fused=self.fused_scan)
         logits = head_logits(trunk, self.heads.weight, self.heads.bias, self.lambdas)
         long, short = self.aux_heads(aux).chunk(2, dim=-1)
         return {"logits": logits, "aux_long": long, "aux_short": short}

@@ -81,6 +81,7 @@ class TrainConfig(BaseModel):
     precision: Literal["fp32", "bf16"] = "fp32"
     cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
     compile: bool = False  # torch.compile the forward + loss (GPU; the first step then takes minutes)
+    fused_scan: bool = True  # on cuda: each CfC scan as one Triton kernel per direction, where triton and sizes allow
 
 
 class TrainSummary(BaseModel):
@@ -184,6 +185,7 @@ class PerceptionTrainer:
         )
         torch.manual_seed(cfg.seed)
         self.model = PerceptionModel(model_cfg).to(self.device)
+        self.model.fused_scan = cfg.fused_scan
         groups = self.model.param_groups()
         self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
         steps_per_epoch = (self.train_loader.n_windows // cfg.batch_size if cfg.cuda_graph

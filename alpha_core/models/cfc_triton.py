@@ -1,0 +1,203 @@
+"""The CfC recurrence fused into one Triton kernel per direction (the flagship's CUDA fast path).
+
+Why: a CfC layer is a chain of L dependent steps. Written in torch, each step is a dozen small kernels forward
+and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph
+(shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns a
+block of batch rows, keeps the state in registers for all L steps and re-reads the weights (a few hundred KB,
+resident in L1/L2) at every step.
+
+The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per unit,
+
+    u = tanh(0.666 (xproj_t + W_h h)),  [ff1, ff2, t_a, t_b] = W_heads (1.7159 u) + b_heads,
+    g = sigmoid(t_a ts + t_b),          h = tanh(ff1) (1 - g) + g tanh(ff2).
+
+The forward kernel also stores u, tanh(ff1), tanh(ff2), g and t_a for the backward kernel, which walks the steps
+in reverse and writes the gradients into xproj (= into the pre-activation), into the four head outputs and into
+ts. The weight gradients are then two large GEMMs over all steps in torch, as in `CfCScan`.
+
+Both kernels are opaque `torch.library.custom_op`s with a registered autograd formula and fake (meta) kernels, so
+the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
+input dtype (bf16 under autocast); `tl.dot` uses TF32 only where torch's own fp32 matmuls may.
+
+Limits: H and U powers of two from 16 to 256 (`supported`); otherwise callers take the torch path. Tested on the
+CPU through Triton's interpreter (TRITON_INTERPRET=1) against `CfCScan`, values and gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _tanh(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
+                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr):
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    live = rows[:, None] < B
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_h_t = w_h + uu[None, :] * H + hh[:, None]  # [H, U] view of W_h [U, H], transposed
+    w_k = w_heads + hh[None, :] * U + uu[:, None]  # [U, H] view of head k's [H, U] block, transposed (+ k*H*U)
+    b1 = tl.load(b_heads + hh)[None, :]
+    b2 = tl.load(b_heads + H + hh)[None, :]
+    b3 = tl.load(b_heads + 2 * H + hh)[None, :]
+    b4 = tl.load(b_heads + 3 * H + hh)[None, :]
+    at_u = rows[:, None] * L * U + uu[None, :]
+    at_h = rows[:, None] * L * H + hh[None, :]
+    h = tl.zeros([BB, H], dtype=tl.float32)
+    for t in range(L):
+        x_t = tl.load(xproj + at_u + t * U, mask=live, other=0.0).to(tl.float32)
+        u = _tanh(0.666 * (x_t + tl.dot(h, tl.load(w_h_t), input_precision=PRECISION)))
+        z = 1.7159 * u
+        o1 = tl.dot(z, tl.load(w_k), input_precision=PRECISION) + b1
+        o2 = tl.dot(z, tl.load(w_k + H * U), input_precision=PRECISION) + b2
+        ta = tl.dot(z, tl.load(w_k + 2 * H * U), input_precision=PRECISION) + b3
+        tb = tl.dot(z, tl.load(w_k + 3 * H * U), input_precision=PRECISION) + b4
+        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
+        g = tl.sigmoid(ta * ts_t + tb)
+        f1 = _tanh(o1)
+        f2 = _tanh(o2)
+        h = f1 * (1.0 - g) + g * f2
+        tl.store(u_s + at_u + t * U, u, mask=live)
+        tl.store(f1_s + at_h + t * H, f1, mask=live)
+        tl.store(f2_s + at_h + t * H, f2, mask=live)
+        tl.store(g_s + at_h + t * H, g, mask=live)
+        tl.store(ta_s + at_h + t * H, ta, mask=live)
+        tl.store(out + at_h + t * H, h.to(out.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B, L: tl.constexpr,
+                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr):
+    rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
+    live = rows[:, None] < B
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_h_n = w_h + uu[:, None] * H + hh[None, :]  # [U, H]: W_h as stored
+    w_k = w_heads + hh[:, None] * U + uu[None, :]  # [H, U]: head k's block as stored (+ k*H*U)
+    at_u = rows[:, None] * L * U + uu[None, :]
+    at_h = rows[:, None] * L * H + hh[None, :]
+    at_o = rows[:, None] * L * 4 * H + hh[None, :]
+    carry = tl.zeros([BB, H], dtype=tl.float32)
+    for i in range(L):
+        t = L - 1 - i
+        gh = tl.load(grad_out + at_h + t * H, mask=live, other=0.0).to(tl.float32) + carry
+        f1 = tl.load(f1_s + at_h + t * H, mask=live, other=0.0)
+        f2 = tl.load(f2_s + at_h + t * H, mask=live, other=0.0)
+        g = tl.load(g_s + at_h + t * H, mask=live, other=0.0)
+        ta = tl.load(ta_s + at_h + t * H, mask=live, other=0.0)
+        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
+        u = tl.load(u_s + at_u + t * U, mask=live, other=0.0)
+        d_pre = gh * (f2 - f1) * g * (1.0 - g)
+        d1 = gh * (1.0 - g) * (1.0 - f1 * f1)
+        d2 = gh * g * (1.0 - f2 * f2)
+        d3 = d_pre * ts_t
+        tl.store(d_heads + at_o + t * 4 * H, d1, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + H, d2, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre, mask=live)
+        tl.store(d_ts + at_h + t * H, d_pre * ta, mask=live)
+        d_z = tl.dot(d1, tl.load(w_k), input_precision=PRECISION)
+        d_z += tl.dot(d2, tl.load(w_k + H * U), input_precision=PRECISION)
+        d_z += tl.dot(d3, tl.load(w_k + 2 * H * U), input_precision=PRECISION)
+        d_z += tl.dot(d_pre, tl.load(w_k + 3 * H * U), input_precision=PRECISION)
+        d_a = d_z * (1.7159 * 0.666) * (1.0 - u * u)
+        tl.store(d_xproj + at_u + t * U, d_a, mask=live)
+        carry = tl.dot(d_a, tl.load(w_h_n), input_precision=PRECISION)
+
+
+def _pow2(n: int) -> bool:
+    return 16 <= n <= 256 and n & (n - 1) == 0
+
+
+def supported(hidden: int, units: int) -> bool:
+    """Whether a layer of this hidden size and backbone width can take the fused path."""
+    return _pow2(hidden) and _pow2(units)
+
+
+def _launch_args(batch: int, dtype: torch.dtype) -> tuple[tuple[int], dict]:
+    block = 16 if batch <= 2048 else 32
+    tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
+    return (triton.cdiv(batch, block),), {"BB": block, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 4}
+
+
+@torch.library.custom_op("alpha::cfc_scan_fwd", mutates_args=())
+def cfc_scan_fwd(xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(states [B, L, H] in xproj's dtype; then u [B, L, U], tanh ff1, tanh ff2, g, t_a [B, L, H] in fp32)."""
+    batch, length, units = xproj.shape
+    hidden = w_h.shape[1]
+    out = xproj.new_empty(batch, length, hidden)
+    u = xproj.new_empty(batch, length, units, dtype=torch.float32)
+    f1, f2, g, ta = (xproj.new_empty(batch, length, hidden, dtype=torch.float32) for _ in range(4))
+    grid, meta = _launch_args(batch, xproj.dtype)
+    _cfc_fwd_kernel[grid](xproj, ts, w_h, w_heads, b_heads, out, u, f1, f2, g, ta, batch, length,
+                          H=hidden, U=units, **meta)
+    return out, u, f1, f2, g, ta
+
+
+@cfc_scan_fwd.register_fake
+def _(xproj, ts, w_h, w_heads, b_heads):
+    batch, length, units = xproj.shape
+    hidden = w_h.shape[1]
+    f32 = [xproj.new_empty(batch, length, hidden, dtype=torch.float32) for _ in range(4)]
+    return (xproj.new_empty(batch, length, hidden), xproj.new_empty(batch, length, units, dtype=torch.float32), *f32)
+
+
+@torch.library.custom_op("alpha::cfc_scan_bwd", mutates_args=())
+def cfc_scan_bwd(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, u: Tensor, f1: Tensor, f2: Tensor,
+                 g: Tensor, ta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(d_xproj [B, L, U], d_heads [B, L, 4H], d_ts [B, L, H]), all fp32."""
+    batch, length, units = u.shape
+    hidden = w_h.shape[1]
+    d_xproj = torch.empty_like(u)
+    d_heads = u.new_empty(batch, length, 4 * hidden)
+    d_ts = torch.empty_like(f1)
+    grid, meta = _launch_args(batch, grad_out.dtype)
+    _cfc_bwd_kernel[grid](grad_out, ts, w_h, w_heads, u, f1, f2, g, ta, d_xproj, d_heads, d_ts, batch, length,
+                          H=hidden, U=units, **meta)
+    return d_xproj, d_heads, d_ts
+
+
+@cfc_scan_bwd.register_fake
+def _(grad_out, ts, w_h, w_heads, u, f1, f2, g, ta):
+    batch, length, _ = u.shape
+    return torch.empty_like(u), u.new_empty(batch, length, 4 * w_h.shape[1]), torch.empty_like(f1)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    xproj, ts, w_h, w_heads, b_heads = inputs
+    out, u, f1, f2, g, ta = output
+    ctx.save_for_backward(ts, w_h, w_heads, out, u, f1, f2, g, ta)
+    ctx.dtypes = (xproj.dtype, ts.dtype, b_heads.dtype)
+
+
+def _backward(ctx, grad_out, *unused):
+    ts, w_h, w_heads, out, u, f1, f2, g, ta = ctx.saved_tensors
+    d_xproj, d_heads, d_ts = cfc_scan_bwd(grad_out.contiguous(), ts, w_h, w_heads, u, f1, f2, g, ta)
+    h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1).float()
+    d_w_heads = d_heads.flatten(0, 1).T @ (1.7159 * u).flatten(0, 1)
+    d_w_h = d_xproj.flatten(0, 1).T @ h_prev.flatten(0, 1)
+    d_b_heads = d_heads.sum(dim=(0, 1))
+    x_dtype, ts_dtype, b_dtype = ctx.dtypes
+    return (d_xproj.to(x_dtype), d_ts.to(ts_dtype), d_w_h.to(w_h.dtype), d_w_heads.to(w_heads.dtype),
+            d_b_heads.to(b_dtype))
+
+
+cfc_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def fused_cfc_scan(xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor) -> Tensor:
+    """`CfCScan.apply` on one kernel per direction: xproj [B, L, U], ts [B, L, H] (may be a broadcast view),
+    w_h [U, H], w_heads [4H, U], b_heads [4H] -> states [B, L, H]. Weights are used in fp32."""
+    hidden = w_h.shape[1]
+    ts = ts.expand(*xproj.shape[:2], hidden).contiguous()
+    weights = (w.float().contiguous() for w in (w_h, w_heads, b_heads))
+    return cfc_scan_fwd(xproj.contiguous(), ts, *weights)[0]
