@@ -125,7 +125,10 @@ def supported(hidden: int, units: int) -> bool:
 def _launch_args(batch: int, dtype: torch.dtype) -> tuple[tuple[int], dict]:
     block = 16 if batch <= 2048 else 32
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    return (triton.cdiv(batch, block),), {"BB": block, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 4}
+    # num_stages=1: software pipelining would multi-buffer the per-step weight tiles in shared memory (over
+    # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway
+    meta = {"BB": block, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 4, "num_stages": 1}
+    return (triton.cdiv(batch, block),), meta
 
 
 @torch.library.custom_op("alpha::cfc_scan_fwd", mutates_args=())
