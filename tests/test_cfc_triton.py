@@ -19,26 +19,33 @@ pytest.importorskip("triton")
 CHECK = textwrap.dedent("""
     import torch
     from alpha_core.models.cfc import CfC
-    from alpha_core.models.cfc_triton import fused_cfc_scan, supported
+    from alpha_core.models.cfc_triton import fused_cfc_scans, supported
 
     assert supported(64, 128) and supported(16, 16) and not supported(6, 128) and not supported(64, 96)
     torch.manual_seed(0)
-    # batch 19: a full block of 16 rows and a partly masked one; hidden != units both ways; per-unit and
-    # per-sample time steps
-    for hidden, units, ts_shape in ((16, 32, "unit"), (32, 16, "sample")):
-        layer = CfC(8, hidden, backbone_units=units)
-        x = torch.randn(19, 6, 8, requires_grad=True)
-        ts = torch.rand(19, 6, hidden if ts_shape == "unit" else 1, requires_grad=True)
-        cell = layer.rnn_cell
-        fused = fused_cfc_scan(cell.input_projection(x), ts, cell._recurrent_weight(), *cell._head_params())
-        reference = layer(x, ts)[0]
-        torch.testing.assert_close(fused, reference, rtol=0, atol=2e-6)
-        weight = torch.randn_like(reference)
-        inputs = [x, ts, *layer.parameters()]
-        g_fused = torch.autograd.grad((fused * weight).sum(), inputs)
-        g_reference = torch.autograd.grad((reference * weight).sum(), inputs)
-        for a, b in zip(g_fused, g_reference, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # two layers in one call; batch 19: a full block of 16 rows and a partly masked one; hidden != units both
+    # ways; per-unit and per-sample time steps
+    layers = [CfC(8, 16, backbone_units=32), CfC(8, 32, backbone_units=16)]
+    xs = [torch.randn(19, 6, 8, requires_grad=True) for _ in layers]
+    ts = [torch.rand(19, 6, 16, requires_grad=True), torch.rand(19, 6, 1, requires_grad=True)]
+    cells = [layer.rnn_cell for layer in layers]
+    heads = [c._head_params() for c in cells]
+    fused = fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
+                            [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])
+    reference = [layer(x, t)[0] for layer, x, t in zip(layers, xs, ts)]
+    for a, b in zip(fused, reference):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
+    weights = [torch.randn_like(r) for r in reference]
+    inputs = [*xs, *ts, *(p for layer in layers for p in layer.parameters())]
+    g_fused = torch.autograd.grad(sum((a * w).sum() for a, w in zip(fused, weights)), inputs)
+    g_reference = torch.autograd.grad(sum((b * w).sum() for b, w in zip(reference, weights)), inputs)
+    for a, b in zip(g_fused, g_reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # a layer whose output feeds nothing still gets (zero) gradients and no error
+    only_first = torch.autograd.grad(fused_cfc_scans([cells[0].input_projection(xs[0]), cells[1].input_projection(xs[1])],
+                                                     ts, [c._recurrent_weight() for c in cells], [w for w, _ in heads],
+                                                     [b for _, b in heads])[0].sum(), xs)
+    assert only_first[1].abs().sum() == 0 and only_first[0].abs().sum() > 0
     print("ok")
 """)
 

@@ -173,7 +173,7 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
     set of elementwise kernels for all of them: a recurrence is a chain of small serial kernels, and halving
     that chain is what matters at small batch on a GPU. Results and gradients equal running each layer alone.
     With `fused` on CUDA (and sizes the kernel supports) each layer's whole scan is instead one Triton kernel
-    per direction (cfc_triton.py), which removes the chain altogether.
+    per direction (cfc_triton.py), the layers side by side on their own streams: no chain of launches at all.
     Returns each layer's outputs [B, L, H_i] (from zero initial states).
     """
     cells = [layer.rnn_cell for layer in layers]
@@ -184,10 +184,11 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
         t = t.unsqueeze(-1) if t.dim() == 2 else t
         ts.append(t.expand(*t.shape[:2], c.hidden_size))
     if fused and xs[0].is_cuda and _fused_supported(cells):
-        from alpha_core.models.cfc_triton import fused_cfc_scan
+        from alpha_core.models.cfc_triton import fused_cfc_scans
 
-        return [fused_cfc_scan(c.input_projection(x), t, c._recurrent_weight(), *c._head_params())
-                for c, x, t in zip(cells, xs, ts, strict=True)]
+        heads = [c._head_params() for c in cells]
+        return fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], ts,
+                               [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])
     sizes = [c.hidden_size for c in cells]
     xproj = torch.cat([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], dim=-1)
     ts = torch.cat([t.to(xproj.dtype) for t in ts], dim=-1)

@@ -123,84 +123,138 @@ def supported(hidden: int, units: int) -> bool:
 
 
 def _launch_args(batch: int, dtype: torch.dtype) -> tuple[tuple[int], dict]:
-    block = 16 if batch <= 2048 else 32
+    """Grid and meta-parameters, chosen from measurements on an H200 (bench/bench_cfc_scan.py): 16 rows per
+    program at every batch size; 8 warps at small batch, 4 at large."""
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
     # num_stages=1: software pipelining would multi-buffer the per-step weight tiles in shared memory (over
     # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway
-    meta = {"BB": block, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 4, "num_stages": 1}
-    return (triton.cdiv(batch, block),), meta
+    meta = {"BB": 16, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 8 if batch <= 2048 else 4, "num_stages": 1}
+    return (triton.cdiv(batch, 16),), meta
 
 
-@torch.library.custom_op("alpha::cfc_scan_fwd", mutates_args=())
-def cfc_scan_fwd(xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor
-                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(states [B, L, H] in xproj's dtype; then u [B, L, U], tanh ff1, tanh ff2, g, t_a [B, L, H] in fp32)."""
-    batch, length, units = xproj.shape
-    hidden = w_h.shape[1]
-    out = xproj.new_empty(batch, length, hidden)
-    u = xproj.new_empty(batch, length, units, dtype=torch.float32)
-    f1, f2, g, ta = (xproj.new_empty(batch, length, hidden, dtype=torch.float32) for _ in range(4))
-    grid, meta = _launch_args(batch, xproj.dtype)
-    _cfc_fwd_kernel[grid](xproj, ts, w_h, w_heads, b_heads, out, u, f1, f2, g, ta, batch, length,
-                          H=hidden, U=units, **meta)
-    return out, u, f1, f2, g, ta
+_SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 
 
-@cfc_scan_fwd.register_fake
-def _(xproj, ts, w_h, w_heads, b_heads):
+def _concurrently(launches: list, device: torch.device) -> None:
+    """Run independent kernel launches side by side: the first on the current stream, each other one on its own
+    side stream forked from it and joined back (a CUDA graph capture records the fork and the join). At small
+    batch each scan occupies one multiprocessor, so the layers' scans then cost the time of the longest."""
+    if device.type != "cuda" or len(launches) == 1:
+        for launch in launches:
+            launch()
+        return
+    current = torch.cuda.current_stream(device)
+    sides = [_SIDE_STREAMS.setdefault((device, i), torch.cuda.Stream(device)) for i in range(1, len(launches))]
+    for side in sides:
+        side.wait_stream(current)
+    launches[0]()
+    for side, launch in zip(sides, launches[1:], strict=True):
+        with torch.cuda.stream(side):
+            launch()
+    for side in sides:
+        current.wait_stream(side)
+
+
+def _fwd_buffers(xproj: Tensor, w_h: Tensor) -> list[Tensor]:
+    """states [B, L, H] in xproj's dtype; u [B, L, U]; tanh ff1, tanh ff2, g, t_a [B, L, H] (fp32)."""
     batch, length, units = xproj.shape
     hidden = w_h.shape[1]
     f32 = [xproj.new_empty(batch, length, hidden, dtype=torch.float32) for _ in range(4)]
-    return (xproj.new_empty(batch, length, hidden), xproj.new_empty(batch, length, units, dtype=torch.float32), *f32)
+    return [xproj.new_empty(batch, length, hidden), xproj.new_empty(batch, length, units, dtype=torch.float32), *f32]
 
 
-@torch.library.custom_op("alpha::cfc_scan_bwd", mutates_args=())
-def cfc_scan_bwd(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, u: Tensor, f1: Tensor, f2: Tensor,
-                 g: Tensor, ta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(d_xproj [B, L, U], d_heads [B, L, 4H], d_ts [B, L, H]), all fp32."""
-    batch, length, units = u.shape
-    hidden = w_h.shape[1]
-    d_xproj = torch.empty_like(u)
-    d_heads = u.new_empty(batch, length, 4 * hidden)
-    d_ts = torch.empty_like(f1)
-    grid, meta = _launch_args(batch, grad_out.dtype)
-    _cfc_bwd_kernel[grid](grad_out, ts, w_h, w_heads, u, f1, f2, g, ta, d_xproj, d_heads, d_ts, batch, length,
-                          H=hidden, U=units, **meta)
-    return d_xproj, d_heads, d_ts
-
-
-@cfc_scan_bwd.register_fake
-def _(grad_out, ts, w_h, w_heads, u, f1, f2, g, ta):
+def _bwd_buffers(u: Tensor, hidden: int) -> list[Tensor]:
+    """d_xproj [B, L, U], d_heads [B, L, 4H], d_ts [B, L, H] (fp32)."""
     batch, length, _ = u.shape
-    return torch.empty_like(u), u.new_empty(batch, length, 4 * w_h.shape[1]), torch.empty_like(f1)
+    return [torch.empty_like(u), u.new_empty(batch, length, 4 * hidden), u.new_empty(batch, length, hidden)]
+
+
+N_OUT = 6  # tensors per layer out of the forward: the states, then what the backward reads
+
+
+@torch.library.custom_op("alpha::cfc_scans_fwd", mutates_args=())
+def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
+                  b_heads: list[Tensor]) -> list[Tensor]:
+    """Forward scans of independent layers, run concurrently: N_OUT tensors per layer (`_fwd_buffers`)."""
+    outs, launches = [], []
+    for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
+        bufs = _fwd_buffers(x, wh)
+        grid, meta = _launch_args(x.shape[0], x.dtype)
+        kernel = _cfc_fwd_kernel[grid]
+        launches.append(lambda k=kernel, a=(x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1]), h=wh.shape[1],
+                        m=meta: k(*a, H=h, U=a[0].shape[2], **m))
+        outs += bufs
+    _concurrently(launches, xproj[0].device)
+    return outs
+
+
+@cfc_scans_fwd.register_fake
+def _(xproj, ts, w_h, w_heads, b_heads):
+    return [b for x, wh in zip(xproj, w_h, strict=True) for b in _fwd_buffers(x, wh)]
+
+
+@torch.library.custom_op("alpha::cfc_scans_bwd", mutates_args=())
+def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
+                  saved: list[Tensor]) -> list[Tensor]:
+    """Backward scans, run concurrently; `saved` holds u, tanh ff1, tanh ff2, g, t_a per layer. Returns
+    d_xproj, d_heads, d_ts per layer (`_bwd_buffers`)."""
+    outs, launches = [], []
+    for i, (go, t, wh, wk) in enumerate(zip(grad_out, ts, w_h, w_heads, strict=True)):
+        u, f1, f2, g, ta = saved[5 * i : 5 * i + 5]
+        bufs = _bwd_buffers(u, wh.shape[1])
+        grid, meta = _launch_args(u.shape[0], go.dtype)
+        kernel = _cfc_bwd_kernel[grid]
+        launches.append(lambda k=kernel, a=(go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1]),
+                        h=wh.shape[1], m=meta: k(*a, H=h, U=a[4].shape[2], **m))
+        outs += bufs
+    _concurrently(launches, grad_out[0].device)
+    return outs
+
+
+@cfc_scans_bwd.register_fake
+def _(grad_out, ts, w_h, w_heads, saved):
+    return [b for i, wh in enumerate(w_h) for b in _bwd_buffers(saved[5 * i], wh.shape[1])]
 
 
 def _setup_context(ctx, inputs, output) -> None:
     xproj, ts, w_h, w_heads, b_heads = inputs
-    out, u, f1, f2, g, ta = output
-    ctx.save_for_backward(ts, w_h, w_heads, out, u, f1, f2, g, ta)
-    ctx.dtypes = (xproj.dtype, ts.dtype, b_heads.dtype)
+    ctx.n = len(xproj)
+    ctx.save_for_backward(*ts, *w_h, *w_heads, *output)
+    ctx.dtypes = [(x.dtype, t.dtype, b.dtype) for x, t, b in zip(xproj, ts, b_heads, strict=True)]
 
 
-def _backward(ctx, grad_out, *unused):
-    ts, w_h, w_heads, out, u, f1, f2, g, ta = ctx.saved_tensors
-    d_xproj, d_heads, d_ts = cfc_scan_bwd(grad_out.contiguous(), ts, w_h, w_heads, u, f1, f2, g, ta)
-    h_prev = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1).float()
-    d_w_heads = d_heads.flatten(0, 1).T @ (1.7159 * u).flatten(0, 1)
-    d_w_h = d_xproj.flatten(0, 1).T @ h_prev.flatten(0, 1)
-    d_b_heads = d_heads.sum(dim=(0, 1))
-    x_dtype, ts_dtype, b_dtype = ctx.dtypes
-    return (d_xproj.to(x_dtype), d_ts.to(ts_dtype), d_w_h.to(w_h.dtype), d_w_heads.to(w_heads.dtype),
-            d_b_heads.to(b_dtype))
+def _backward(ctx, grads):
+    n = ctx.n
+    saved = ctx.saved_tensors
+    ts, w_h, w_heads, out = saved[:n], saved[n : 2 * n], saved[2 * n : 3 * n], saved[3 * n :]
+    states = out[0::N_OUT]
+    grad_states = [torch.zeros_like(s) if grads[N_OUT * i] is None else grads[N_OUT * i].contiguous()
+                   for i, s in enumerate(states)]
+    rest = [t for i in range(n) for t in out[N_OUT * i + 1 : N_OUT * (i + 1)]]
+    d = cfc_scans_bwd(grad_states, list(ts), list(w_h), list(w_heads), rest)
+    result = [[], [], [], [], []]
+    for i in range(n):
+        d_xproj, d_heads, d_ts = d[3 * i : 3 * i + 3]
+        u = out[N_OUT * i + 1]
+        h_prev = torch.cat([torch.zeros_like(states[i][:, :1]), states[i][:, :-1]], dim=1).float()
+        x_dtype, ts_dtype, b_dtype = ctx.dtypes[i]
+        result[0].append(d_xproj.to(x_dtype))
+        result[1].append(d_ts.to(ts_dtype))
+        result[2].append((d_xproj.flatten(0, 1).T @ h_prev.flatten(0, 1)).to(w_h[i].dtype))
+        result[3].append((d_heads.flatten(0, 1).T @ (1.7159 * u).flatten(0, 1)).to(w_heads[i].dtype))
+        result[4].append(d_heads.sum(dim=(0, 1)).to(b_dtype))
+    return tuple(result)
 
 
-cfc_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+cfc_scans_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def fused_cfc_scan(xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor) -> Tensor:
-    """`CfCScan.apply` on one kernel per direction: xproj [B, L, U], ts [B, L, H] (may be a broadcast view),
-    w_h [U, H], w_heads [4H, U], b_heads [4H] -> states [B, L, H]. Weights are used in fp32."""
-    hidden = w_h.shape[1]
-    ts = ts.expand(*xproj.shape[:2], hidden).contiguous()
-    weights = (w.float().contiguous() for w in (w_h, w_heads, b_heads))
-    return cfc_scan_fwd(xproj.contiguous(), ts, *weights)[0]
+def fused_cfc_scans(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
+                    b_heads: list[Tensor]) -> list[Tensor]:
+    """`CfCScan.apply` for independent layers, each one kernel per direction, the layers concurrently.
+    Per layer: xproj [B, L, U], ts [B, L, H] (may be a broadcast view), w_h [U, H], w_heads [4H, U], b_heads [4H]
+    -> states [B, L, H]. Weights are used in fp32."""
+    ts = [t.expand(*x.shape[:2], wh.shape[1]).contiguous() for x, t, wh in zip(xproj, ts, w_h, strict=True)]
+    weights = [[w.float().contiguous() for w in ws] for ws in (w_h, w_heads, b_heads)]
+    out = cfc_scans_fwd([x.contiguous() for x in xproj], ts, *weights)
+    return out[0::N_OUT]
