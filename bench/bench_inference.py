@@ -41,14 +41,17 @@ def main() -> None:
     book = load_sidecar(sorted(args.predecoded_dir.glob("*.book.*"))[-1])
     models = {name: (spec.build(n_features=len(bars.meta.feature_names)), bars)
               for name, spec in registry.REGISTRY.items() if spec.trainer == "supervised"}
-    models["perception"] = (PerceptionModel(PerceptionConfig(n_features=len(book.meta.feature_names))), book)
+    flagship = PerceptionConfig(n_features=len(book.meta.feature_names))
+    models["perception"] = (PerceptionModel(flagship), book)  # the fused Triton CfC scan on cuda
+    models["perception_torch_scan"] = (PerceptionModel(flagship), book)
+    models["perception_torch_scan"][0].fused_scan = False
     results = {}
     for name, (model, sc) in models.items():
         model.to(device).eval()
         norm = fit_norm_stats([sc])
         tiles = -(-args.min_windows // (sc.rows - args.seq_len + 1))
         features = np.tile(np.asarray(sc.features), (tiles, 1))
-        dt = np.tile(np.asarray(sc.dt), tiles) if name == "perception" else None
+        dt = np.tile(np.asarray(sc.dt), tiles) if name.startswith("perception") else None
 
         def run(model=model, features=features, norm=norm, dt=dt):
             return _window_probs(model, features, dt, args.seq_len, norm, device)

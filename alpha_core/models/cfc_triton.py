@@ -38,7 +38,7 @@ def _tanh(x):
 
 @triton.jit
 def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
-                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr):
+                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr, SAVE: tl.constexpr):
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
     live = rows[:, None] < B
     hh = tl.arange(0, H)
@@ -65,11 +65,12 @@ def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s,
         f1 = _tanh(o1)
         f2 = _tanh(o2)
         h = f1 * (1.0 - g) + g * f2
-        tl.store(u_s + at_u + t * U, u, mask=live)
-        tl.store(f1_s + at_h + t * H, f1, mask=live)
-        tl.store(f2_s + at_h + t * H, f2, mask=live)
-        tl.store(g_s + at_h + t * H, g, mask=live)
-        tl.store(ta_s + at_h + t * H, ta, mask=live)
+        if SAVE:  # what the backward reads; inference skips the traffic
+            tl.store(u_s + at_u + t * U, u, mask=live)
+            tl.store(f1_s + at_h + t * H, f1, mask=live)
+            tl.store(f2_s + at_h + t * H, f2, mask=live)
+            tl.store(g_s + at_h + t * H, g, mask=live)
+            tl.store(ta_s + at_h + t * H, ta, mask=live)
         tl.store(out + at_h + t * H, h.to(out.dtype.element_ty), mask=live)
 
 
@@ -155,16 +156,18 @@ def _concurrently(launches: list, device: torch.device) -> None:
         current.wait_stream(side)
 
 
-def _fwd_buffers(xproj: Tensor, w_h: Tensor) -> list[Tensor]:
-    """states [B, L, H] in xproj's dtype; u [B, L, U]; tanh ff1, tanh ff2, g, t_a [B, L, H] (fp32)."""
+def _fwd_buffers(xproj: Tensor, w_h: Tensor, save: bool) -> list[Tensor]:
+    """states [B, L, H] in xproj's dtype; u [B, L, U]; tanh ff1, tanh ff2, g, t_a [B, L, H] (fp32; empty when
+    nothing is saved for a backward)."""
     batch, length, units = xproj.shape
     hidden = w_h.shape[1]
-    f32 = [xproj.new_empty(batch, length, hidden, dtype=torch.float32) for _ in range(4)]
-    return [xproj.new_empty(batch, length, hidden), xproj.new_empty(batch, length, units, dtype=torch.float32), *f32]
+    n = batch * length if save else 0
+    f32 = [xproj.new_empty(n, hidden, dtype=torch.float32) for _ in range(4)]
+    return [xproj.new_empty(batch, length, hidden), xproj.new_empty(n, units, dtype=torch.float32), *f32]
 
 
 def _bwd_buffers(u: Tensor, hidden: int) -> list[Tensor]:
-    """d_xproj [B, L, U], d_heads [B, L, 4H], d_ts [B, L, H] (fp32)."""
+    """d_xproj [B, L, U], d_heads [B, L, 4H], d_ts [B, L, H] (fp32); u is [B, L, U]."""
     batch, length, _ = u.shape
     return [torch.empty_like(u), u.new_empty(batch, length, 4 * hidden), u.new_empty(batch, length, hidden)]
 
@@ -174,12 +177,13 @@ N_OUT = 6  # tensors per layer out of the forward: the states, then what the bac
 
 @torch.library.custom_op("alpha::cfc_scans_fwd", mutates_args=())
 def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
-                  b_heads: list[Tensor]) -> list[Tensor]:
+                  b_heads: list[Tensor], save: bool) -> list[Tensor]:
     """Forward scans of independent layers, run concurrently: N_OUT tensors per layer (`_fwd_buffers`)."""
     outs, launches = [], []
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
-        bufs = _fwd_buffers(x, wh)
+        bufs = _fwd_buffers(x, wh, save)
         grid, meta = _launch_args(x.shape[0], x.dtype)
+        meta["SAVE"] = save
         kernel = _cfc_fwd_kernel[grid]
         launches.append(lambda k=kernel, a=(x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1]), h=wh.shape[1],
                         m=meta: k(*a, H=h, U=a[0].shape[2], **m))
@@ -189,8 +193,8 @@ def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_he
 
 
 @cfc_scans_fwd.register_fake
-def _(xproj, ts, w_h, w_heads, b_heads):
-    return [b for x, wh in zip(xproj, w_h, strict=True) for b in _fwd_buffers(x, wh)]
+def _(xproj, ts, w_h, w_heads, b_heads, save):
+    return [b for x, wh in zip(xproj, w_h, strict=True) for b in _fwd_buffers(x, wh, save)]
 
 
 @torch.library.custom_op("alpha::cfc_scans_bwd", mutates_args=())
@@ -200,7 +204,7 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
     d_xproj, d_heads, d_ts per layer (`_bwd_buffers`)."""
     outs, launches = [], []
     for i, (go, t, wh, wk) in enumerate(zip(grad_out, ts, w_h, w_heads, strict=True)):
-        u, f1, f2, g, ta = saved[5 * i : 5 * i + 5]
+        u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
         grid, meta = _launch_args(u.shape[0], go.dtype)
         kernel = _cfc_bwd_kernel[grid]
@@ -213,11 +217,12 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
 
 @cfc_scans_bwd.register_fake
 def _(grad_out, ts, w_h, w_heads, saved):
-    return [b for i, wh in enumerate(w_h) for b in _bwd_buffers(saved[5 * i], wh.shape[1])]
+    return [b for i, (go, wh) in enumerate(zip(grad_out, w_h, strict=True))
+            for b in _bwd_buffers(saved[5 * i].view(*go.shape[:2], -1), wh.shape[1])]
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    xproj, ts, w_h, w_heads, b_heads = inputs
+    xproj, ts, w_h, w_heads, b_heads, _ = inputs
     ctx.n = len(xproj)
     ctx.save_for_backward(*ts, *w_h, *w_heads, *output)
     ctx.dtypes = [(x.dtype, t.dtype, b.dtype) for x, t, b in zip(xproj, ts, b_heads, strict=True)]
@@ -235,7 +240,7 @@ def _backward(ctx, grads):
     result = [[], [], [], [], []]
     for i in range(n):
         d_xproj, d_heads, d_ts = d[3 * i : 3 * i + 3]
-        u = out[N_OUT * i + 1]
+        u = out[N_OUT * i + 1].view_as(d_xproj)
         h_prev = torch.cat([torch.zeros_like(states[i][:, :1]), states[i][:, :-1]], dim=1).float()
         x_dtype, ts_dtype, b_dtype = ctx.dtypes[i]
         result[0].append(d_xproj.to(x_dtype))
@@ -243,7 +248,7 @@ def _backward(ctx, grads):
         result[2].append((d_xproj.flatten(0, 1).T @ h_prev.flatten(0, 1)).to(w_h[i].dtype))
         result[3].append((d_heads.flatten(0, 1).T @ (1.7159 * u).flatten(0, 1)).to(w_heads[i].dtype))
         result[4].append(d_heads.sum(dim=(0, 1)).to(b_dtype))
-    return tuple(result)
+    return (*result, None)  # no gradient for `save`
 
 
 cfc_scans_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -256,5 +261,6 @@ def fused_cfc_scans(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_
     -> states [B, L, H]. Weights are used in fp32."""
     ts = [t.expand(*x.shape[:2], wh.shape[1]).contiguous() for x, t, wh in zip(xproj, ts, w_h, strict=True)]
     weights = [[w.float().contiguous() for w in ws] for ws in (w_h, w_heads, b_heads)]
-    out = cfc_scans_fwd([x.contiguous() for x in xproj], ts, *weights)
-    return out[0::N_OUT]
+    xproj = [x.contiguous() for x in xproj]
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in [*xproj, *ts, *(w for ws in weights for w in ws)])
+    return cfc_scans_fwd(xproj, ts, *weights, save)[0::N_OUT]
