@@ -25,6 +25,7 @@ from alpha_core.data.sidecar import load_sidecar
 from alpha_core.eval.predict import BATCH, _window_probs
 from alpha_core.models import registry
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+from alpha_core.train.perception import resolve_device
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--min-windows", type=int, default=200_000, help="tile a short file up to this many windows")
     parser.add_argument("--out", type=Path, default=Path("bench/out/bench_inference.json"))
     args = parser.parse_args()
-    device = torch.device(args.device)
+    device = resolve_device(args.device)  # TF32 matmuls on cuda, as `alpha evaluate` runs
     bars = load_sidecar(sorted(args.predecoded_dir.glob("*.bars.*"))[-1])
     book = load_sidecar(sorted(args.predecoded_dir.glob("*.book.*"))[-1])
     models = {name: (spec.build(n_features=len(bars.meta.feature_names)), bars)

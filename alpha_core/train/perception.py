@@ -153,11 +153,15 @@ def validate(cfg: TrainConfig) -> None:
 
 
 def resolve_device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    """The device to train or evaluate on (default: cuda when available). On CUDA, every command keeps fp32
+    storage and lets matmuls use TF32 tensor cores: the same numerics for training and evaluation, and what
+    the fused CfC kernel needs to be fast."""
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name is None else name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise PlanError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return device
 
 
@@ -168,9 +172,6 @@ class PerceptionTrainer:
         self.device = resolve_device(cfg.device)
         if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
-        if self.device.type == "cuda":  # fp32 storage, TF32 tensor cores for the matmuls (the skinny CfC GEMMs)
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
         cfg.out.mkdir(parents=True, exist_ok=True)
         self._prepare_data()
         n_h = len(self.horizons)
