@@ -36,6 +36,8 @@ class TrainAssetConfig(dg.Config):
     n_val_seqs: int = 1000
     timesteps_per_epoch: int = 2000
     device: str | None = None
+    precision: str = "fp32"  # fp32 | bf16 (the flagship; bf16 autocast)
+    gpu_fast_path: bool = True  # the flagship on cuda: torch.compile + the whole step in one CUDA graph
     min_val_auc: float = 0.5  # supervised gate: mean validation AUC of the kept checkpoint
     min_val_sharpe: float = -1e9  # RL gate: validation Sharpe of the kept policy
 
@@ -140,12 +142,14 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
             **common), params_file)
         return {"val_sharpe": s.val_sharpe, "val_turnover": s.val_turnover, "epochs": s.epochs,
                 "wall_time_s": s.wall_time_s, "device": s.device}
-    from alpha_core.train.perception import PerceptionTrainer, TrainConfig
+    from alpha_core.train.perception import PerceptionTrainer, TrainConfig, resolve_device
 
+    fast = config.gpu_fast_path and resolve_device(config.device).type == "cuda"
     s = PerceptionTrainer(TrainConfig(
         mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
         out=out / f"fold-{fold}", epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
-        n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device, **common)).fit()
+        n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device,
+        precision=config.precision, cuda_graph=fast, compile=fast, **common)).fit()
     return {"val_auc": dg.MetadataValue.json(s.best_mean_auc_per_horizon), "mean_val_auc": s.best_mean_auc,
             "final_train_loss": s.final_train_loss, "epochs": s.epochs, "wall_time_s": s.wall_time_s, "device": s.device}
 
