@@ -6,7 +6,7 @@ For the flagship's two trunks (main: hidden 64, backbone 128; aux: hidden 64, ba
 that values and all five gradients agree (fp32, TF32 off), then times forward + backward of both trunks, each
 whole pass replayed from a CUDA graph (as in training), at batch 1, 64, 512 and 4096, for the torch scan (both
 trunks in one block-diagonal loop, as `parallel_cfc` runs them) and for the fused kernels (the two trunks on
-two streams) at a few launch shapes.
+two streams): 16-row tiles and one row per program, at a few warp counts.
 """
 
 from __future__ import annotations
@@ -83,22 +83,30 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "agreement": agreement()}
     print(json.dumps(result["agreement"]), flush=True)
     torch.backends.cuda.matmul.allow_tf32 = True  # as the trainer runs
-    default_launch = cfc_triton._launch_args
+    default_launch = cfc_triton._launch
+
+    def variant(rows: bool, warps: int):
+        def launch(n, dtype, backward):
+            kept = cfc_triton.ROW_KERNEL_MAX_BATCH
+            cfc_triton.ROW_KERNEL_MAX_BATCH = 10**9 if rows else 0
+            try:
+                kernel, grid, meta = default_launch(n, dtype, backward)
+            finally:
+                cfc_triton.ROW_KERNEL_MAX_BATCH = kept
+            return kernel, grid, {**meta, "num_warps": warps}
+        return launch
+
     timings = []
     for batch in (1, 64, 512, 4096):
         row = {"batch": batch, "torch_ms": time_pass(batch, fused=False)}
-        for block in (16, 32):
-            for warps in (4, 8):
-                def launch(n, dtype, block=block, warps=warps):
-                    grid, meta = default_launch(n, dtype)
-                    return ((n + block - 1) // block,), {**meta, "BB": block, "num_warps": warps}
-
-                cfc_triton._launch_args = launch
-                try:
-                    row[f"fused_b{block}_w{warps}_ms"] = time_pass(batch, fused=True)
-                except Exception as exc:  # a launch shape that does not fit (registers, shared memory)
-                    row[f"fused_b{block}_w{warps}_ms"] = f"{type(exc).__name__}: {exc}"[:300]
-        cfc_triton._launch_args = default_launch
+        shapes = [("tiles16", False, w) for w in (4, 8)] + [("rows", True, w) for w in (4, 8, 16, 32) if batch <= 512]
+        for name, rows, warps in shapes:
+            cfc_triton._launch = variant(rows, warps)
+            try:
+                row[f"fused_{name}_w{warps}_ms"] = time_pass(batch, fused=True)
+            except Exception as exc:  # a launch shape that does not fit (registers, shared memory)
+                row[f"fused_{name}_w{warps}_ms"] = f"{type(exc).__name__}: {exc}"[:300]
+        cfc_triton._launch = default_launch
         row["fused_default_ms"] = time_pass(batch, fused=True)
         print(json.dumps(row), flush=True)
         timings.append(row)

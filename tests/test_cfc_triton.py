@@ -19,38 +19,41 @@ pytest.importorskip("triton")
 CHECK = textwrap.dedent("""
     import torch
     from alpha_core.models.cfc import CfC
+    from alpha_core.models import cfc_triton
     from alpha_core.models.cfc_triton import fused_cfc_scans, supported
 
     assert supported(64, 128) and supported(16, 16) and not supported(6, 128) and not supported(64, 96)
-    torch.manual_seed(0)
-    # two layers in one call; batch 19: a full block of 16 rows and a partly masked one; hidden != units both
-    # ways; per-unit and per-sample time steps
-    layers = [CfC(8, 16, backbone_units=32), CfC(8, 32, backbone_units=16)]
-    xs = [torch.randn(19, 6, 8, requires_grad=True) for _ in layers]
-    ts = [torch.rand(19, 6, 16, requires_grad=True), torch.rand(19, 6, 1, requires_grad=True)]
-    cells = [layer.rnn_cell for layer in layers]
-    heads = [c._head_params() for c in cells]
-    fused = fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
-                            [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])
-    reference = [layer(x, t)[0] for layer, x, t in zip(layers, xs, ts)]
-    for a, b in zip(fused, reference):
-        torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
-    weights = [torch.randn_like(r) for r in reference]
-    inputs = [*xs, *ts, *(p for layer in layers for p in layer.parameters())]
-    g_fused = torch.autograd.grad(sum((a * w).sum() for a, w in zip(fused, weights)), inputs)
-    g_reference = torch.autograd.grad(sum((b * w).sum() for b, w in zip(reference, weights)), inputs)
-    for a, b in zip(g_fused, g_reference, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    with torch.no_grad():  # inference: the kernel skips saving what a backward would read
-        for a, b in zip(fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
-                                        [c._recurrent_weight() for c in cells], [w for w, _ in heads],
-                                        [b for _, b in heads]), reference):
+    for rows_max in (64, 0):  # the one-row-per-program kernels, then the 16-row tiles
+        cfc_triton.ROW_KERNEL_MAX_BATCH = rows_max
+        torch.manual_seed(0)
+        # two layers in one call; batch 19: for the tiles a full block of 16 rows and a partly masked one;
+        # hidden != units both ways; per-unit and per-sample time steps
+        layers = [CfC(8, 16, backbone_units=32), CfC(8, 32, backbone_units=16)]
+        xs = [torch.randn(19, 6, 8, requires_grad=True) for _ in layers]
+        ts = [torch.rand(19, 6, 16, requires_grad=True), torch.rand(19, 6, 1, requires_grad=True)]
+        cells = [layer.rnn_cell for layer in layers]
+        heads = [c._head_params() for c in cells]
+        fused = fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
+                                [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])
+        reference = [layer(x, t)[0] for layer, x, t in zip(layers, xs, ts)]
+        for a, b in zip(fused, reference):
             torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
-    # a layer whose output feeds nothing still gets (zero) gradients and no error
-    only_first = torch.autograd.grad(fused_cfc_scans([cells[0].input_projection(xs[0]), cells[1].input_projection(xs[1])],
-                                                     ts, [c._recurrent_weight() for c in cells], [w for w, _ in heads],
-                                                     [b for _, b in heads])[0].sum(), xs)
-    assert only_first[1].abs().sum() == 0 and only_first[0].abs().sum() > 0
+        weights = [torch.randn_like(r) for r in reference]
+        inputs = [*xs, *ts, *(p for layer in layers for p in layer.parameters())]
+        g_fused = torch.autograd.grad(sum((a * w).sum() for a, w in zip(fused, weights)), inputs)
+        g_reference = torch.autograd.grad(sum((b * w).sum() for b, w in zip(reference, weights)), inputs)
+        for a, b in zip(g_fused, g_reference, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        with torch.no_grad():  # inference: the kernel skips saving what a backward would read
+            for a, b in zip(fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
+                                            [c._recurrent_weight() for c in cells], [w for w, _ in heads],
+                                            [b for _, b in heads]), reference):
+                torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
+        # a layer whose output feeds nothing still gets (zero) gradients and no error
+        first = fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,
+                                [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])[0]
+        only_first = torch.autograd.grad(first.sum(), xs)
+        assert only_first[1].abs().sum() == 0 and only_first[0].abs().sum() > 0
     print("ok")
 """)
 

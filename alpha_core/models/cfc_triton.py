@@ -114,6 +114,81 @@ def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xp
         carry = tl.dot(d_a, tl.load(w_h_n), input_precision=PRECISION)
 
 
+@triton.jit
+def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
+                        H: tl.constexpr, U: tl.constexpr, SAVE: tl.constexpr):
+    """One batch row per program, matrix-vector products as multiply + reduce in registers (no tl.dot, which
+    needs 16 rows and a shared-memory layout change per product): the small-batch variant, exact fp32."""
+    row = tl.program_id(0).to(tl.int64)
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_h_t = w_h + uu[None, :] * H + hh[:, None]  # [H, U]: W_h transposed (products reduce over axis 0)
+    w_k_t = w_heads + hh[None, :] * U + uu[:, None]  # [U, H]: head k's block transposed (+ k*H*U)
+    b1 = tl.load(b_heads + hh)
+    b2 = tl.load(b_heads + H + hh)
+    b3 = tl.load(b_heads + 2 * H + hh)
+    b4 = tl.load(b_heads + 3 * H + hh)
+    at_u = row * L * U + uu
+    at_h = row * L * H + hh
+    h = tl.zeros([H], dtype=tl.float32)
+    for t in range(L):
+        x_t = tl.load(xproj + at_u + t * U).to(tl.float32)
+        u = _tanh(0.666 * (x_t + tl.sum(tl.load(w_h_t) * h[:, None], axis=0)))
+        z = (1.7159 * u)[:, None]
+        o1 = tl.sum(tl.load(w_k_t) * z, axis=0) + b1
+        o2 = tl.sum(tl.load(w_k_t + H * U) * z, axis=0) + b2
+        ta = tl.sum(tl.load(w_k_t + 2 * H * U) * z, axis=0) + b3
+        tb = tl.sum(tl.load(w_k_t + 3 * H * U) * z, axis=0) + b4
+        g = tl.sigmoid(ta * tl.load(ts + at_h + t * H).to(tl.float32) + tb)
+        f1 = _tanh(o1)
+        f2 = _tanh(o2)
+        h = f1 * (1.0 - g) + g * f2
+        if SAVE:
+            tl.store(u_s + at_u + t * U, u)
+            tl.store(f1_s + at_h + t * H, f1)
+            tl.store(f2_s + at_h + t * H, f2)
+            tl.store(g_s + at_h + t * H, g)
+            tl.store(ta_s + at_h + t * H, ta)
+        tl.store(out + at_h + t * H, h.to(out.dtype.element_ty))
+
+
+@triton.jit
+def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B,
+                        L: tl.constexpr, H: tl.constexpr, U: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_h_tile = w_h + uu[:, None] * H + hh[None, :]  # [U, H] as stored
+    w_k = w_heads + hh[:, None] * U + uu[None, :]  # head k's [H, U] block as stored (+ k*H*U)
+    at_u = row * L * U + uu
+    at_h = row * L * H + hh
+    at_o = row * L * 4 * H + hh
+    carry = tl.zeros([H], dtype=tl.float32)
+    for i in range(L):
+        t = L - 1 - i
+        gh = tl.load(grad_out + at_h + t * H).to(tl.float32) + carry
+        f1 = tl.load(f1_s + at_h + t * H)
+        f2 = tl.load(f2_s + at_h + t * H)
+        g = tl.load(g_s + at_h + t * H)
+        d_pre = gh * (f2 - f1) * g * (1.0 - g)
+        d1 = gh * (1.0 - g) * (1.0 - f1 * f1)
+        d2 = gh * g * (1.0 - f2 * f2)
+        d3 = d_pre * tl.load(ts + at_h + t * H).to(tl.float32)
+        tl.store(d_heads + at_o + t * 4 * H, d1)
+        tl.store(d_heads + at_o + t * 4 * H + H, d2)
+        tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3)
+        tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre)
+        tl.store(d_ts + at_h + t * H, d_pre * tl.load(ta_s + at_h + t * H))
+        d_z = tl.sum(tl.load(w_k) * d1[:, None], axis=0)
+        d_z += tl.sum(tl.load(w_k + H * U) * d2[:, None], axis=0)
+        d_z += tl.sum(tl.load(w_k + 2 * H * U) * d3[:, None], axis=0)
+        d_z += tl.sum(tl.load(w_k + 3 * H * U) * d_pre[:, None], axis=0)
+        u = tl.load(u_s + at_u + t * U)
+        d_a = d_z * (1.7159 * 0.666) * (1.0 - u * u)
+        tl.store(d_xproj + at_u + t * U, d_a)
+        carry = tl.sum(tl.load(w_h_tile) * d_a[:, None], axis=0)
+
+
 def _pow2(n: int) -> bool:
     return 16 <= n <= 256 and n & (n - 1) == 0
 
@@ -123,14 +198,20 @@ def supported(hidden: int, units: int) -> bool:
     return _pow2(hidden) and _pow2(units)
 
 
-def _launch_args(batch: int, dtype: torch.dtype) -> tuple[tuple[int], dict]:
-    """Grid and meta-parameters, chosen from measurements on an H200 (bench/bench_cfc_scan.py): 16 rows per
-    program at every batch size; 8 warps at small batch, 4 at large."""
+ROW_KERNEL_MAX_BATCH = 64  # up to this batch, one row per program (`_cfc_*_row_kernel`); above, 16-row tiles
+
+
+def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
+    """(kernel, grid, meta-parameters), chosen from measurements on an H200 (bench/bench_cfc_scan.py)."""
+    if batch <= ROW_KERNEL_MAX_BATCH:  # the forward's per-tile pointers need more registers: more warps
+        return ((_cfc_bwd_row_kernel, (batch,), {"num_warps": 8, "num_stages": 1}) if backward
+                else (_cfc_fwd_row_kernel, (batch,), {"num_warps": 16, "num_stages": 1}))
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
     # num_stages=1: software pipelining would multi-buffer the per-step weight tiles in shared memory (over
-    # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway
+    # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway. 16 rows per program; 8 warps
+    # at small batch, 4 at large.
     meta = {"BB": 16, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 8 if batch <= 2048 else 4, "num_stages": 1}
-    return (triton.cdiv(batch, 16),), meta
+    return (_cfc_bwd_kernel if backward else _cfc_fwd_kernel), (triton.cdiv(batch, 16),), meta
 
 
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
@@ -182,9 +263,9 @@ def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_he
     outs, launches = [], []
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
         bufs = _fwd_buffers(x, wh, save)
-        grid, meta = _launch_args(x.shape[0], x.dtype)
+        kernel, grid, meta = _launch(x.shape[0], x.dtype, backward=False)
         meta["SAVE"] = save
-        kernel = _cfc_fwd_kernel[grid]
+        kernel = kernel[grid]
         launches.append(lambda k=kernel, a=(x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1]), h=wh.shape[1],
                         m=meta: k(*a, H=h, U=a[0].shape[2], **m))
         outs += bufs
@@ -206,8 +287,8 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
     for i, (go, t, wh, wk) in enumerate(zip(grad_out, ts, w_h, w_heads, strict=True)):
         u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
-        grid, meta = _launch_args(u.shape[0], go.dtype)
-        kernel = _cfc_bwd_kernel[grid]
+        kernel, grid, meta = _launch(u.shape[0], go.dtype, backward=True)
+        kernel = kernel[grid]
         launches.append(lambda k=kernel, a=(go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1]),
                         h=wh.shape[1], m=meta: k(*a, H=h, U=a[4].shape[2], **m))
         outs += bufs
