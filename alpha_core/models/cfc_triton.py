@@ -203,9 +203,8 @@ ROW_KERNEL_MAX_BATCH = 64  # up to this batch, one row per program (`_cfc_*_row_
 
 def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
     """(kernel, grid, meta-parameters), chosen from measurements on an H200 (bench/bench_cfc_scan.py)."""
-    if batch <= ROW_KERNEL_MAX_BATCH:  # the forward's per-tile pointers need more registers: more warps
-        return ((_cfc_bwd_row_kernel, (batch,), {"num_warps": 8, "num_stages": 1}) if backward
-                else (_cfc_fwd_row_kernel, (batch,), {"num_warps": 16, "num_stages": 1}))
+    if batch <= ROW_KERNEL_MAX_BATCH:
+        return (_cfc_bwd_row_kernel if backward else _cfc_fwd_row_kernel), (batch,), {"num_warps": 4, "num_stages": 1}
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
     # num_stages=1: software pipelining would multi-buffer the per-step weight tiles in shared memory (over
     # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway. 16 rows per program; 8 warps
