@@ -2,9 +2,13 @@
 
 Why: a CfC layer is a chain of L dependent steps. Written in torch, each step is a dozen small kernels forward
 and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph
-(shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns a
-block of batch rows, keeps the state in registers for all L steps and re-reads the weights (a few hundred KB,
-resident in L1/L2) at every step.
+(shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns
+batch rows, keeps their state in registers for all L steps and re-reads the weights (a few hundred KB, resident
+in L1/L2) at every step. Two shapes of program, chosen by batch size from measurements (`_launch`):
+- up to `ROW_KERNEL_MAX_BATCH` rows, one row per program, its matrix-vector products as multiply + reduce in
+  registers (exact fp32);
+- above, 16 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls may).
+Independent layers (the flagship's main and aux trunks) run side by side on their own streams.
 
 The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per unit,
 
@@ -15,9 +19,9 @@ The forward kernel also stores u, tanh(ff1), tanh(ff2), g and t_a for the backwa
 in reverse and writes the gradients into xproj (= into the pre-activation), into the four head outputs and into
 ts. The weight gradients are then two large GEMMs over all steps in torch, as in `CfCScan`.
 
-Both kernels are opaque `torch.library.custom_op`s with a registered autograd formula and fake (meta) kernels, so
-the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
-input dtype (bf16 under autocast); `tl.dot` uses TF32 only where torch's own fp32 matmuls may.
+Both directions are opaque `torch.library.custom_op`s with a registered autograd formula and fake (meta) kernels,
+so the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
+input dtype (bf16 under autocast). Under no_grad the forward saves nothing for a backward.
 
 Limits: H and U powers of two from 16 to 256 (`supported`); otherwise callers take the torch path. Tested on the
 CPU through Triton's interpreter (TRITON_INTERPRET=1) against `CfCScan`, values and gradients.
