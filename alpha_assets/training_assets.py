@@ -98,7 +98,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
 
     @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool="gpu",
               op_tags=GPU_STEP_TAGS,
-              kinds={"pytorch", "safetensors"}, code_version="1", description=f"{name}: one walk-forward fold",
+              kinds={"pytorch", "safetensors"}, code_version=spec.code_version, description=f"{name}: one walk-forward fold",
               check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True)])
     def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:

@@ -53,6 +53,9 @@ class ModelSpec:
     trainer: Literal["perception", "supervised", "rl"]
     description: str
     search_space: dict[str, SearchParam] | None = field(default=None)
+    # bump when a change alters what training this model produces: its Dagster checkpoints then show as stale
+    # (2: TF32 matmuls on CUDA for every trainer, the flagship's fused CfC scan)
+    code_version: str = "2"
 
     def config_class(self) -> type[BaseModel]:
         return getattr(importlib.import_module(self.module), self.config_name)
