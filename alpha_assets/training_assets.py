@@ -12,6 +12,7 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -176,6 +177,8 @@ def ensemble_report(context: dg.AssetExecutionContext, data: DataRoot, storage: 
     symbol = context.partition_key
     out = storage.run_dir(run_id(context)) / "eval" / symbol
     view = out / "models"  # the checkpoints this report uses: found from metadata, linked, never guessed
+    if view.exists():  # a re-run under the same RUN_ID: the view (links only) is rebuilt from current metadata
+        shutil.rmtree(view)
     used = []
     for model in MODELS:
         for fold in symbol_fold_partitions.get_partition_keys():

@@ -23,9 +23,10 @@ def test_checkpoints_behind_their_gates_then_the_report(tiny_data, tmp_path):
     assets = list(defs.assets)
     by_key = {a.key.to_user_string(): a for a in assets}
 
-    def run(selection, partition, run_config=None):
+    def run(selection, partition, run_config=None, tags=None):
         return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
-                              instance=instance, resources=resources, run_config=run_config, raise_on_error=False)
+                              instance=instance, resources=resources, run_config=run_config, raise_on_error=False,
+                              tags=tags)
 
     assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
     for fold in ("0", "1"):
@@ -48,6 +49,10 @@ def test_checkpoints_behind_their_gates_then_the_report(tiny_data, tmp_path):
     body = json.loads(path.read_text())
     assert set(body["symbols"]["ES.FUT"]["models"]) == {"mamba2"}
     assert "| mamba2 |" in meta["report"].value
+    for _ in range(2):  # `make demo` twice: a report re-run under the same RUN_ID rebuilds its view
+        again = run(["ensemble_report"], "ES.FUT", tags={"alpha/run_id": "rerun"})
+        assert again.success
+        assert again.get_asset_materialization_events()[0].materialization.metadata["checkpoints"].value == used
 
     summary = run(["run_summary"], None)
     assert summary.success

@@ -53,7 +53,7 @@ def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: i
     of it made contiguous on the device, so the host copies nothing per batch.
     """
     mean, std = (torch.from_numpy(a).to(device) for a in norm.arrays())
-    feats = ((torch.from_numpy(np.array(features)).to(device) - mean) / std).unfold(0, seq_len, 1)  # [W, F, K]
+    feats = torch.from_numpy(np.array(features)).to(device).sub_(mean).div_(std).unfold(0, seq_len, 1)  # [W, F, K]
     times = None if dt is None else torch.from_numpy(np.array(dt)).to(device).unfold(0, seq_len, 1)  # [W, K]
     out = []
     for lo in range(0, feats.shape[0], BATCH):
