@@ -29,6 +29,8 @@ CPU through Triton's interpreter (TRITON_INTERPRET=1) against `CfCScan`, values 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import triton
 import triton.language as tl
@@ -267,10 +269,8 @@ def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_he
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
         bufs = _fwd_buffers(x, wh, save)
         kernel, grid, meta = _launch(x.shape[0], x.dtype, backward=False)
-        meta["SAVE"] = save
-        kernel = kernel[grid]
-        launches.append(lambda k=kernel, a=(x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1]), h=wh.shape[1],
-                        m=meta: k(*a, H=h, U=a[0].shape[2], **m))
+        launches.append(partial(kernel[grid], x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1], H=wh.shape[1],
+                                U=x.shape[2], SAVE=save, **meta))
         outs += bufs
     _concurrently(launches, xproj[0].device)
     return outs
@@ -291,9 +291,8 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
         u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
         kernel, grid, meta = _launch(u.shape[0], go.dtype, backward=True)
-        kernel = kernel[grid]
-        launches.append(lambda k=kernel, a=(go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1]),
-                        h=wh.shape[1], m=meta: k(*a, H=h, U=a[4].shape[2], **m))
+        launches.append(partial(kernel[grid], go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1],
+                                H=wh.shape[1], U=u.shape[2], **meta))
         outs += bufs
     _concurrently(launches, grad_out[0].device)
     return outs
