@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from alpha_core.data.folds import FileRef, Fold, FoldPlan, check_leakage, plan_folds
+from alpha_core.data.folds import (
+    FileRef,
+    Fold,
+    FoldPlan,
+    UntestedFoldWarning,
+    check_leakage,
+    hyperopt_files,
+    hyperopt_leakage,
+    plan_folds,
+)
 from alpha_core.errors import PlanError
 
 
@@ -18,7 +27,8 @@ def names(files):
 
 
 def test_single_fold_trains_on_all_but_last_and_validates_on_last():
-    plan = plan_folds(refs(4))
+    with pytest.warns(UntestedFoldWarning, match="no test file"):
+        plan = plan_folds(refs(4))
     (fold,) = plan.folds
     assert names(fold.train) == ["f0", "f1", "f2"] and names(fold.val) == ["f3"] and fold.test == []
     assert plan.window == 3
@@ -34,13 +44,25 @@ def test_sliding_window_with_test_file_after_validation():
     assert check_leakage(plan) == []
 
 
-def test_default_window_leaves_one_validation_file_per_fold():
-    plan = plan_folds(refs(5), cv_n_folds=2)
-    assert plan.window == 3
-    assert names(plan.folds[0].train) == ["f0", "f1", "f2"] and names(plan.folds[0].test) == ["f4"]
-    assert names(plan.folds[1].val) == ["f4"] and plan.folds[1].test == []
+@pytest.mark.parametrize("n, folds", [(6, 3), (5, 2), (4, 2), (8, 3), (10, 4)])
+def test_default_window_tests_every_fold(n, folds, recwarn):
+    plan = plan_folds(refs(n), cv_n_folds=folds)
+    assert plan.window == n - folds - 1
+    assert all(len(f.test) == 1 for f in plan.folds)
+    assert names(plan.folds[-1].test) == [f"f{n - 1}"]
+    assert not [w for w in recwarn if issubclass(w.category, UntestedFoldWarning)]
 
 
+def test_a_fold_without_a_test_file_is_an_explicit_opt_in():
+    with pytest.raises(PlanError, match=r"fold\(s\) 1 would have no test file: 2 folds x window 3 need 6 files, "
+                                        r"5 available .*--allow-untested-folds"):
+        plan_folds(refs(5), cv_n_folds=2, cv_train_window=3)
+    with pytest.warns(UntestedFoldWarning, match=r"fold\(s\) 1 have no test file"):
+        plan = plan_folds(refs(5), cv_n_folds=2, cv_train_window=3, allow_untested_folds=True)
+    assert names(plan.folds[0].test) == ["f4"] and plan.folds[1].test == []
+
+
+@pytest.mark.filterwarnings("ignore::alpha_core.data.folds.UntestedFoldWarning")
 def test_files_are_ordered_by_time_not_by_input_order():
     plan = plan_folds(list(reversed(refs(3))))
     assert names(plan.folds[0].train) == ["f0", "f1"]
@@ -53,6 +75,7 @@ def test_files_are_ordered_by_time_not_by_input_order():
         (5, 2, -1, r"--cv-train-window must be >= 0 \(got -1\)"),
         (1, 1, 0, r"need >= 2 files for single-fold temporal split, found 1"),
         (2, 2, 0, r"cv_train_window resolves to 0 \(n_files=2, n_folds=2\)"),
+        (3, 2, 0, r"cv_train_window resolves to 0 \(n_files=3, n_folds=2\)"),
         (4, 3, 2, r"CV layout overflows: cv_fold=2 \+ window=2 \+ 1 val file > 4 files available"),
     ],
 )
@@ -75,3 +98,28 @@ def test_leakage_check_catches_shared_files_and_overlapping_time():
     overlap = FoldPlan(cv_n_folds=1, cv_train_window=0, window=1, n_files=2,
                        folds=[Fold(fold=0, train=[late], val=[f[1]], test=[])])
     assert check_leakage(overlap) == ["fold 0: train data reaches into val (time ranges overlap)"]
+
+
+@pytest.mark.parametrize("n, folds, window", [(6, 1, 0), (6, 2, 0), (6, 3, 0), (7, 2, 2), (9, 3, 1), (5, 3, 0)])
+def test_hyperopt_files_precede_every_test_file(n, folds, window, recwarn):
+    plan = plan_folds(refs(n), folds, window)
+    train, val = hyperopt_files(plan)
+    used = {r.name for r in (*train, *val)}
+    tests = [r for f in plan.folds for r in f.test]
+    assert used and not used & {r.name for r in tests}
+    assert all(r.end < t.start for r in (*train, *val) for t in tests)
+    assert val == [max((*train, *val), key=lambda r: r.start)]  # the last of them validates
+    results = {"train_files": [r.name for r in train], "val_files": [r.name for r in val]}
+    assert hyperopt_leakage(plan, results) == []
+    if tests:  # the old default (train on all but the last file, validate on the last) is caught
+        old = plan_folds(refs(n), 1, 0)
+        leaked = {"train_files": names(old.folds[0].train), "val_files": names(old.folds[0].val)}
+        problems = hyperopt_leakage(plan, leaked)
+        assert len(problems) == len(tests)
+        assert all(f"test file {t.name} was a hyperopt" in p for t, p in zip(tests, problems, strict=True))
+
+
+def test_hyperopt_leakage_needs_the_files_recorded():
+    plan = plan_folds(refs(6), 3)
+    assert hyperopt_leakage(plan, {"trials": []}) == [
+        "hyperopt results do not record train_files and val_files: the files they used cannot be checked"]
