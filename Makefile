@@ -39,6 +39,7 @@ ui: install
 	$(BIN)/dg dev
 
 test: install
+	scripts/test-deps.sh   # PostgreSQL and Chromium from Debian: installed as root, else the command to run
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -1,4 +1,4 @@
-"""Shared fixtures: real Databento samples from ../shared and small generated demo data."""
+"""Shared fixtures: the real Databento samples in tests/data/databento and small generated demo data."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import torch
 
 torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings swing 10-40x
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = REPO.parent / "shared" / "data" / "databento-samples"
+SAMPLES = Path(__file__).resolve().parent / "data" / "databento"  # sources and licences: its README.md
 
 
 @pytest.fixture(scope="session")
 def samples() -> Path:
-    assert SAMPLES.is_dir(), f"real Databento samples expected at {SAMPLES} (../shared beside the clone)"
+    """Real Databento DBN files, part of the repository, so a plain clone runs every test."""
     return SAMPLES
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,7 +17,14 @@ from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def postgres_bin() -> Path:
+    """The newest Debian PostgreSQL server's binaries, whatever its major version (scripts/test-deps.sh installs one)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("[0-9]*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        pytest.fail("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin: run scripts/test-deps.sh")
+    return found[-1].parent
 
 
 def free_port() -> int:
@@ -27,23 +35,24 @@ def free_port() -> int:
 
 @pytest.fixture
 def postgres():
-    """A throwaway PostgreSQL cluster on loopback, run as the `postgres` user (initdb refuses root)."""
-    if not (BIN / "initdb").exists():
-        pytest.skip("Debian's postgresql is not installed (.ci/run installs it)")
-    data = Path(tempfile.mkdtemp(prefix="alpha-pg-"))  # pytest's tmp dirs are private to root
-    shutil.chown(data, "postgres", "postgres")
+    """A throwaway PostgreSQL cluster on loopback, as the `postgres` user when we are root (initdb refuses root)."""
+    bin_ = postgres_bin()
+    data = Path(tempfile.mkdtemp(prefix="alpha-pg-"))  # pytest's tmp dirs are private to their owner
+    as_pg = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        as_pg = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    as_pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_pg, str(BIN / "initdb"), "-D", str(data), "-U", "alpha", "--auth=trust"], check=True,
+    subprocess.run([*as_pg, str(bin_ / "initdb"), "-D", str(data), "-U", "alpha", "--auth=trust"], check=True,
                    capture_output=True)
-    subprocess.run([*as_pg, str(BIN / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
+    subprocess.run([*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
                     "-o", f"-p {port} -c listen_addresses=127.0.0.1 -k {data}", "start"], check=True, capture_output=True)
     try:
-        subprocess.run([*as_pg, str(BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "alpha", "dagster"],
+        subprocess.run([*as_pg, str(bin_ / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "alpha", "dagster"],
                        check=True, capture_output=True)
         yield port
     finally:
-        subprocess.run([*as_pg, str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        subprocess.run([*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from alpha_assets import run as alpha_run
@@ -27,9 +28,10 @@ def free_port() -> int:
 
 
 def render(url: str, profile: Path) -> str:
-    """The page's DOM after its scripts ran, from Debian's headless Chromium (installed by .ci/run)."""
+    """The page's DOM after its scripts ran, from Debian's headless Chromium (scripts/test-deps.sh installs it)."""
     chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is needed for the UI test (.ci/run installs it)"
+    if chromium is None:
+        pytest.fail("Debian's chromium is needed for the UI test: run scripts/test-deps.sh")
     out = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
