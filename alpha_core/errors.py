@@ -17,9 +17,23 @@ class PlanError(ValueError):
     """An impossible request (fold layout, horizon, symbol); the message says which numbers do not fit."""
 
 
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+
+
 def describe_validation_error(exc: Exception) -> str:
-    """One line per bad field (`key: problem`) from a pydantic ValidationError; str(exc) otherwise."""
+    """One line naming every bad field from a pydantic ValidationError (`lr must be > 0 (got -1.0)`, or
+    `key: problem`); str(exc) otherwise."""
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors())
+    return "; ".join(_describe(e) for e in errors())
+
+
+def _describe(error: dict) -> str:
+    key = ".".join(str(p) for p in error["loc"]) or "<root>"
+    if error["type"] in _BOUNDS:
+        limit = next(iter(error.get("ctx", {}).values()), "?")
+        return f"{key} must be {_BOUNDS[error['type']]} {limit} (got {error.get('input')!r})"
+    if error["type"] == "finite_number":
+        return f"{key} must be a finite number (got {error.get('input')!r})"
+    return f"{key}: {error['msg']}"

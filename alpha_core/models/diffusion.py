@@ -48,31 +48,32 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim, PositiveFloat
 from alpha_core.data.loader import WindowBatch
 
 
 class DiffusionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    n_steps: int = 50  # diffusion steps T
+    n_steps: int = Field(50, ge=1, le=100_000)  # diffusion steps T
     schedule: Literal["linear", "cosine"] = "linear"
-    beta_start: float = 1e-4  # linear schedule, scaled by 1000 / T (Ho et al. use T = 1000)
-    beta_end: float = 0.02
-    n_samples: int = 32  # samples per position to estimate P(up) in forward()
-    d_context: int = 32  # GRU context size
-    d_hidden: int = 64  # denoiser MLP width
-    d_time: int = 32  # sinusoidal time embedding size
-    clip_x0: float | None = 6.0  # clip the predicted y0 (in scaled units) while sampling; None: no clip
+    beta_start: float = Field(1e-4, gt=0, lt=1)  # linear schedule, scaled by 1000 / T (Ho et al. use T = 1000)
+    beta_end: float = Field(0.02, gt=0, lt=1)
+    n_samples: Dim = 32  # samples per position to estimate P(up) in forward()
+    d_context: Dim = 32  # GRU context size
+    d_hidden: Dim = 64  # denoiser MLP width
+    d_time: Dim = 32  # sinusoidal time embedding size
+    clip_x0: PositiveFloat | None = 6.0  # clip the predicted y0 (in scaled units) while sampling; None: no clip
     up_threshold_ticks: float = 0.5  # a sampled move counts as "up" above this many ticks
-    scale_momentum: float = 0.01  # floor of the running-scale update weight (a cumulative mean before that)
-    train_draws: int = 1  # (t, eps) draws per position and training step (the encoder runs once)
+    scale_momentum: float = Field(0.01, gt=0, le=1)  # floor of the running-scale update weight (a cumulative mean before that)
+    train_draws: Dim = 1  # (t, eps) draws per position and training step (the encoder runs once)
     reverse_variance: Literal["analytic", "posterior"] = "analytic"  # sampler's step variance, see GaussianDiffusion
-    eps_momentum: float = 0.05  # update weight of the running E[eps_theta^2] per step and horizon (analytic variance)
+    eps_momentum: float = Field(0.05, gt=0, le=1)  # update weight of the running E[eps_theta^2] (analytic variance)
 
 
 def make_betas(n_steps: int, schedule: str, beta_start: float = 1e-4, beta_end: float = 0.02,

@@ -58,8 +58,10 @@ import math
 import pydantic
 import torch
 import torch.nn.functional as F
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 from torch import Tensor, nn
+
+from alpha_core.bounds import Count, Dim, PositiveFloat
 
 __all__ = ["KANConfig", "KANLinear", "KANModel", "b_spline_bases", "extended_grid"]
 
@@ -140,15 +142,15 @@ class KANLinear(nn.Module):
 
 
 class KANConfig(pydantic.BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)  # one logit per horizon
-    hidden: int = 32  # width of the hidden KAN layer
-    grid_size: int = 5  # G: spline intervals on grid_range
-    spline_order: int = 3  # k: cubic splines
+    hidden: Dim = 32  # width of the hidden KAN layer
+    grid_size: Dim = 5  # G: spline intervals on grid_range
+    spline_order: int = Field(3, ge=0, le=16)  # k: cubic splines
     grid_range: tuple[float, float] = (-2.0, 2.0)  # inputs are LayerNormed, so most mass lands here
-    ema_half_lives: tuple[float, ...] = (2.0, 8.0, 32.0)  # initial half-lives (bars) of the learnable EMAs
+    ema_half_lives: tuple[PositiveFloat, ...] = (2.0, 8.0, 32.0)  # initial half-lives (bars) of the learnable EMAs
     scale_noise: float = 0.1
     scale_base: float = 1.0
     scale_spline: float = 1.0

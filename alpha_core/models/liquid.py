@@ -12,14 +12,16 @@ from ncps.torch import LTC
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim
+
 
 class LiquidConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    units: int = 32
-    ode_unfolds: int = 6
+    units: Dim = 32
+    ode_unfolds: Dim = 6
 
 
 class LiquidModel(nn.Module):

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from alpha_core.bounds import Dim, Layers
+
 # --------------------------------------------------------------------------------------------- SSD scan
 
 
@@ -123,14 +125,14 @@ def ssd_chunked(
 
 
 class Mamba2Config(pydantic.BaseModel, extra="forbid"):
-    d_model: int = 64  # residual stream width
-    d_state: int = 16  # n: SSM state size per head row
-    d_head: int = 16  # p: head dim; n_heads = expand * d_model / d_head
-    expand: int = 2  # d_inner = expand * d_model
-    d_conv: int = 4  # causal depthwise conv kernel width
-    n_groups: int = 1  # g: B/C shared by n_heads / n_groups heads
-    chunk_size: int = 16  # SSD chunk length Q (any sequence length works; it is padded)
-    n_layers: int = 1
+    d_model: Dim = 64  # residual stream width
+    d_state: Dim = 16  # n: SSM state size per head row
+    d_head: Dim = 16  # p: head dim; n_heads = expand * d_model / d_head
+    expand: Dim = 2  # d_inner = expand * d_model
+    d_conv: Dim = 4  # causal depthwise conv kernel width
+    n_groups: Dim = 1  # g: B/C shared by n_heads / n_groups heads
+    chunk_size: Dim = 16  # SSD chunk length Q (any sequence length works; it is padded)
+    n_layers: Layers = 1
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> Mamba2Config:

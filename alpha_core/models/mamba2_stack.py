@@ -9,19 +9,20 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim
 from alpha_core.models.mamba2 import Mamba2, Mamba2Config
 
 
 class Mamba2StackConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    d_model: int = 64
-    d_state: int = 16
-    d_head: int = 16
-    n_layers: int = 2
-    chunk_size: int = 16
+    d_model: Dim = 64
+    d_state: Dim = 16
+    d_head: Dim = 16
+    n_layers: Dim = 2
+    chunk_size: Dim = 16
 
 
 class Mamba2StackModel(nn.Module):

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim, Layers, NonNegFloat, NonNegInt, PositiveFloat
 from alpha_core.models.cfc import CfC, parallel_cfc
 from alpha_core.models.mamba2 import Mamba2, Mamba2Config
 
@@ -51,22 +52,22 @@ WARMUP_CAP_RANGE = (100, 1000)
 
 
 class PerceptionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (10, 100, 1000)
-    d_model: int = 64
-    mamba2_state_dim: int = 16
-    mamba2_layers: int = 1
-    cfc_hidden: int = 64  # split into one bucket of units per horizon
-    cfc_backbone: int = 128
-    aux_hidden: int = 64
-    time_scale: float = 1.0  # seconds; the trainer sets the training files' median snapshot spacing
-    aux_weight: float = 1.0
-    aux_lift_window: int = 200
-    smoothness_base_lambda: float = 0.0
-    bucket_warmup_cap_steps: int | None = None
-    horizon_weights: tuple[float, ...] | None = None
+    d_model: Dim = 64
+    mamba2_state_dim: Dim = 16
+    mamba2_layers: Layers = 1
+    cfc_hidden: Dim = 64  # split into one bucket of units per horizon
+    cfc_backbone: Dim = 128
+    aux_hidden: Dim = 64
+    time_scale: PositiveFloat = 1.0  # seconds; the trainer sets the training files' median snapshot spacing
+    aux_weight: NonNegFloat = 1.0
+    aux_lift_window: Count = 200
+    smoothness_base_lambda: NonNegFloat = 0.0
+    bucket_warmup_cap_steps: NonNegInt | None = None
+    horizon_weights: tuple[NonNegFloat, ...] | None = None
 
     def mamba2(self) -> Mamba2Config:
         return Mamba2Config(d_model=self.d_model, d_state=self.mamba2_state_dim, n_layers=self.mamba2_layers)

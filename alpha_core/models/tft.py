@@ -61,6 +61,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim, Dropout
+
 __all__ = [
     "GRN",
     "GateAddNorm",
@@ -171,14 +173,14 @@ class InterpretableMultiHeadAttention(nn.Module):
 
 
 class TFTConfig(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    d_model: int = 32  # embedding / hidden size everywhere
-    n_heads: int = 4  # interpretable attention heads (d_model % n_heads == 0)
-    lstm_layers: int = 1
-    dropout: float = 0.0
+    d_model: Dim = 32  # embedding / hidden size everywhere
+    n_heads: Dim = 4  # interpretable attention heads (d_model % n_heads == 0)
+    lstm_layers: Dim = 1
+    dropout: Dropout = 0.0
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> TFTConfig:

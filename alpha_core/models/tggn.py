@@ -20,17 +20,19 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim
+
 
 class TGGNConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    d_node: int = 16
-    d_embed: int = 8  # adjacency embedding size
-    graph_steps: int = 2
-    dilations: tuple[int, ...] = (1, 2, 4)
-    kernel_size: int = 3
+    d_node: Dim = 16
+    d_embed: Dim = 8  # adjacency embedding size
+    graph_steps: Dim = 2
+    dilations: tuple[Dim, ...] = (1, 2, 4)
+    kernel_size: Dim = 3
 
 
 class GatedGraphStep(nn.Module):

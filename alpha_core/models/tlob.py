@@ -61,20 +61,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from alpha_core.bounds import Count, Dim, Dropout, Layers, PositiveFloat
+
 
 class TLOBConfig(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    d_model: int = 32  # hidden width d of the temporal stream (tokens of the feature attention)
-    n_layers: int = 2  # number of (temporal, feature) attention pairs
-    n_heads: int = 1  # heads per attention layer; each head has the layer's full width (paper style)
-    d_token: int = 8  # width of one hidden-channel token in the per-position feature attention
-    mlp_ratio: int = 4  # transformer MLP width = mlp_ratio * layer width
-    d_head_hidden: int = 32  # hidden width of each per-horizon head MLP
-    dropout: float = 0.0  # attention-probability and residual dropout (training only)
-    bin_eps: float = 1e-5  # variance floor of both BiN branches
+    d_model: Dim = 32  # hidden width d of the temporal stream (tokens of the feature attention)
+    n_layers: Layers = 2  # number of (temporal, feature) attention pairs
+    n_heads: Dim = 1  # heads per attention layer; each head has the layer's full width (paper style)
+    d_token: Dim = 8  # width of one hidden-channel token in the per-position feature attention
+    mlp_ratio: Dim = 4  # transformer MLP width = mlp_ratio * layer width
+    d_head_hidden: Dim = 32  # hidden width of each per-horizon head MLP
+    dropout: Dropout = 0.0  # attention-probability and residual dropout (training only)
+    bin_eps: PositiveFloat = 1e-5  # variance floor of both BiN branches
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> TLOBConfig:

@@ -63,8 +63,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
+
+from alpha_core.bounds import Count, Dim, Dropout
 
 __all__ = [
     "MLSTMState",
@@ -175,17 +177,17 @@ def slstm_step(wx: Tensor, R: Tensor, state: SLSTMState) -> tuple[Tensor, SLSTMS
 
 
 class XLSTMConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    n_features: int
+    n_features: Count
     horizons: tuple[int, ...] = (5, 15, 60)
-    d_model: int = 32  # residual stream width
-    n_heads: int = 4  # heads of both cells (mLSTM head dim = expand * d_model / n_heads, sLSTM = d_model / n_heads)
-    blocks: tuple[Literal["m", "s"], ...] = ("m", "s")  # block pattern, bottom to top
-    mlstm_expand: int = 2  # mLSTM up-projection factor
-    conv_kernel: int = 4  # causal depthwise conv width (mLSTM q/k path, sLSTM i/f gates)
-    ffn_factor: float = 4 / 3  # sLSTM block's post up-projection (gated MLP) width factor
-    dropout: float = 0.0  # on each block's residual branch
+    d_model: Dim = 32  # residual stream width
+    n_heads: Dim = 4  # heads of both cells (mLSTM head dim = expand * d_model / n_heads, sLSTM = d_model / n_heads)
+    blocks: tuple[Literal["m", "s"], ...] = Field(("m", "s"), max_length=256)  # block pattern, bottom to top
+    mlstm_expand: Dim = 2  # mLSTM up-projection factor
+    conv_kernel: Dim = 4  # causal depthwise conv width (mLSTM q/k path, sLSTM i/f gates)
+    ffn_factor: float = Field(4 / 3, gt=0, le=64)  # sLSTM block's post up-projection (gated MLP) width factor
+    dropout: Dropout = 0.0  # on each block's residual branch
 
     @model_validator(mode="after")
     def _check(self) -> XLSTMConfig:

@@ -40,6 +40,7 @@ from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 from stable_baselines3.common.vec_env import VecEnv
 
+from alpha_core.bounds import MAX_COUNT, MAX_FLOAT
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.errors import DataError
@@ -49,12 +50,12 @@ ACTION_TO_POSITION = np.array([-1.0, 0.0, 1.0])
 
 
 class EnvConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    window: int = Field(32, ge=1, description="bars of features in each observation")
-    episode_len: int = Field(256, ge=1, description="acting bars per episode")
-    cost_per_turnover: float = Field(0.5, ge=0.0, description="ticks charged per unit of |position change|")
-    n_envs: int = Field(8, ge=1, description="parallel episodes")
+    window: int = Field(32, ge=1, le=MAX_COUNT, description="bars of features in each observation")
+    episode_len: int = Field(256, ge=1, le=MAX_COUNT, description="acting bars per episode")
+    cost_per_turnover: float = Field(0.5, ge=0.0, le=MAX_FLOAT, description="ticks charged per unit of |position change|")
+    n_envs: int = Field(8, ge=1, le=MAX_COUNT, description="parallel episodes")
     reward_unit: Literal["ticks", "log"] = "ticks"
 
 

@@ -6,18 +6,20 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from alpha_core.bounds import Count, NonNegInt, Seed
+
 
 class WalkForwardConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     data_dir: Path
     output_dir: Path
     predecoded_dir: Path | None = None  # default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded
     symbol: str | None = None  # the product to extract when a file maps several
-    epochs: int = 50  # the spec's EPOCHS default
-    early_stop_patience: int = 5
-    cv_fold: int | None = None  # None: every fold of the plan
-    cv_n_folds: int = 1
-    cv_train_window: int = 0
-    seed: int = 0x4242
+    epochs: Count = 50  # the spec's EPOCHS default
+    early_stop_patience: NonNegInt = 5  # 0 disables
+    cv_fold: NonNegInt | None = None  # None: every fold of the plan
+    cv_n_folds: Count = 1
+    cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds
+    seed: Seed = 0x4242
     device: str | None = None
