@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from alpha_core.bounds import NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
@@ -38,15 +39,15 @@ from alpha_core.train.perception import resolve_device
 
 
 class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     models_dir: Path
     data_dir: Path
     output: Path  # ensemble_report.json; the Markdown and PNGs go beside it
     symbols: list[str] | None = None
-    horizon: int = 0  # index into the sidecar horizons (0 = shortest)
-    band: float = 0.05  # flat while |P(up) - 0.5| <= band
-    cost_ticks: float = 1.0  # per unit of position change (a 2-tick round trip)
+    horizon: NonNegInt = 0  # index into the sidecar horizons (0 = shortest); checked against them in evaluate()
+    band: float = Field(0.05, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
+    cost_ticks: NonNegFloat = 1.0  # per unit of position change (a 2-tick round trip)
     predecoded_dir: Path | None = None
     device: str | None = None
 

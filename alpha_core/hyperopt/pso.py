@@ -18,10 +18,11 @@ from pathlib import Path
 import nevergrad as ng
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
+from alpha_core.bounds import Count, NonNegInt, Seed
 from alpha_core.errors import PlanError
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
@@ -66,22 +67,22 @@ def _plain(values: dict) -> dict:
 
 
 class HyperoptConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str
     data_dir: Path
     output: Path
-    trials: int = 20  # the spec's HYPEROPT_TRIALS
-    epochs: int = 3
-    timesteps_per_epoch: int = 5_000  # RL trials
-    workers: int = 1
-    seed: int = 0
-    cv_n_folds: int = 1
-    cv_train_window: int = 0
-    seq_len: int = 64
-    batch_size: int = 256
-    n_train_seqs: int = 20_000
-    n_val_seqs: int = 5_000
+    trials: Count = 20  # the spec's HYPEROPT_TRIALS
+    epochs: Count = 3
+    timesteps_per_epoch: Count = 5_000  # RL trials
+    workers: int = Field(1, ge=1, le=256)  # threads, one particle each
+    seed: Seed = 0
+    cv_n_folds: Count = 1
+    cv_train_window: NonNegInt = 0
+    seq_len: Count = 64
+    batch_size: Count = 256
+    n_train_seqs: Count = 20_000
+    n_val_seqs: Count = 5_000
     predecoded_dir: Path | None = None
     symbol: str | None = None
     device: str | None = None

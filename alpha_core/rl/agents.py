@@ -28,6 +28,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
+from alpha_core.bounds import MAX_COUNT, Count, Dim, LearningRate, NonNegFloat, NonNegInt, PositiveFloat, UnitFloat
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv
@@ -37,37 +38,37 @@ BARS_PER_YEAR_1M = 23 * 60 * 252
 
 
 class _AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    learning_rate: float = Field(1e-3, gt=0)
-    gamma: float = Field(0.9, ge=0, le=1)  # short horizon: a bar's reward is mostly its own action's
-    net_arch: list[int] = Field(default_factory=lambda: [64, 64])
+    learning_rate: LearningRate = 1e-3
+    gamma: float = Field(0.9, gt=0, le=1)  # short horizon: a bar's reward is mostly its own action's
+    net_arch: list[Dim] = Field(default_factory=lambda: [64, 64], max_length=64)
     extractor: Literal["mlp", "gru"] = "mlp"  # "gru": the CausalGRUEncoder window extractor
-    gru_hidden: int = Field(32, ge=1)
+    gru_hidden: Dim = 32
 
 
 class DQNConfig(_AgentConfig):
-    buffer_size: int = Field(50_000, ge=1)
-    learning_starts: int = Field(500, ge=0)
-    batch_size: int = Field(64, ge=1)
-    train_freq: int = Field(1, ge=1)  # vectorised env steps between updates
-    gradient_steps: int = Field(1, ge=-1)
-    target_update_interval: int = Field(500, ge=1)  # env transitions
+    buffer_size: Count = 50_000
+    learning_starts: NonNegInt = 500
+    batch_size: Count = 64
+    train_freq: Count = 1  # vectorised env steps between updates
+    gradient_steps: int = Field(1, ge=-1, le=MAX_COUNT)  # -1: as many as env steps
+    target_update_interval: Count = 500  # env transitions
     exploration_fraction: float = Field(0.3, gt=0, le=1)
-    exploration_initial_eps: float = Field(1.0, ge=0, le=1)
-    exploration_final_eps: float = Field(0.05, ge=0, le=1)
+    exploration_initial_eps: UnitFloat = 1.0
+    exploration_final_eps: UnitFloat = 0.05
 
 
 class PPOConfig(_AgentConfig):
-    learning_rate: float = Field(3e-4, gt=0)
-    n_steps: int = Field(128, ge=1)  # per env and rollout
-    batch_size: int = Field(256, ge=2)
-    n_epochs: int = Field(4, ge=1)
-    gae_lambda: float = Field(0.95, ge=0, le=1)
-    clip_range: float = Field(0.2, gt=0)
-    ent_coef: float = Field(0.01, ge=0)
-    vf_coef: float = Field(0.5, ge=0)
-    max_grad_norm: float = Field(0.5, gt=0)
+    learning_rate: LearningRate = 3e-4
+    n_steps: Count = 128  # per env and rollout
+    batch_size: int = Field(256, ge=2, le=MAX_COUNT)
+    n_epochs: Count = 4
+    gae_lambda: UnitFloat = 0.95
+    clip_range: PositiveFloat = 0.2
+    ent_coef: NonNegFloat = 0.01
+    vf_coef: NonNegFloat = 0.5
+    max_grad_norm: PositiveFloat = 0.5
 
 
 class CausalGRUEncoder(torch.nn.Module):

@@ -20,11 +20,22 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file, save_model
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
+from alpha_core.bounds import (
+    MAX_COUNT,
+    Count,
+    Dim,
+    LearningRate,
+    NonNegFloat,
+    NonNegInt,
+    Seed,
+    UnitFloat,
+    check_batch_fits,
+)
 from alpha_core.data.dbn import MBP10, discover
 from alpha_core.data.folds import plan_folds
 from alpha_core.data.loader import WindowLoader
@@ -48,34 +59,34 @@ CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model
 class TrainConfig(BaseModel):
     """Every flag of the spec's `alpha_train`, same names and defaults, plus device/resume/precision."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     mbp10_data_dir: Path
     predecoded_dir: Path
     out: Path
-    epochs: int = 5
-    seq_len: int = 64
-    mamba2_state_dim: int = 16
-    lr_cfc: float = 3e-3
-    lr_mamba2: float = 1e-3
-    lr_aux: float | None = None  # the spec's aux group follows lr_cfc unless set
-    n_train_seqs: int = 8000
-    n_val_seqs: int = 1000
-    seed: int = 0x4242
-    lr_warmup_steps: int = 200
-    lr_min_factor: float = 0.1
-    early_stop_patience: int = 5
+    epochs: Count = 5
+    seq_len: int = Field(64, ge=2, le=MAX_COUNT)
+    mamba2_state_dim: Dim = 16
+    lr_cfc: LearningRate = 3e-3
+    lr_mamba2: LearningRate = 1e-3
+    lr_aux: LearningRate | None = None  # the spec's aux group follows lr_cfc unless set
+    n_train_seqs: Count = 8000
+    n_val_seqs: Count = 1000
+    seed: Seed = 0x4242
+    lr_warmup_steps: NonNegInt = 200
+    lr_min_factor: UnitFloat = 0.1
+    early_stop_patience: NonNegInt = 5
     early_stop_metric: str = "mean_auc"
     horizon_weights: str | None = None
     auto_horizon_weights: bool = False
-    batch_size: int = 1
-    cv_fold: int = 0
-    cv_n_folds: int = 1
+    batch_size: Count = 1
+    cv_fold: NonNegInt = 0
+    cv_n_folds: int = 1  # validate() and plan_folds check the folds with the spec's messages
     cv_train_window: int = 0
-    smoothness_base_lambda: float = 0.0
+    smoothness_base_lambda: NonNegFloat = 0.0
     kernel_step_trace: Path | None = None
-    bucket_warmup_cap_steps: int | None = None
-    outcome_label_cost: float | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
+    bucket_warmup_cap_steps: NonNegInt | None = None
+    outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
     device: str | None = None  # None: cuda when available
     resume: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
@@ -136,9 +147,7 @@ def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """The spec's up-front checks, with its messages."""
-    if cfg.batch_size < 1:
-        raise PlanError("batch_size must be >= 1")
+    """The spec's up-front checks, with its messages (the bounds of single values are the config's)."""
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(
             "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none "
@@ -148,8 +157,6 @@ def validate(cfg: TrainConfig) -> None:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cfg.cv_n_folds})")
     if cfg.cv_fold >= cfg.cv_n_folds:
         raise PlanError(f"--cv-fold {cfg.cv_fold} must be < --cv-n-folds {cfg.cv_n_folds}")
-    if cfg.epochs < 1 or cfg.seq_len < 2 or cfg.n_train_seqs < 1 or cfg.n_val_seqs < 1:
-        raise PlanError("--epochs, --n-train-seqs and --n-val-seqs must be >= 1 and --seq-len >= 2")
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -174,6 +181,7 @@ class PerceptionTrainer:
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
         cfg.out.mkdir(parents=True, exist_ok=True)
         self._prepare_data()
+        check_batch_fits(cfg.batch_size, cfg.seq_len, len(self.norm.feature_names))
         n_h = len(self.horizons)
         model_cfg = PerceptionConfig(
             n_features=len(self.norm.feature_names),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
+from alpha_core.bounds import Count, NonNegFloat
 from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
@@ -36,11 +37,11 @@ AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
 
 class RLTrainConfig(WalkForwardConfig):
     model: Literal["dqn", "ppo"]
-    timesteps_per_epoch: int = 20_000
-    window: int = 32
-    episode_len: int = 256
-    n_envs: int = 8
-    cost_per_turnover: float = 0.5  # ticks per unit of position change
+    timesteps_per_epoch: Count = 20_000
+    window: Count = 32
+    episode_len: Count = 256
+    n_envs: Count = 8
+    cost_per_turnover: NonNegFloat = 0.5  # ticks per unit of position change
 
 
 class RLFoldSummary(BaseModel):
@@ -75,7 +76,7 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None,
     try:
         agent_cfg = agent_cls(**{**file_params, **cli_params})
     except ValidationError as exc:
-        raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
+        raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
     folds = walk_forward(cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
                          cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold)
     return [_train_fold(cfg, agent_cfg, fold, device) for fold in folds]

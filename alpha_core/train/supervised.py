@@ -23,6 +23,7 @@ from safetensors.torch import save_model
 
 import alpha_core
 from alpha_core.atomic import atomic_write_json
+from alpha_core.bounds import Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
@@ -41,14 +42,14 @@ SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
 
 class SupervisedTrainConfig(WalkForwardConfig):
     model: str
-    seq_len: int = 64
-    batch_size: int = 256
-    n_train_seqs: int = 20_000
-    n_val_seqs: int = 5_000
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    lr_warmup_steps: int = 100
-    lr_min_factor: float = 0.1
+    seq_len: Count = 64
+    batch_size: Count = 256
+    n_train_seqs: Count = 20_000
+    n_val_seqs: Count = 5_000
+    lr: LearningRate = 1e-3
+    weight_decay: NonNegFloat = 0.01
+    lr_warmup_steps: NonNegInt = 100
+    lr_min_factor: UnitFloat = 0.1
     early_stop_metric: str = "mean_auc"
 
 
@@ -102,7 +103,8 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     try:
         cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **train_overrides})
     except ValidationError as exc:
-        raise PlanError(f"{params_file}: {describe_validation_error(exc)}") from exc
+        raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
+    check_batch_fits(cfg.batch_size, cfg.seq_len, data_fields["n_features"])
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     return [_train_fold(cfg, spec, model_cfg, params, fold, device) for fold in folds]
 
