@@ -1,31 +1,130 @@
-"""Write artifacts so a crash never leaves a half file: write to a temporary path, then rename."""
+"""The commit protocol of every artifact: write beside it under a writer-unique temporary name, fsync, rename.
+
+A file or a directory appears whole or not at all. Temporary names carry their writer's identity
+(`.{name}.tmp~{host}~{pid namespace}~{pid}~{random}`), so two writers never share one, and a leftover is
+removed only when it is provably abandoned: its writer is a dead process of this host and PID namespace, or
+it has not been touched for the lease (`ALPHA_TMP_LEASE_S`, default 15 min). A writer that may take longer
+keeps its temporary fresh with a heartbeat, so pods on other hosts sharing the volume never delete it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import uuid
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-TMP_MARK = ".tmp-"
+from alpha_core.faults import crash_point
+
+TMP_MARK = ".tmp~"
+
+
+def lease_seconds() -> float:
+    return float(os.environ.get("ALPHA_TMP_LEASE_S", "900"))
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner_tag() -> str:
+    """This process as `host~pidns~pid` (`~` never occurs in a host name)."""
+    host = socket.gethostname().replace("~", "-").replace("/", "-") or "unknown"
+    return f"{host}~{_pid_namespace()}~{os.getpid()}"
+
+
+def owner_is_dead(tag: str) -> bool:
+    """True only when `tag` is a process of this host and PID namespace that no longer exists."""
+    try:
+        host, pidns, pid = tag.rsplit("~", 2)
+        pid_n = int(pid)
+    except ValueError:
+        return False
+    here_host, here_ns, _ = owner_tag().rsplit("~", 2)
+    if (host, pidns) != (here_host, here_ns):
+        return False  # another machine or container: its PIDs mean nothing here, only the lease can tell
+    if pid_n == os.getpid():
+        return False
+    try:
+        os.kill(pid_n, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def temporary_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}{TMP_MARK}{owner_tag()}~{secrets.token_hex(4)}")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            _fsync(Path(dirpath, name))
+        _fsync(Path(dirpath))
+
+
+@contextmanager
+def heartbeat(path: Path) -> Iterator[None]:
+    """Touch `path` every quarter lease while the block runs, so no other host takes it for abandoned."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(lease_seconds() / 4):
+            try:
+                os.utime(path)
+            except OSError:
+                return
+
+    thread = threading.Thread(target=beat, name="alpha-lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path to write `path` through; on success it is fsynced and renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        _fsync(tmp)
+        crash_point("tmp.before_commit")
+        os.replace(tmp, path)
+        crash_point("tmp.after_commit")
+        _fsync(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
     return path
 
 
@@ -34,53 +133,69 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 
 
 @contextmanager
-def atomic_directory(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it is renamed to `final` in one step.
+def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it is fsynced and renamed to `final` in one step.
 
-    Raises FileExistsError if `final` appeared meanwhile (another writer won); the temporary
-    directory is removed either way.
+    Without `replace`, raises FileExistsError if `final` appeared meanwhile (another writer won). With
+    `replace`, an existing `final` is swapped out in one step (`renameat2(RENAME_EXCHANGE)` where the
+    filesystem has it) and then removed. The temporary is removed on failure either way.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = temporary_name(final)
     tmp.mkdir()
     try:
-        yield tmp
-        try:
-            os.rename(tmp, final)
-        except OSError as exc:
-            if final.exists():
-                raise FileExistsError(final) from exc
-            raise
+        with heartbeat(tmp):
+            yield tmp
+        _fsync_tree(tmp)
+        crash_point("tmp.before_commit")
+        if replace and final.exists():
+            _exchange(tmp, final)  # tmp now holds the old contents
+        else:
+            try:
+                os.rename(tmp, final)
+            except OSError as exc:
+                if final.exists():
+                    raise FileExistsError(final) from exc
+                raise
+        crash_point("tmp.after_commit")
+        _fsync(final.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remove_dead_temporaries(directory: Path) -> list[Path]:
-    """Remove temporaries left by killed writers (their pid is gone); live writers are left alone."""
-    removed = []
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories atomically (Linux renameat2); elsewhere, move `b` aside first (a short window)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_fdcwd, rename_exchange = -100, 2
+        if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return
+    except (AttributeError, OSError):
+        pass
+    aside = temporary_name(b)
+    os.rename(b, aside)
+    os.rename(a, b)
+    os.rename(aside, a)
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Remove temporaries whose writer is provably gone (dead local process, or lease expired)."""
+    removed: list[Path] = []
     if not directory.is_dir():
         return removed
+    now = time.time()
     for p in directory.iterdir():
         if TMP_MARK not in p.name:
             continue
+        owner = p.name.split(TMP_MARK, 1)[1].rsplit("~", 1)[0]
         try:
-            pid = int(p.name.split(TMP_MARK, 1)[1].split("-", 1)[0])
-        except ValueError:
+            age = now - p.lstat().st_mtime
+        except FileNotFoundError:
             continue
-        if not _pid_alive(pid):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        if owner_is_dead(owner) or age > lease_seconds():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
             removed.append(p)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

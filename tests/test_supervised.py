@@ -9,6 +9,7 @@ import torch
 from model_harness import assert_causal
 from safetensors.torch import load_model, save_model
 
+from alpha_core.artifacts import verify
 from alpha_core.cli import main
 from alpha_core.errors import PlanError
 from alpha_core.models import registry
@@ -99,7 +100,8 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys)
     for k in (0, 1):
         fold = tmp_path / "m" / f"fold-{k}"
         assert {p.name for p in fold.iterdir()} == {"model.safetensors", "norm_stats.json", "model_config.json",
-                                                     "params.json", "train_config.json", "summary.json"}
+                                                     "params.json", "train_config.json", "summary.json", "manifest.json"}
+        assert fold.is_symlink() and verify(fold, deep=True) == []  # a promoted, complete attempt
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["fold"] == k and summary["epochs"] == 2 and len(summary["val_auc"]) == 3
         assert summary["params"]["n_layers"] == 1

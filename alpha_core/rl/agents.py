@@ -152,10 +152,12 @@ def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOCo
 
 def save_policy(agent: BaseAlgorithm, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
     """The policy's weights as safetensors (`save_model`: handles SB3's shared extractor tensors; no pickle)."""
+    from alpha_core.atomic import atomic_file
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"algo": type(agent).__name__, "policy": type(agent.policy).__name__, **(metadata or {})}
-    save_model(agent.policy, str(path), metadata=meta)
+    with atomic_file(path) as tmp:
+        save_model(agent.policy, str(tmp), metadata=meta)
     return path
 
 

@@ -5,9 +5,12 @@ normalisation fitted on the training files, then per epoch: reshuffled training 
 parameter groups (Mamba2, CfC trunk + heads, aux) on linear warm-up + cosine decay, a validation pass
 (loss, and AUC per horizon from the last position of each window), independent best trackers for val_loss,
 mean AUC and the long-horizon AUC (each with its own checkpoint), and early stopping on the chosen metric.
-A full training state is saved after every epoch, so `--resume` continues a killed run and ends with the
-same summary. Outputs in `--out`: `alpha_train_summary.json`, `trunk_best_h1000.safetensors` (and the
-other best checkpoints), `model_config.json`, `norm_stats.json`, `train_state.*`.
+A full training state (`train_state/`: tensors and trackers, committed as one folder) is saved after every
+epoch, so `--resume` continues a killed run and ends with the same summary; it refuses a state saved with
+other settings or files. Each run is an attempt (`alpha_core.artifacts`): it writes into its own folder and
+`--out` becomes a link to it once it completes, so a crash or a second run never leaves a mix of files.
+Outputs in `--out`: `alpha_train_summary.json`, `trunk_best_h1000.safetensors` (and the other best
+checkpoints), `model_config.json`, `norm_stats.json`, `train_state/`, `manifest.json`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file, save_model
 
 import alpha_core
-from alpha_core.atomic import atomic_write_json
+from alpha_core import artifacts
+from alpha_core.atomic import atomic_directory, atomic_file, atomic_write_json
 from alpha_core.bounds import (
     MAX_COUNT,
     Count,
@@ -43,6 +47,7 @@ from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import file_ref
 from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
 from alpha_core.errors import PlanError
+from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
@@ -51,7 +56,8 @@ from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 
 VAL_SEED_OFFSET = 0xC0FFEE
 SUMMARY = "alpha_train_summary.json"
-STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
+STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "state.json"
+RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace")  # settings that do not change what is trained
 CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model_best_mean_auc.safetensors",
                "auc_h1000": "trunk_best_h1000.safetensors"}
 
@@ -173,17 +179,20 @@ def resolve_device(name: str | None) -> torch.device:
 
 
 class PerceptionTrainer:
-    def __init__(self, cfg: TrainConfig) -> None:
+    """One attempt at training `cfg.out`: a fresh one, the one `--resume` continues, or `attempt_id`'s."""
+
+    def __init__(self, cfg: TrainConfig, attempt_id: str | None = None) -> None:
         validate(cfg)
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
-        cfg.out.mkdir(parents=True, exist_ok=True)
+        self.attempt = self._choose_attempt(attempt_id)
+        self.out = self.attempt.path
         self._prepare_data()
         check_batch_fits(cfg.batch_size, cfg.seq_len, len(self.norm.feature_names))
         n_h = len(self.horizons)
-        model_cfg = PerceptionConfig(
+        self.model_cfg = model_cfg = PerceptionConfig(
             n_features=len(self.norm.feature_names),
             horizons=tuple(self.horizons),
             mamba2_state_dim=cfg.mamba2_state_dim,
@@ -212,9 +221,18 @@ class PerceptionTrainer:
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
         self.trace = StepTrace(cfg.kernel_step_trace) if cfg.kernel_step_trace else None
-        atomic_write_json(cfg.out / "model_config.json", model_cfg.model_dump())
-        if cfg.resume:
-            self._load_state()
+
+    def _choose_attempt(self, attempt_id: str | None) -> artifacts.Attempt:
+        """`attempt_id` as given (Dagster: the run id, so a retried step continues it); with `--resume`, the
+        latest unfinished attempt (or the promoted one, already complete); else a new attempt."""
+        if attempt_id is not None:
+            return artifacts.Attempt(self.cfg.out, attempt_id)
+        if self.cfg.resume:
+            found = artifacts.latest_incomplete(self.cfg.out) or artifacts.promoted(self.cfg.out)
+            if found is not None:
+                return found
+            print(f"--resume: no training state in {self.cfg.out}; starting from scratch", flush=True)
+        return artifacts.Attempt(self.cfg.out, artifacts.new_attempt_id())
 
     # --- data ------------------------------------------------------------------------------------------
 
@@ -237,7 +255,6 @@ class PerceptionTrainer:
         self.norm = fit_norm_stats(self.train_files)
         spacing = np.concatenate([np.asarray(sc.dt[1:]) for sc in self.train_files])
         self.time_scale = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
-        self.norm.save(cfg.out / "norm_stats.json")
         self.train_loader = WindowLoader(self.train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, self.norm,
                                          device=self.device)
         self.val_loader = WindowLoader(self.val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + VAL_SEED_OFFSET,
@@ -330,10 +347,27 @@ class PerceptionTrainer:
 
     # --- the run ---------------------------------------------------------------------------------------
 
-    def fit(self) -> TrainSummary:
-        cfg, t = self.cfg, self.trackers
+    def fit(self, promote: bool = True) -> TrainSummary:
+        """Train (or finish) the attempt, seal it and, with `promote`, make `--out` show it."""
+        with artifacts.writing(self.attempt):
+            if self.attempt.complete:  # a resume of a finished run: nothing left to do
+                print(f"--resume: {self.cfg.out} is already complete", flush=True)
+                summary = TrainSummary.model_validate_json((self.out / SUMMARY).read_text())
+            else:
+                summary = self._train()
+        if promote:
+            artifacts.promote(self.attempt)
+        return summary
+
+    def _train(self) -> TrainSummary:
+        cfg = self.cfg
+        atomic_write_json(self.out / "model_config.json", self.model_cfg.model_dump())
+        self.norm.save(self.out / "norm_stats.json")
+        if (self.out / STATE_DIR).is_dir():  # a resumed attempt (or a retried Dagster step) continues its state
+            self._load_state()
+        t = self.trackers
         started = time.perf_counter() - t.wall_time_s
-        for epoch in range(t.epochs_completed, cfg.epochs):
+        for epoch in range(t.epochs_completed, cfg.epochs if not t.early_stopped else t.epochs_completed):
             train_loss = self.train_epoch(epoch)
             val_loss, aucs = self.validate_epoch(epoch)
             t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
@@ -348,7 +382,8 @@ class PerceptionTrainer:
                 print(f"early stopping at epoch {epoch} on {cfg.early_stop_metric}", flush=True)
                 break
         summary = self._summary()
-        atomic_write_json(cfg.out / SUMMARY, summary.model_dump())
+        atomic_write_json(self.out / SUMMARY, summary.model_dump())
+        artifacts.complete(self.attempt)
         return summary
 
     def _track(self, epoch: int, val_loss: float, aucs: list[float]) -> None:
@@ -357,7 +392,8 @@ class PerceptionTrainer:
             self.trackers.best_h1000_ckpt_path = CHECKPOINTS["auc_h1000"]
         for metric, better in improved.items():
             if better:
-                save_model(self.model, str(self.cfg.out / CHECKPOINTS[metric]))
+                with atomic_file(self.out / CHECKPOINTS[metric]) as tmp:
+                    save_model(self.model, str(tmp))
 
     def _early_stop(self) -> bool:
         return self.trackers.should_stop(self.cfg.early_stop_metric, self.cfg.early_stop_patience)
@@ -402,6 +438,7 @@ class PerceptionTrainer:
     # --- resumable state (safetensors for tensors, JSON for the rest: no pickle) -----------------------
 
     def _save_state(self) -> None:
+        """Tensors and trackers as one folder, swapped in atomically: a resume never sees half a state."""
         tensors = {f"model.{k}": v.detach().contiguous() for k, v in self.model.state_dict().items()}
         opt = self.optimizer.state_dict()
         for idx, state in opt["state"].items():
@@ -410,18 +447,35 @@ class PerceptionTrainer:
         tensors["rng.cpu"] = torch.get_rng_state()
         if self.device.type == "cuda":
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
-        tmp = self.cfg.out / f".{STATE_TENSORS}.tmp"
-        save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp))
-        tmp.replace(self.cfg.out / STATE_TENSORS)
-        atomic_write_json(self.cfg.out / STATE_JSON, {"trackers": self.trackers.model_dump(),
-                                                       "config": self.cfg.model_dump(mode="json")})
+        with atomic_directory(self.out / STATE_DIR, replace=True) as tmp:
+            save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp / STATE_TENSORS))
+            (tmp / STATE_JSON).write_text(json.dumps({"trackers": self.trackers.model_dump(),
+                                                      "config": self.cfg.model_dump(mode="json"),
+                                                      "files": self._file_identity()}, indent=2))
+        crash_point("state.after_commit")
+
+    def _file_identity(self) -> dict[str, list[list[str]]]:
+        """The training and validation files by name and content hash: what a resumed state must match."""
+        return {split: [[sc.meta.source.name, sc.meta.source.sha256] for sc in files]
+                for split, files in (("train", self.train_files), ("val", self.val_files))}
+
+    def _check_resumable(self, saved: dict, where: Path) -> None:
+        """Refuse a state saved by another fold, other files or another training config, naming the field."""
+        now = self.cfg.model_dump(mode="json")
+        for key, value in now.items():
+            if key not in RESUME_MAY_DIFFER and saved["config"].get(key) != value:
+                raise PlanError(f"--resume: {where} was saved with {key}={saved['config'].get(key)!r}, this command "
+                                f"has {key}={value!r}; rerun with the same settings, or without --resume")
+        for split, files in self._file_identity().items():
+            if saved["files"][split] != files:
+                raise PlanError(f"--resume: {where} was trained with {split} files {saved['files'][split]}, this "
+                                f"command's fold has {files}; rerun without --resume")
 
     def _load_state(self) -> None:
-        tensor_path, json_path = self.cfg.out / STATE_TENSORS, self.cfg.out / STATE_JSON
-        if not (tensor_path.exists() and json_path.exists()):
-            print(f"--resume: no training state in {self.cfg.out}; starting from scratch", flush=True)
-            return
-        tensors = load_file(str(tensor_path))  # CPU; load_state_dict moves values to the parameters
+        where = self.out / STATE_DIR
+        saved = json.loads((where / STATE_JSON).read_text())
+        self._check_resumable(saved, where)
+        tensors = load_file(str(where / STATE_TENSORS))  # CPU; load_state_dict moves values to the parameters
         model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         self.model.load_state_dict(model_state)
         opt = self.optimizer.state_dict()
@@ -435,8 +489,8 @@ class PerceptionTrainer:
         torch.set_rng_state(tensors["rng.cpu"].cpu())
         if "rng.cuda" in tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(tensors["rng.cuda"].cpu(), self.device)
-        self.trackers = Trackers.model_validate(json.loads(json_path.read_text())["trackers"])
-        print(f"resumed after epoch {self.trackers.epochs_completed - 1} from {self.cfg.out}", flush=True)
+        self.trackers = Trackers.model_validate(saved["trackers"])
+        print(f"resumed after epoch {self.trackers.epochs_completed - 1} from {self.out}", flush=True)
 
 
 class CapturedStep:

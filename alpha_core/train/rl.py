@@ -4,7 +4,7 @@ Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` 
 trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is
 evaluated on the validation file, and the policy with the best validation Sharpe is kept as
 `fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`,
-`summary.json`).
+`summary.json`), written as one attempt (`alpha_core.artifacts`) and promoted when whole.
 Agent parameters resolve as: defaults < params file < explicit values.
 """
 
@@ -21,6 +21,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
+from alpha_core import artifacts
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import Count, NonNegFloat
 from alpha_core.data.dbn import OHLCV_1M
@@ -65,10 +66,12 @@ class RLFoldSummary(BaseModel):
     wall_time_s: float
     env_steps_per_s: float
     versions: dict[str, str]
+    attempt: str
 
 
-def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None,
-             explicit_params: dict | None = None) -> list[RLFoldSummary]:
+def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit_params: dict | None = None,
+             attempt_id: str | None = None, promote: bool = True) -> list[RLFoldSummary]:
+    """Train every requested fold, each as attempt `attempt_id` promoted to `fold-<k>` if `promote`."""
     device = resolve_device(cfg.device)
     agent_cls = AGENT_CONFIGS[cfg.model]
     file_params = _agent_params(load_params_file(params_file), agent_cls, str(params_file))
@@ -79,7 +82,11 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None,
         raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
     folds = walk_forward(cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
                          cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold)
-    return [_train_fold(cfg, agent_cfg, fold, device) for fold in folds]
+    attempt_id = attempt_id or artifacts.new_attempt_id()
+    return [artifacts.run_attempt(
+        cfg.output_dir / f"fold-{fold.fold}", attempt_id,
+        lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id),
+        lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
 
 
 def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict:
@@ -91,9 +98,7 @@ def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict
     return agent
 
 
-def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device) -> RLFoldSummary:
-    out = cfg.output_dir / f"fold-{fold.fold}"
-    out.mkdir(parents=True, exist_ok=True)
+def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str) -> RLFoldSummary:
     train, val = fold.train, fold.val
     norm = fit_norm_stats(train)
     norm.save(out / "norm_stats.json")
@@ -132,6 +137,7 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device) -> RLFold
         val_turnover=result.turnover, val_sharpe_per_epoch=curve, params=params, timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        attempt=attempt_id,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary

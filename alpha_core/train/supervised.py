@@ -6,7 +6,8 @@ cosine decay, masked BCE at every labelled position (or the model's own `loss`),
 epoch (AUC per horizon at each window's last position), the spec's three best trackers and early stopping.
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
 `fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
-and `summary.json`.
+and `summary.json`. Each fold is one attempt (`alpha_core.artifacts`): written in its own folder, sealed,
+and promoted to `fold-<k>` only when whole (by the caller, after its gate, when `promote` is False).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from safetensors.torch import save_model
 
 import alpha_core
-from alpha_core.atomic import atomic_write_json
+from alpha_core import artifacts
+from alpha_core.atomic import atomic_file, atomic_write_json
 from alpha_core.bounds import Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
@@ -82,11 +84,16 @@ class FoldSummary(BaseModel):
     wall_time_s: float
     sequences_per_s: float
     versions: dict[str, str]
+    attempt: str
 
 
 def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
-                     explicit_params: dict | None = None) -> list[FoldSummary]:
-    """Train every requested fold; precedence: defaults < params file < explicit (CLI) values."""
+                     explicit_params: dict | None = None, attempt_id: str | None = None,
+                     promote: bool = True) -> list[FoldSummary]:
+    """Train every requested fold; precedence: defaults < params file < explicit (CLI) values.
+
+    Each fold is written as attempt `attempt_id` (a new id when None) and promoted to `fold-<k>` if `promote`.
+    """
     spec = registry.get(cfg.model)
     if spec.trainer != "supervised":
         raise PlanError(f"model {cfg.model!r} is trained by `alpha {'train' if spec.trainer == 'perception' else 'train-rl'}`")
@@ -106,12 +113,14 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
         raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
     check_batch_fits(cfg.batch_size, cfg.seq_len, data_fields["n_features"])
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
-    return [_train_fold(cfg, spec, model_cfg, params, fold, device) for fold in folds]
+    attempt_id = attempt_id or artifacts.new_attempt_id()
+    return [artifacts.run_attempt(
+        cfg.output_dir / f"fold-{fold.fold}", attempt_id,
+        lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id),
+        lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
 
 
-def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device) -> FoldSummary:
-    out = cfg.output_dir / f"fold-{fold.fold}"
-    out.mkdir(parents=True, exist_ok=True)
+def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str) -> FoldSummary:
     train_files, val_files = fold.train, fold.val
     norm = fit_norm_stats(train_files)
     norm.save(out / "norm_stats.json")
@@ -151,7 +160,8 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device) -> FoldSum
         t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
         improved = t.update(epoch, val_loss, aucs)
         if improved[metric]:
-            save_model(model, str(out / "model.safetensors"))
+            with atomic_file(out / "model.safetensors") as tmp:
+                save_model(model, str(tmp))
             checkpoint_epoch, checkpoint_auc = epoch, aucs
         print(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} "
               f"auc {' '.join(f'{a:.3f}' for a in aucs)}", flush=True)
@@ -171,6 +181,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device) -> FoldSum
         final_val_auc=t.final_val_auc, params=params, n_train_seqs_consumed=t.train_seqs, device=str(device),
         wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        attempt=attempt_id,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary

@@ -1,0 +1,38 @@
+"""Fault injection for crash tests: `ALPHA_FAULT=<point>[#<n>]` kills the process at a named commit step.
+
+Every writer of a multi-file artifact calls `crash_point(name)` at the steps where a crash could leave it
+half-done (before and after each commit). The tests set `ALPHA_FAULT` to one of `KILL_POINTS`, expect the
+process to die by SIGKILL there, and check that a rerun or `--resume` ends exactly like an uninterrupted run.
+`#n` kills at the n-th time the point is reached (1-based), e.g. at the second epoch's state commit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+KILL_POINTS = (
+    "tmp.before_commit",  # a file or directory is fully written and fsynced, not yet renamed into place
+    "tmp.after_commit",  # renamed into place, the parent directory not yet fsynced
+    "state.after_commit",  # a training state is committed, nothing after it has run
+    "attempt.before_complete",  # every file of an attempt is written, its manifest is not
+    "attempt.before_promote",  # the attempt is complete, not yet promoted
+    "attempt.after_promote",
+    "report.before_json",  # the report's Markdown and plots are in place, its JSON (the commit point) is not
+)
+
+_hits: Counter[str] = Counter()
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process when `ALPHA_FAULT` names this point (and its hit count); otherwise do nothing."""
+    spec = os.environ.get("ALPHA_FAULT")
+    if not spec:
+        return
+    point, _, nth = spec.partition("#")
+    if point != name:
+        return
+    _hits[name] += 1
+    if _hits[name] == (int(nth) if nth else 1):
+        os.kill(os.getpid(), signal.SIGKILL)
