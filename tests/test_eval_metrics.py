@@ -16,9 +16,11 @@ from scipy import stats
 from sklearn.metrics import roc_auc_score
 
 from alpha_core.eval.metrics import (
+    COST_SENSITIVITY_TICKS,
     EULER_GAMMA,
     auc,
     bar_pnl,
+    bootstrap_sharpe_interval,
     daily_pnl,
     deflated_sharpe_ratio,
     expected_max_sharpe,
@@ -30,7 +32,9 @@ from alpha_core.eval.metrics import (
     probabilistic_sharpe_ratio,
     profit_factor,
     sharpe,
+    sharpe_standard_error,
     summarize,
+    trials_sharpe_var,
     turnover,
     win_rate,
 )
@@ -476,7 +480,7 @@ def test_summarize_by_hand():
     next_return = [2, -1, -3, 4]
     # pnl: 1*2 - 0.5*1 = 1.5; 1*-1 - 0 = -1; -1*-3 - 0.5*2 = 2; 0*4 - 0.5*1 = -0.5
     s = summarize(ts, position, next_return, 0.5, n_trials=3)
-    assert s["n_bars"] == 4 and s["n_days"] == 2
+    assert s["n_bars"] == 4 and s["n_sessions"] == 2
     assert s["total_pnl"] == pytest.approx(2.0)
     # daily: 1.5 - 1 = 0.5 and 2 - 0.5 = 1.5: mean 1, std sqrt(0.5) -> sqrt(2) * sqrt(252)
     assert s["sharpe"] == pytest.approx(math.sqrt(2) * math.sqrt(252))
@@ -498,7 +502,7 @@ def test_summarize_consistent_with_parts():
     s = summarize(ts, position, next_return, 0.05, n_trials=20)
     pnl = bar_pnl(position, next_return, 0.05)
     _, daily = daily_pnl(ts, pnl)
-    assert s["n_days"] == len(daily) == 5
+    assert s["n_sessions"] == len(daily) == 5
     assert s["total_pnl"] == pytest.approx(daily.sum()) == pytest.approx(pnl.sum())
     assert s["sharpe"] == sharpe(daily)
     assert s["psr"] == probabilistic_sharpe_ratio(daily)
@@ -507,14 +511,20 @@ def test_summarize_consistent_with_parts():
     assert s["max_drawdown"] == max_drawdown(pnl) and s["profit_factor"] == profit_factor(pnl)
     assert s["turnover"] == turnover(position) and s["n_trades"] == n_trades(position)
     assert s["win_rate"] == win_rate(pnl, position) and s["hit_rate"] == hit_rate(position, next_return)
-    assert set(s) == {"n_bars", "n_days", "total_pnl", "sharpe", "max_drawdown", "win_rate", "profit_factor",
-                      "turnover", "n_trades", "hit_rate", "psr", "dsr"}
+    assert s["sharpe_se"] == sharpe_standard_error(daily)
+    assert (s["sharpe_ci_low"], s["sharpe_ci_high"]) == bootstrap_sharpe_interval(daily)
+    assert s["sharpe_by_cost"] == {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(position, next_return, c))[1])
+                                   for c in COST_SENSITIVITY_TICKS}
+    assert s["dsr_n_trials"] == 20 and s["dsr_trials_sharpe_var"] == 1 / (len(daily) - 1)  # the null variance
+    assert set(s) == {"n_bars", "n_sessions", "total_pnl", "sharpe", "sharpe_se", "sharpe_ci_low", "sharpe_ci_high",
+                      "sharpe_by_cost", "max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades",
+                      "hit_rate", "psr", "dsr", "dsr_n_trials", "dsr_trials_sharpe_var"}
 
 
 def test_summarize_no_trades():
     ts = _minutes("2024-03-05T14:00", 3000)  # spans 3 sessions
     s = summarize(ts, np.zeros(3000), np.ones(3000), 0.25)
-    assert s["n_bars"] == 3000 and s["n_days"] == 3
+    assert s["n_bars"] == 3000 and s["n_sessions"] == 3
     assert (s["total_pnl"], s["sharpe"], s["max_drawdown"], s["win_rate"], s["profit_factor"]) == (0.0, 0.0, 0.0, 0.0, 0.0)
     assert (s["turnover"], s["n_trades"], s["hit_rate"]) == (0.0, 0, 0.0)
     assert math.isnan(s["psr"]) and math.isnan(s["dsr"])  # zero variance
@@ -526,7 +536,7 @@ def test_summarize_no_trades():
 def test_summarize_all_losing_single_day():
     ts = _minutes("2024-03-05T14:00", 10)
     s = summarize(ts, np.ones(10), -np.ones(10), 0.0)
-    assert s["n_days"] == 1 and s["sharpe"] == 0.0  # a single day
+    assert s["n_sessions"] == 1 and s["sharpe"] == 0.0  # a single day
     assert s["profit_factor"] == 0.0 and s["win_rate"] == 0.0 and s["hit_rate"] == 0.0
     assert s["max_drawdown"] == 10.0 and s["total_pnl"] == -10.0 and s["n_trades"] == 1
 
@@ -540,7 +550,7 @@ def test_summarize_profit_factor_inf_in_json():
 def test_summarize_empty_and_bad_inputs():
     e = np.empty(0, dtype=np.int64)
     s = summarize(e, EMPTY, EMPTY, 0.1)
-    assert s["n_bars"] == 0 and s["n_days"] == 0 and s["total_pnl"] == 0.0 and s["sharpe"] == 0.0
+    assert s["n_bars"] == 0 and s["n_sessions"] == 0 and s["total_pnl"] == 0.0 and s["sharpe"] == 0.0
     assert s["max_drawdown"] == 0.0 and s["n_trades"] == 0 and math.isnan(s["psr"])
     json.dumps(json_safe(s), allow_nan=False)
     with pytest.raises(ValueError):
@@ -549,3 +559,56 @@ def test_summarize_empty_and_bad_inputs():
         summarize(np.array([1, 1]), [0, 1], [1.0, 1.0], 0.0)  # duplicate timestamp
     with pytest.raises(ValueError):
         summarize(np.array([1, 2]), [0, 1, 1], [1.0, 1.0], 0.0)
+
+
+# ----------------------------------------------------------------------------------------------- uncertainty
+
+
+def test_sharpe_standard_error_mertens_against_scipy_moments():
+    rng = np.random.default_rng(21)
+    daily = rng.standard_t(4, 60) * 3.0 + 0.8
+    sr = np.mean(daily) / np.std(daily, ddof=1)
+    g3, g4 = stats.skew(daily), stats.kurtosis(daily, fisher=False)
+    want = math.sqrt((1 + sr**2 / 2 - g3 * sr + (g4 - 3) / 4 * sr**2) / len(daily)) * math.sqrt(252)
+    assert sharpe_standard_error(daily) == pytest.approx(want, rel=1e-12)
+    # iid normal returns: close to the textbook sqrt((1 + SR^2 / 2) / T), annualised; of order sqrt(252 / 10) at T = 10
+    normal = rng.normal(0.0, 1.0, 10)
+    assert 3.0 < sharpe_standard_error(normal) < 8.0
+    for undefined in (EMPTY, [1.0, 2.0], [3.0] * 5):
+        assert math.isnan(sharpe_standard_error(undefined))
+
+
+def test_bootstrap_interval_resamples_whole_sessions_reproducibly():
+    rng = np.random.default_rng(22)
+    daily = rng.normal(0.5, 2.0, 25)
+    low, high = bootstrap_sharpe_interval(daily)
+    assert (low, high) == bootstrap_sharpe_interval(daily)  # fixed seed
+    assert low < sharpe(daily) < high
+    # an independent loop over the same draws: 2,000 resamples of 25 sessions each
+    draws = np.random.default_rng(0).integers(0, 25, size=(2000, 25))
+    ratios = [sharpe(daily[i]) for i in draws]
+    assert (low, high) == pytest.approx(tuple(np.quantile(ratios, [0.025, 0.975])), rel=1e-12)
+    # ten sessions of a zero-skill signal: the interval is wide (the point)
+    noise = np.random.default_rng(23).normal(0.0, 1.0, 10)
+    lo10, hi10 = bootstrap_sharpe_interval(noise)
+    assert hi10 - lo10 > 15
+    assert all(math.isnan(v) for v in bootstrap_sharpe_interval([1.0]))
+
+
+def test_cost_sensitivity_falls_with_cost():
+    rng = np.random.default_rng(24)
+    n = 4 * 1380
+    ts = _minutes("2024-03-04T23:00", n)
+    position, next_return = random_backtest(rng, n)
+    next_return = next_return + 0.3 * np.sign(position)  # some skill, so costs matter
+    s = summarize(ts, position, next_return, 1.0)
+    by_cost = [s["sharpe_by_cost"][f"{c:g}"] for c in COST_SENSITIVITY_TICKS]
+    assert list(s["sharpe_by_cost"]) == ["0", "0.5", "1", "2"]
+    assert by_cost == sorted(by_cost, reverse=True) and by_cost[0] > by_cost[-1]
+    assert s["sharpe_by_cost"]["1"] == s["sharpe"]
+
+
+def test_trials_sharpe_var_is_the_daily_variance_of_the_trials():
+    annual = np.array([1.0, 3.0, -2.0, np.nan])
+    assert trials_sharpe_var(annual) == pytest.approx(np.var(annual[:3] / math.sqrt(252), ddof=1), rel=1e-12)
+    assert trials_sharpe_var([2.0]) is None and trials_sharpe_var([1.5, 1.5, 1.5]) is None and trials_sharpe_var([]) is None

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 from alpha_core.data.sidecar import BOOK, Sidecar
 
@@ -39,18 +38,19 @@ def oracle_probabilities(sc: Sidecar) -> np.ndarray | None:
     return prob[rows]
 
 
-def oracle_auc(sidecars: list[Sidecar]) -> list[float] | None:
-    """Pooled AUC per horizon of the oracle against the sidecars' labels; None without oracle files."""
+def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None) -> list[float] | None:
+    """Pooled AUC per horizon of the oracle against the sidecars' labels; None without oracle files.
+
+    `scored` (one bool [N, H] mask per sidecar) restricts each horizon to the rows a model was scored on, so
+    the model and the oracle are compared on exactly the same rows and labels. The AUC is the evaluator's."""
+    from alpha_core.eval.metrics import auc
+
     probs, labels = [], []
-    for sc in sidecars:
+    for i, sc in enumerate(sidecars):
         p = oracle_probabilities(sc)
         if p is None:
             return None
+        y = np.asarray(sc.labels, dtype=np.float64)
         probs.append(p)
-        labels.append(np.asarray(sc.labels))
-    p, y = np.concatenate(probs), np.concatenate(labels)
-    aucs = []
-    for j in range(y.shape[1]):
-        ok = np.isfinite(y[:, j])
-        aucs.append(float(roc_auc_score(y[ok, j], p[ok, j])) if len(np.unique(y[ok, j])) == 2 else float("nan"))
-    return aucs
+        labels.append(y if scored is None else np.where(scored[i], y, np.nan))
+    return np.atleast_1d(auc(np.concatenate(probs), np.concatenate(labels))).tolist()

@@ -18,6 +18,7 @@ Conventions shared by every function (each docstring adds its own edge cases):
   (per period of the given returns); `sharpe` and `summarize()["sharpe"]` are annualised.
 * Results may be ``inf`` (profit factor) or ``nan`` (PSR/DSR when undefined): `finite_or_none` /
   `json_safe` map them to ``None`` for JSON reports.
+* One cost setting everywhere (evaluation, RL rewards, RL validation, hyperopt): `DEFAULT_COST_TICKS`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from alpha_core.data.front_month import session_days
 
 EULER_GAMMA = 0.5772156649015329  # Euler-Mascheroni constant (np.euler_gamma)
 PSR_MIN_RETURNS = 3  # fewer returns than this: PSR/DSR are NaN
+DEFAULT_COST_TICKS = 1.0  # ticks per unit of position change (a 2-tick round trip); the project's one cost setting
+COST_SENSITIVITY_TICKS = (0.0, 0.5, 1.0, 2.0)  # costs every report row also shows the Sharpe at
+BOOTSTRAP_RESAMPLES = 2_000
+BOOTSTRAP_SEED = 0  # fixed: the same series always gets the same interval
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -150,6 +155,45 @@ def sharpe(daily: Any, periods_per_year: float = 252) -> float:
     if len(d) < 2 or _zero_variance(d):
         return 0.0
     return float(d.mean() / d.std(ddof=1) * math.sqrt(periods_per_year))
+
+
+def sharpe_standard_error(daily: Any, periods_per_year: float = 252) -> float:
+    """Standard error of the annualised `sharpe` for non-iid returns (Mertens 2002).
+
+    ``Var(SR) = (1 + SR^2 / 2 - g3 SR + (g4 - 3) / 4 SR^2) / T`` with SR the per-period Sharpe (ddof=1),
+    g3 / g4 the skewness and non-excess kurtosis (biased moments, as in the PSR) and T the number of
+    periods; the result is annualised like the Sharpe (x sqrt(periods_per_year)). The variance is never
+    negative (g4 >= 1 + g3^2 makes it >= (1 - g3 SR / 2)^2 / T). NaN where the moments are undefined
+    (fewer than 3 periods, or zero variance).
+    """
+    d = _vec("daily", daily)
+    m = _sharpe_moments(d)
+    if m is None:
+        return math.nan
+    sr, g3, g4 = m
+    var = (1.0 + sr * sr / 2.0 - g3 * sr + (g4 - 3.0) / 4.0 * sr * sr) / len(d)
+    return float(math.sqrt(max(var, 0.0)) * math.sqrt(periods_per_year))
+
+
+def bootstrap_sharpe_interval(daily: Any, periods_per_year: float = 252, level: float = 0.95,
+                              n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile interval of the annualised `sharpe` over day-block bootstrap resamples.
+
+    Each resample draws T whole sessions with replacement (a session's PnL keeps its intraday dependence);
+    each resample's Sharpe follows `sharpe` (0.0 for zero variance). Fixed seed: reproducible. (NaN, NaN)
+    with fewer than 2 sessions.
+    """
+    d = _vec("daily", daily)
+    if len(d) < 2:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(n_resamples, len(d)))
+    samples = d[idx]
+    std = samples.std(axis=1, ddof=1)
+    flat = np.ptp(samples, axis=1) == 0.0
+    ratio = np.where(flat, 0.0, samples.mean(axis=1) / np.where(flat, 1.0, std)) * math.sqrt(periods_per_year)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(ratio, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def max_drawdown(pnl: Any) -> float:
@@ -317,6 +361,17 @@ def expected_max_sharpe(n_trials: int, trials_sharpe_var: float) -> float:
     return float(math.sqrt(trials_sharpe_var) * z)
 
 
+def trials_sharpe_var(annual_sharpes: Any, periods_per_year: float = 252) -> float | None:
+    """V of the DSR from hyperopt trials: the sample variance (ddof=1) of their non-annualised Sharpe
+    (annualised / sqrt(periods_per_year)). None when it cannot be estimated (fewer than 2 finite trials)
+    or is 0 (every trial scored the same): the DSR then falls back to the null variance."""
+    s = np.asarray(annual_sharpes, dtype=np.float64)
+    s = s[np.isfinite(s)] / math.sqrt(periods_per_year)
+    if len(s) < 2 or _zero_variance(s):
+        return None
+    return float(s.var(ddof=1))
+
+
 def deflated_sharpe_ratio(returns: Any, n_trials: int, trials_sharpe_var: float | None = None) -> float:
     """Deflated Sharpe Ratio (Bailey & López de Prado, 2014): the PSR against ``expected_max_sharpe``.
 
@@ -345,7 +400,7 @@ def summarize(
     ts_ns: Any,
     position: Any,
     next_return: Any,
-    cost_per_unit: Any,
+    cost_per_unit: Any = DEFAULT_COST_TICKS,
     n_trials: int = 1,
     trials_sharpe_var: float | None = None,
     periods_per_year: float = 252,
@@ -355,11 +410,14 @@ def summarize(
     ``ts_ns`` must be strictly increasing (the order defines position_{t-1}). Daily figures use CME
     session PnL; PSR and DSR are computed on the daily session PnL (non-annualised Sharpe;
     ``trials_sharpe_var``, if given, is the variance of the trials' *daily* non-annualised Sharpe,
-    i.e. annualised Sharpe / sqrt(periods_per_year)). Keys:
+    i.e. annualised Sharpe / sqrt(periods_per_year); None uses the null variance 1 / (T - 1)). Keys:
 
-    ``n_bars``, ``n_days`` (sessions with at least one bar), ``total_pnl``, ``sharpe`` (annualised),
+    ``n_bars``, ``n_sessions`` (sessions with at least one bar), ``total_pnl``, ``sharpe`` (annualised),
+    ``sharpe_se`` (`sharpe_standard_error`), ``sharpe_ci_low`` / ``sharpe_ci_high`` (day-block bootstrap 95%),
+    ``sharpe_by_cost`` (the Sharpe at each of `COST_SENSITIVITY_TICKS`, keyed ``f"{cost:g}"``),
     ``max_drawdown`` (over bar PnL), ``win_rate``, ``profit_factor`` (over bar PnL; may be inf),
-    ``turnover``, ``n_trades``, ``hit_rate``, ``psr``, ``dsr`` (may be NaN).
+    ``turnover``, ``n_trades``, ``hit_rate``, ``psr``, ``dsr`` (may be NaN), ``dsr_n_trials`` and
+    ``dsr_trials_sharpe_var`` (the N and V the DSR used; V is NaN when undefined).
     Pass the result through `json_safe` before writing JSON.
     """
     ts = np.asarray(ts_ns)
@@ -372,11 +430,20 @@ def summarize(
         raise ValueError("ts_ns must be strictly increasing")
     pnl = bar_pnl(pos, next_return, cost_per_unit)
     _, daily = daily_pnl(ts, pnl)
+    ci_low, ci_high = bootstrap_sharpe_interval(daily, periods_per_year)
+    by_cost = {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(pos, next_return, c))[1], periods_per_year)
+               for c in COST_SENSITIVITY_TICKS}
+    if trials_sharpe_var is None:
+        trials_sharpe_var = 1.0 / (len(daily) - 1) if len(daily) >= 2 else math.nan
     return {
         "n_bars": len(pnl),
-        "n_days": len(daily),
+        "n_sessions": len(daily),
         "total_pnl": float(pnl.sum()),
         "sharpe": sharpe(daily, periods_per_year),
+        "sharpe_se": sharpe_standard_error(daily, periods_per_year),
+        "sharpe_ci_low": ci_low,
+        "sharpe_ci_high": ci_high,
+        "sharpe_by_cost": by_cost,
         "max_drawdown": max_drawdown(pnl),
         "win_rate": win_rate(pnl, pos),
         "profit_factor": profit_factor(pnl),
@@ -384,5 +451,7 @@ def summarize(
         "n_trades": n_trades(pos),
         "hit_rate": hit_rate(pos, next_return),
         "psr": probabilistic_sharpe_ratio(daily),
-        "dsr": deflated_sharpe_ratio(daily, n_trials, trials_sharpe_var),
+        "dsr": deflated_sharpe_ratio(daily, n_trials, None if math.isnan(trials_sharpe_var) else trials_sharpe_var),
+        "dsr_n_trials": int(n_trials),
+        "dsr_trials_sharpe_var": float(trials_sharpe_var),
     }

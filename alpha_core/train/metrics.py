@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
+
+from alpha_core.eval import metrics
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -17,10 +18,7 @@ def masked_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def auc_per_horizon(probs: np.ndarray, labels: np.ndarray) -> list[float]:
-    """AUC per horizon over finite labels; 0.5 when a horizon has one class only (the spec's default)."""
-    out = []
-    for j in range(labels.shape[1]):
-        ok = np.isfinite(labels[:, j])
-        y = labels[ok, j]
-        out.append(float(roc_auc_score(y, probs[ok, j])) if len(np.unique(y)) == 2 else 0.5)
-    return out
+    """AUC per horizon over finite labels; 0.5 when a horizon has one class only (the spec's default).
+
+    The evaluator's implementation (`alpha_core.eval.metrics.auc`), so validation and test AUC are one metric."""
+    return np.atleast_1d(metrics.auc(probs, labels)).tolist()
