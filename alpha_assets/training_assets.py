@@ -11,7 +11,6 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 """
 
 import math
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,12 +18,12 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.execution import GPU_STEP_TAGS
-from alpha_assets.partitions import symbol_fold_partitions, symbol_partitions
+from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.models import registry
 
 GATE = "validation_gate"
-MODELS = registry.select(os.environ.get("ALPHA_MODELS", "all"))
+MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
 
 class TrainAssetConfig(dg.Config):
@@ -103,8 +102,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
               check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True)])
     def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
-        keys = symbol_fold_partitions.get_partition_key_from_str(context.partition_key).keys_by_dimension
-        symbol, fold = keys["symbol"], int(keys["fold"])
+        symbol, fold = split_symbol_fold(context.partition_key)
         plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
         if plans is None:
             raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
@@ -181,17 +179,14 @@ def ensemble_report(context: dg.AssetExecutionContext, data: DataRoot, storage: 
         shutil.rmtree(view)
     used = []
     for model in MODELS:
-        for fold in symbol_fold_partitions.get_partition_keys():
-            keys = symbol_fold_partitions.get_partition_key_from_str(fold).keys_by_dimension
-            if keys["symbol"] != symbol:
-                continue
-            meta = latest_metadata(context, dg.AssetKey(["checkpoints", model]), fold)
+        for fold in range(N_FOLDS):
+            meta = latest_metadata(context, dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold))
             if meta is None:
                 continue
-            link = view / model / symbol / f"fold-{keys['fold']}"
+            link = view / model / symbol / f"fold-{fold}"
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(meta["path"], target_is_directory=True)
-            used.append(f"{model}/fold-{keys['fold']} ({meta['run_id']})")
+            used.append(f"{model}/fold-{fold} ({meta['run_id']})")
     if not used:
         raise dg.Failure(f"no gated checkpoint of {symbol} has been materialized")
     report = evaluate(EvalConfig(models_dir=view, data_dir=Path(data.root), output=out / "ensemble_report.json",

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.definitions import defs
+from alpha_assets.partitions import symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
 
 FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 512, "n_val_seqs": 256, "device": "cpu"}
@@ -30,7 +31,7 @@ def test_checkpoints_behind_their_gates_then_the_report(tiny_data, tmp_path):
 
     assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
     for fold in ("0", "1"):
-        key = dg.MultiPartitionKey({"symbol": "ES.FUT", "fold": fold})
+        key = symbol_fold_key("ES.FUT", int(fold))
         ok = run(["checkpoints/mamba2"], key, {"ops": {"checkpoints__mamba2": {"config": {**FAST, "min_val_auc": 0.0}}}})
         assert ok.success
         (check,) = ok.get_asset_check_evaluations()
