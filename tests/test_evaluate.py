@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from alpha_core.cli import main
-from alpha_core.data.sidecar import Sidecar, load_sidecar
+from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
 from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import find_checkpoints
 from alpha_core.eval.predict import supervised_probs
@@ -78,8 +78,7 @@ def test_report_end_to_end(trained, tiny_data):
 
 
 def _truncated(sc: Sidecar, n: int) -> Sidecar:
-    arrays = {k: getattr(sc, k)[:n] for k in ("features", "ts", "price", "dt", "labels", "outcome_long",
-                                              "outcome_short", "instrument_id")}
+    arrays = {k: getattr(sc, k)[:n] for k in ARRAYS}
     return Sidecar(path=sc.path, meta=sc.meta.model_copy(update={"rows": n}), **arrays)
 
 

@@ -61,12 +61,13 @@ def reference_book(path, tick: float, horizons, cost):
         s[r.instrument_id] = s.get(r.instrument_id, 0) + 1
     front = front_by_session(activity, symbols, 2024)
 
-    rows, buy, sell = [], 0.0, 0.0
+    rows, buy, sell, trade_ts = [], 0.0, 0.0, -1
     prev_ts, prev_iid, prev_mid2, offset = None, None, None, 0
     for r in kept:
         if front[session_of(r.ts_recv)] != r.instrument_id:
             continue
         if r.action.value == "T":
+            trade_ts = r.ts_event
             if r.side.value == "B":
                 buy += r.size
             elif r.side.value == "A":
@@ -106,7 +107,7 @@ def reference_book(path, tick: float, horizons, cost):
             math.log1p(buy + sell),
             math.log1p(dt_s * 1e3),
         ]
-        rows.append((r.ts_recv, adj, feats))
+        rows.append((r.ts_recv, adj, feats, trade_ts))
         buy = sell = 0.0
         prev_ts, prev_iid, prev_mid2 = r.ts_recv, r.instrument_id, adj
     n = len(rows)
@@ -128,6 +129,7 @@ def test_book_features_and_labels_match_reference(tiny_data, tmp_path):
     assert sc.rows == len(rows)
     assert sc.meta.roll_dates, "the tiny file should contain a roll"
     np.testing.assert_array_equal(sc.ts, [r[0] for r in rows])
+    np.testing.assert_array_equal(sc.trade_ts, [r[3] for r in rows])
     np.testing.assert_allclose(sc.price, [r[1] / 2e9 for r in rows], rtol=0, atol=1e-9)
     np.testing.assert_allclose(sc.features, np.array([r[2] for r in rows]), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.isnan(sc.labels), np.isnan(labels))
@@ -188,7 +190,8 @@ def reference_bars(path, horizons, cost):
             if target > last_ts:
                 continue
             k = max(i for i in range(t, n) if bars[i].ts_event <= target)
-            labels[t, j] = 1.0 if closes[k] > closes[t] else 0.0
+            if k > t:  # no bar after t up to t + h: no price seen, no label
+                labels[t, j] = 1.0 if closes[k] > closes[t] else 0.0
     return bars, closes, np.array(feats), labels
 
 
@@ -199,6 +202,7 @@ def test_bar_features_and_labels_match_reference(tiny_data, tmp_path, quarter):
     bars, closes, feats, labels = reference_bars(path, sc.meta.horizons, sc.meta.outcome_label_cost)
     assert sc.rows == len(bars)
     np.testing.assert_array_equal(sc.ts, [b.ts_event for b in bars])
+    np.testing.assert_array_equal(sc.trade_ts, [b.ts_event + 60_000_000_000 - 1 for b in bars])
     np.testing.assert_allclose(sc.price, np.array(closes) / 1e9, atol=1e-9)
     np.testing.assert_allclose(sc.features, feats, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(np.nan_to_num(sc.labels, nan=-1), np.nan_to_num(labels, nan=-1))

@@ -11,14 +11,17 @@ BLOCK_ROWS = 1 << 18
 
 
 def expected_label_tail(sc: Sidecar) -> np.ndarray:
-    """bool [N, H]: rows whose horizon runs past the end of the file (the only rows allowed NaN)."""
+    """bool [N, H]: the only rows allowed NaN: the horizon runs past the end of the file or, for bars, no bar
+    follows the row up to its horizon (no trade after its close: no price to label with)."""
     n = sc.rows
     tail = np.zeros((n, len(sc.meta.horizons)), dtype=bool)
     for j, h in enumerate(sc.meta.horizons):
         if sc.meta.kind == BOOK:
             tail[max(n - h, 0) :, j] = True
         else:
-            tail[:, j] = np.asarray(sc.ts) + h * NS_PER_MINUTE > sc.meta.last_ts
+            ts = np.asarray(sc.ts)
+            target = ts + h * NS_PER_MINUTE
+            tail[:, j] = (target > sc.meta.last_ts) | (np.r_[ts[1:], np.iinfo(np.int64).max] > target)
     return tail
 
 

@@ -111,3 +111,19 @@ def stitch(price: np.ndarray, instrument_ids: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(out), dtype=price.dtype)
     offsets[roll_rows] = price[roll_rows - 1] - price[roll_rows]
     return out + np.cumsum(offsets)
+
+
+class Stitcher:
+    """`stitch` over consecutive chunks of one series: carries the last price, its contract and the offset."""
+
+    def __init__(self) -> None:
+        self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # price, instrument id, offset
+
+    def __call__(self, price: np.ndarray, instrument_ids: np.ndarray) -> np.ndarray:
+        if self._last is None:
+            out = stitch(price, instrument_ids)
+        else:
+            last_price, last_id, offset = self._last
+            out = stitch(np.concatenate((last_price, price)), np.concatenate((last_id, instrument_ids)))[1:] + offset
+        self._last = (price[-1:].copy(), instrument_ids[-1:].copy(), out[-1:] - price[-1:])
+        return out

@@ -1,10 +1,14 @@
-"""Stream one DBN file into the compact front-month series that features are computed from.
+"""Stream one DBN file, twice, into the front-month series that features are computed from.
 
-MBP-10: per chunk, keep only the outright contracts of the product and only the rows features
-need (book snapshots = records with F_LAST, and trades = action 'T'), as a few narrow columns
-(~200 B per row instead of 368 B), so memory stays bounded by the kept rows, never the whole
-decompressed file. OHLCV-1m: keep the product's outright bars. Then choose the front month per
-session and drop everything else.
+Memory never depends on the size of the file: each pass holds one decoded chunk and a few counters.
+
+- Pass 1 (`read_book` / `read_bars`) checks the time order and sums, per CME session and outright
+  contract, the activity the front-month choice needs (book record count, bar volume) and the rows the
+  sidecar will have. `choose_front` then picks the front month of every session.
+- Pass 2 (`BookSource.chunks` / `BarSource.chunks`) decodes the file again and yields the front-month
+  rows in order: book snapshots (records with F_LAST and a valid best bid and ask) with the trade flow
+  since the previous snapshot and the time of the latest trade, or bars. What one chunk needs from the
+  ones before (trade flow not yet assigned to a snapshot, the latest trade) is carried over.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import datetime as dt
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import databento_dbn as dbn
 import numpy as np
@@ -27,37 +31,56 @@ UNDEF_PRICE = dbn.UNDEF_PRICE
 F_LAST = dbn.F_LAST
 ACTION_TRADE = ord("T")
 SIDE_BID, SIDE_ASK = ord("B"), ord("A")
+NO_TRADE = -1  # trade_ts before the file's first front-month trade
+
+BOOK_CHUNK_RECORDS = 8_192  # ~3 MB of MBP-10 per decoded chunk: decode and extraction stay in cache
+PREFETCH_CHUNKS = 4  # decoded chunks the background decoder may run ahead of the extraction
+BAR_BLOCK_ROWS = 1 << 18  # front-month bars per yielded block (half a year of minutes): see features.BarFeatures
+_PAIR_FIELDS = ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")
+_PAIR_DTYPE = np.dtype([("px", "<i8", 2), ("q", "<u4", 4)])  # DBN BidAskPair: bid/ask px, then sz, ct
 
 
 @dataclass
-class BookSeries:
-    """Front-month book snapshots plus the trade flow since the previous snapshot."""
+class BookChunk:
+    """Consecutive front-month book snapshots."""
 
     ts: np.ndarray  # int64 ts_recv
     instrument_id: np.ndarray  # uint32
     bid_px: np.ndarray  # int64 fixed 1e-9, best bid
     ask_px: np.ndarray  # int64, best ask
-    bid_sz: np.ndarray  # float32 [N, 10], 0 where the level is empty
-    ask_sz: np.ndarray
-    bid_ct: np.ndarray
-    ask_ct: np.ndarray
-    buy_volume: np.ndarray  # float64, aggressor-buy size since the previous snapshot
+    levels: np.ndarray  # float32 [n, 4, 10]: bid size, ask size, bid count, ask count; 0 where the level is empty
+    buy_volume: np.ndarray  # float64, aggressor-buy size since the previous snapshot (its own trade included)
     sell_volume: np.ndarray
-    front: FrontMonth
-    dropped: dict[str, int] = field(default_factory=dict)
+    trade_ts: np.ndarray  # int64 ts_event of the latest front-month trade received so far, NO_TRADE before any
+
+    @property
+    def bid_sz(self) -> np.ndarray:
+        return self.levels[:, 0]
+
+    @property
+    def ask_sz(self) -> np.ndarray:
+        return self.levels[:, 1]
+
+    @property
+    def bid_ct(self) -> np.ndarray:
+        return self.levels[:, 2]
+
+    @property
+    def ask_ct(self) -> np.ndarray:
+        return self.levels[:, 3]
 
 
 @dataclass
-class BarSeries:
+class BarChunk:
+    """Consecutive front-month bars."""
+
     ts: np.ndarray  # int64 ts_event (start of the minute)
-    instrument_id: np.ndarray
+    instrument_id: np.ndarray  # uint32
     open: np.ndarray  # int64 fixed 1e-9
     high: np.ndarray
     low: np.ndarray
     close: np.ndarray
     volume: np.ndarray  # float64
-    front: FrontMonth
-    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def _ref_year(info: DbnFile) -> int:
@@ -71,32 +94,71 @@ def _outrights(info: DbnFile, root: str) -> dict[int, str]:
     return ids
 
 
-def _check_monotonic(info: DbnFile, ts: np.ndarray, field_name: str) -> None:
-    back = np.flatnonzero(ts[1:] < ts[:-1])
-    if len(back):
-        i = int(back[0]) + 1
-        raise DataError(
-            info.path, f"{field_name} goes backwards at kept record {i}: {int(ts[i - 1])} then {int(ts[i])}"
-        )
+class _TimeOrder:
+    """Checks that the kept records' timestamps never go backwards, across chunks."""
+
+    def __init__(self, info: DbnFile, field_name: str) -> None:
+        self.info, self.field_name = info, field_name
+        self.seen = 0
+        self.last: int | None = None
+
+    def __call__(self, ts: np.ndarray) -> None:
+        if len(ts) == 0:
+            return
+        full = ts if self.last is None else np.concatenate(([self.last], ts))
+        back = np.flatnonzero(full[1:] < full[:-1])
+        if len(back):
+            k = int(back[0]) + 1
+            i = self.seen + k - (0 if self.last is None else 1)
+            raise DataError(
+                self.info.path, f"{self.field_name} goes backwards at kept record {i}: {int(full[k - 1])} then {int(full[k])}"
+            )
+        self.seen += len(ts)
+        self.last = int(ts[-1])
 
 
-BOOK_CHUNK_RECORDS = 8_192  # ~3 MB of MBP-10 per decoded chunk: decode and extraction stay in cache
-PREFETCH_CHUNKS = 4  # decoded chunks the background decoder may run ahead of the extraction
-LEVEL_ROWS_START = 1 << 18  # 40 MB of book levels: above glibc's largest mmap threshold, so grown by mremap
-_PAIR_FIELDS = ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")
-_PAIR_DTYPE = np.dtype([("px", "<i8", 2), ("q", "<u4", 4)])  # DBN BidAskPair: bid/ask px, then sz, ct
+class _Activity:
+    """Sums of per-row values for each (session, instrument) pair, accumulated over the file's chunks.
+
+    The values are whole numbers (record counts, volumes), so the float64 sums are exact in any order.
+    """
+
+    def __init__(self, n_values: int) -> None:
+        self._sums: dict[int, np.ndarray] = {}
+        self._n = n_values
+
+    def add(self, sessions: np.ndarray, instrument_ids: np.ndarray, values: np.ndarray) -> None:
+        key = (sessions.astype(np.int64) << 32) | instrument_ids.astype(np.int64)
+        pairs, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        sums = [np.bincount(inverse, weights=values[:, j], minlength=len(pairs)) for j in range(self._n)]
+        for pair, row in zip(pairs.tolist(), np.stack(sums, axis=1), strict=True):
+            known = self._sums.get(pair)
+            self._sums[pair] = row if known is None else known + row
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sessions, instrument ids, [pairs, n_values] sums), sorted by session then instrument."""
+        keys = np.array(sorted(self._sums), dtype=np.int64)
+        sums = np.array([self._sums[k] for k in keys.tolist()]).reshape(len(keys), self._n)
+        return (keys >> 32).astype(np.int64), keys & 0xFFFFFFFF, sums
 
 
-def _levels_offset(dtype: np.dtype) -> int:
-    """Byte offset of the 10 packed BidAskPair levels in an MBP-10 record (checked against the dtype)."""
-    fields = dtype.fields
-    base = fields["bid_px_00"][1]
-    for i in range(N_LEVELS):
-        for j, name in enumerate(_PAIR_FIELDS):
-            want = base + i * _PAIR_DTYPE.itemsize + (0, 8, 16, 20, 24, 28)[j]
-            if fields[f"{name}_{i:02d}"][1] != want:
-                raise DataError(None, f"unexpected MBP-10 record layout: {name}_{i:02d} not at byte {want}")
-    return base
+def _front_totals(
+    activity: _Activity, symbols: dict[int, str], ref_year: int
+) -> tuple[FrontMonth, np.ndarray, np.ndarray, np.ndarray]:
+    """The front month from the first column of the sums; (front, on-front mask, instrument ids, sums) per pair."""
+    sessions, iids, sums = activity.table()
+    front = choose_front(sessions, iids, sums[:, 0], symbols, ref_year)
+    return front, front.mask(sessions, iids), iids, sums
+
+
+def _contract_rows(iids: np.ndarray, rows: np.ndarray) -> dict[int, int]:
+    """instrument_id -> sidecar rows, in instrument_id order (as `np.unique` of the rows' ids gives them)."""
+    out: dict[int, int] = {}
+    for iid, n in zip(iids.tolist(), rows.tolist(), strict=True):
+        if n:
+            out[iid] = out.get(iid, 0) + int(n)
+    return dict(sorted(out.items()))
 
 
 class _Prefetch:
@@ -155,76 +217,6 @@ class _Prefetch:
                 close()
 
 
-class _RowBuffer:
-    """Rows appended in place to one growing array, then compacted in place to the rows finally kept.
-
-    The array is large enough to be memory-mapped by the allocator, so growing it (`ndarray.resize`,
-    i.e. realloc -> mremap) moves no data, and the kept rows never need a second full-size array.
-    """
-
-    def __init__(self, row_shape: tuple[int, ...], dtype: type, capacity: int) -> None:
-        self._buf = np.empty((capacity, *row_shape), dtype=dtype)
-        self.n = 0
-
-    def reserve(self, k: int) -> np.ndarray:
-        """The next `k` rows, to be filled by the caller before the next `reserve` (which may move them)."""
-        need = self.n + k
-        if need > len(self._buf):
-            grown = max(need, len(self._buf) + len(self._buf) // 2)
-            self._buf.resize((grown, *self._buf.shape[1:]), refcheck=False)
-        rows = self._buf[self.n : need]
-        self.n = need
-        return rows
-
-    def take(self, mask: np.ndarray, block: int = 1 << 15) -> np.ndarray:
-        """`rows[mask]` (mask over the `n` rows appended), compacted in place; the buffer is handed over."""
-        buf, self._buf = self._buf, None
-        dst = 0
-        for lo in range(0, self.n, block):
-            hi = min(lo + block, self.n)
-            part = buf[lo:hi][mask[lo:hi]]  # a small copy, so overlapping source/destination is safe
-            buf[dst : dst + len(part)] = part
-            dst += len(part)
-            del part
-        buf.resize((dst, *buf.shape[1:]), refcheck=False)
-        return buf
-
-
-def _chunk_book(chunk: np.ndarray, id_array: np.ndarray, levels_out: _RowBuffer) -> dict[str, np.ndarray]:
-    """The narrow columns of one record chunk's kept rows; the book of its snapshot rows goes to `levels_out`."""
-    action = chunk["action"].view(np.uint8)
-    last = (chunk["flags"] & F_LAST) != 0
-    is_trade = action == ACTION_TRADE
-    keep = np.isin(chunk["instrument_id"], id_array) & (last | is_trade)
-    snap = keep & last  # only snapshot rows need the book levels
-    # the level block of the snapshot rows, as [k, 10] BidAskPairs (one contiguous copy)
-    off = _levels_offset(chunk.dtype)
-    raw = chunk.view(np.uint8).reshape(len(chunk), chunk.dtype.itemsize)
-    pairs = raw[:, off : off + N_LEVELS * _PAIR_DTYPE.itemsize][snap]
-    k = len(pairs)
-    # rows with any 8-byte word equal to UNDEF_PRICE (one contiguous pass): only they can have empty levels
-    maybe_empty = np.flatnonzero((pairs.view(np.int64).reshape(k, -1) == UNDEF_PRICE).any(axis=1))
-    pairs = pairs.view(_PAIR_DTYPE).reshape(k, N_LEVELS)
-    sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(0, 2, 3, 1)  # [k, sz/ct, bid/ask, level]
-    levels = levels_out.reserve(k).reshape(k, 2, 2, N_LEVELS)  # [k, 4, 10]: bid_sz, ask_sz, bid_ct, ask_ct
-    np.copyto(levels, sizes, casting="unsafe")
-    if len(maybe_empty):  # 0 where the level's price is undefined
-        ok = pairs["px"][maybe_empty] != UNDEF_PRICE  # [r, 10, bid/ask]
-        levels[maybe_empty] = sizes[maybe_empty] * ok.transpose(0, 2, 1)[:, None]
-    side = chunk["side"].view(np.uint8)[keep]
-    trade = is_trade[keep]
-    size = chunk["size"][keep].astype(np.int64)
-    signed = np.where(trade & (side == SIDE_BID), size, 0) - np.where(trade & (side == SIDE_ASK), size, 0)
-    return {
-        "ts": chunk["ts_recv"][keep].astype(np.int64),
-        "iid": chunk["instrument_id"][keep],
-        "last": last[keep],
-        "signed": signed,
-        "bpx": pairs["px"][:, 0, 0].copy(),
-        "apx": pairs["px"][:, 0, 1].copy(),
-    }
-
-
 _QUARTER_HOUR_NS = 15 * 60 * 1_000_000_000
 
 
@@ -234,103 +226,216 @@ def _session_days(ts: np.ndarray) -> np.ndarray:
     Time-zone offsets and DST switches are whole quarter hours, so a session (17:00 CT) never starts
     inside one: every timestamp of a quarter hour has the session day of the quarter hour's start.
     """
+    if len(ts) == 0:
+        return np.empty(0, dtype=np.int32)
     quarter = ts // _QUARTER_HOUR_NS
     starts = np.flatnonzero(np.r_[True, quarter[1:] != quarter[:-1]])
     days = session_days(quarter[starts] * _QUARTER_HOUR_NS)
     return np.repeat(days, np.diff(np.r_[starts, len(ts)]))
 
 
-def read_book(info: DbnFile, root: str) -> BookSeries:
+def _changed(info: DbnFile) -> DataError:
+    return DataError(info.path, "the file changed while its sidecar was built (the two passes disagree)")
+
+
+# --- MBP-10 ---------------------------------------------------------------------------------------------------
+def _levels_offset(dtype: np.dtype) -> int:
+    """Byte offset of the 10 packed BidAskPair levels in an MBP-10 record (checked against the dtype)."""
+    fields = dtype.fields
+    base = fields["bid_px_00"][1]
+    for i in range(N_LEVELS):
+        for j, name in enumerate(_PAIR_FIELDS):
+            want = base + i * _PAIR_DTYPE.itemsize + (0, 8, 16, 20, 24, 28)[j]
+            if fields[f"{name}_{i:02d}"][1] != want:
+                raise DataError(None, f"unexpected MBP-10 record layout: {name}_{i:02d} not at byte {want}")
+    return base
+
+
+def _book_rows(chunk: np.ndarray, id_array: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices of the rows features need (the product's outright snapshots and trades), and their flags."""
+    last = (chunk["flags"] & F_LAST) != 0
+    is_trade = chunk["action"].view(np.uint8) == ACTION_TRADE
+    kept = np.flatnonzero(np.isin(chunk["instrument_id"], id_array) & (last | is_trade))
+    return kept, last[kept], is_trade[kept]
+
+
+def _valid_top(bid_px: np.ndarray, ask_px: np.ndarray) -> np.ndarray:
+    """Both sides of the book present and not crossed/locked: the snapshot has a mid."""
+    return (bid_px != UNDEF_PRICE) & (ask_px != UNDEF_PRICE) & (ask_px > bid_px)
+
+
+def _levels(chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """float32 [k, 4, 10] level sizes and counts of the records `rows` (bid sz, ask sz, bid ct, ask ct)."""
+    off = _levels_offset(chunk.dtype)
+    raw = chunk.view(np.uint8).reshape(len(chunk), chunk.dtype.itemsize)
+    pairs = raw[rows, off : off + N_LEVELS * _PAIR_DTYPE.itemsize]  # one contiguous copy, [k, 10] BidAskPairs
+    k = len(pairs)
+    # rows with any 8-byte word equal to UNDEF_PRICE (one contiguous pass): only they can have empty levels
+    maybe_empty = np.flatnonzero((pairs.view(np.int64).reshape(k, -1) == UNDEF_PRICE).any(axis=1))
+    pairs = pairs.view(_PAIR_DTYPE).reshape(k, N_LEVELS)
+    sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(0, 2, 3, 1)  # [k, sz/ct, bid/ask, level]
+    levels = np.empty((k, 4, N_LEVELS), dtype=np.float32)
+    np.copyto(levels.reshape(k, 2, 2, N_LEVELS), sizes, casting="unsafe")
+    if len(maybe_empty):  # 0 where the level's price is undefined
+        ok = pairs["px"][maybe_empty] != UNDEF_PRICE  # [r, 10, bid/ask]
+        levels.reshape(k, 2, 2, N_LEVELS)[maybe_empty] = sizes[maybe_empty] * ok.transpose(0, 2, 1)[:, None]
+    return levels
+
+
+@dataclass
+class BookSource:
+    """An MBP-10 file after its first pass: front month, rows and drops known; `chunks()` streams the rows."""
+
+    info: DbnFile
+    ids: dict[int, str]  # outright instrument_id -> raw symbol
+    front: FrontMonth
+    rows: int
+    contracts: dict[int, int]  # instrument_id -> rows
+    dropped: dict[str, int]
+
+    def chunks(self) -> Iterator[BookChunk]:
+        """Pass 2: the front-month snapshots with a valid top of book, in order, one decoded chunk at a time.
+
+        Trades go to the next such snapshot (its own trade included); trades after the last one are dropped.
+        """
+        id_array = np.fromiter(self.ids, dtype=np.uint32)
+        pending_buy = pending_sell = 0  # trade flow since the last yielded snapshot
+        last_trade = NO_TRADE
+        n = 0
+        with _Prefetch(iter_records(self.info, BOOK_CHUNK_RECORDS)) as decoded:
+            for chunk in decoded:
+                kept, last, is_trade = _book_rows(chunk, id_array)
+                ts = chunk["ts_recv"][kept].astype(np.int64)
+                iid = chunk["instrument_id"][kept]
+                on_front = self.front.mask(_session_days(ts), iid)
+                kept, last, is_trade, ts, iid = kept[on_front], last[on_front], is_trade[on_front], ts[on_front], iid[on_front]
+                if len(kept) == 0:
+                    continue
+                side = chunk["side"].view(np.uint8)[kept]
+                size = chunk["size"][kept].astype(np.int64)
+                buys = pending_buy + np.cumsum(np.where(is_trade & (side == SIDE_BID), size, 0))
+                sells = pending_sell + np.cumsum(np.where(is_trade & (side == SIDE_ASK), size, 0))
+                latest = np.maximum.accumulate(np.where(is_trade, np.arange(len(kept)), -1))
+                trade_ts = np.where(latest >= 0, chunk["ts_event"][kept[latest]].astype(np.int64), last_trade)
+                last_trade = int(trade_ts[-1])
+
+                snap = np.flatnonzero(last)
+                bid_px, ask_px = chunk["bid_px_00"][kept[snap]], chunk["ask_px_00"][kept[snap]]
+                snap = snap[_valid_top(bid_px, ask_px)]
+                if len(snap) == 0:
+                    pending_buy, pending_sell = int(buys[-1]), int(sells[-1])
+                    continue
+                pending_buy, pending_sell = int(buys[-1] - buys[snap[-1]]), int(sells[-1] - sells[snap[-1]])
+                rows = kept[snap]
+                n += len(rows)
+                if n > self.rows:
+                    raise _changed(self.info)
+                yield BookChunk(
+                    ts=ts[snap],
+                    instrument_id=iid[snap],
+                    bid_px=chunk["bid_px_00"][rows].astype(np.int64),
+                    ask_px=chunk["ask_px_00"][rows].astype(np.int64),
+                    levels=_levels(chunk, rows),
+                    buy_volume=np.diff(buys[snap], prepend=0).astype(np.float64),
+                    sell_volume=np.diff(sells[snap], prepend=0).astype(np.float64),
+                    trade_ts=trade_ts[snap],
+                )
+        if n != self.rows:
+            raise _changed(self.info)
+
+
+def read_book(info: DbnFile, root: str) -> BookSource:
+    """Pass 1 over an MBP-10 file: time order, the front month per session (by record count), the rows."""
     require_schema(info, MBP10)
     ids = _outrights(info, root)
     id_array = np.fromiter(ids, dtype=np.uint32)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "iid", "last", "signed", "bpx", "apx")}
-    book = _RowBuffer((4, N_LEVELS), np.float32, LEVEL_ROWS_START)
-    with _Prefetch(iter_records(info, BOOK_CHUNK_RECORDS)) as chunks:
-        for chunk in chunks:
-            for k, v in _chunk_book(chunk, id_array, book).items():
-                cols[k].append(v)
-            del chunk
-    if not cols["ts"] or sum(len(t) for t in cols["ts"]) == 0:
+    order = _TimeOrder(info, "ts_recv")
+    activity = _Activity(3)  # kept records, snapshots, snapshots with a valid top of book
+    with _Prefetch(iter_records(info, BOOK_CHUNK_RECORDS)) as decoded:
+        for chunk in decoded:
+            kept, last, _ = _book_rows(chunk, id_array)
+            ts = chunk["ts_recv"][kept].astype(np.int64)
+            order(ts)
+            valid = last & _valid_top(chunk["bid_px_00"][kept], chunk["ask_px_00"][kept])
+            activity.add(_session_days(ts), chunk["instrument_id"][kept], np.stack([np.ones(len(kept)), last, valid], 1))
+    if order.seen == 0:
         raise DataError(info.path, f"no {root} outright book records in the file")
-    ts, iid = np.concatenate(cols.pop("ts")), np.concatenate(cols.pop("iid"))
-    _check_monotonic(info, ts, "ts_recv")
-    sessions = _session_days(ts)
-    front = choose_front(sessions, iid, np.ones(len(ts), dtype=np.int64), ids, _ref_year(info))
-    on_front = front.mask(sessions, iid)
-    del sessions
-
-    signed = np.concatenate(cols.pop("signed"))[on_front]
-    last_all = np.concatenate(cols.pop("last"))
-    last = last_all[on_front]
-    ts, iid = ts[on_front], iid[on_front]
-    # trade flow between consecutive snapshots (the snapshot's own trade included)
-    buys, sells = np.cumsum(np.maximum(signed, 0)), np.cumsum(np.maximum(-signed, 0))
-    snap = np.flatnonzero(last)
-    buy_volume = np.diff(buys[snap], prepend=0).astype(np.float64)
-    sell_volume = np.diff(sells[snap], prepend=0).astype(np.float64)
-    del buys, sells, signed
-    front_snaps = on_front[last_all]  # over the snapshot rows (what bpx/apx/lv hold): on the front month
-    bid_px, ask_px = np.concatenate(cols.pop("bpx"))[front_snaps], np.concatenate(cols.pop("apx"))[front_snaps]
-    ts, iid = ts[snap], iid[snap]
-
-    # a snapshot without both sides of the book, or crossed/locked, has no mid: drop it
-    good = (bid_px != UNDEF_PRICE) & (ask_px != UNDEF_PRICE) & (ask_px > bid_px)
-    dropped = {"snapshots_without_valid_top_of_book": int((~good).sum())}
-    if not good.any():
+    front, on_front, iids, sums = _front_totals(activity, ids, _ref_year(info))
+    snapshots, valid = sums[on_front, 1], sums[on_front, 2]
+    rows = int(valid.sum())
+    if rows == 0:
         raise DataError(info.path, "no book snapshot with a valid best bid and ask")
-    if not good.all():  # keep the dropped snapshot's trades: move them to the next kept snapshot
-        cum_b, cum_s = np.cumsum(buy_volume), np.cumsum(sell_volume)
-        kept = np.flatnonzero(good)
-        buy_volume = np.diff(cum_b[kept], prepend=0.0)
-        sell_volume = np.diff(cum_s[kept], prepend=0.0)
-        ts, iid, bid_px, ask_px = ts[good], iid[good], bid_px[good], ask_px[good]
-        front_snaps[np.flatnonzero(front_snaps)[~good]] = False
-    levels = book.take(front_snaps)
-    return BookSeries(
-        ts=ts,
-        instrument_id=iid,
-        bid_px=bid_px.astype(np.int64),
-        ask_px=ask_px.astype(np.int64),
-        bid_sz=levels[:, 0],
-        ask_sz=levels[:, 1],
-        bid_ct=levels[:, 2],
-        ask_ct=levels[:, 3],
-        buy_volume=buy_volume,
-        sell_volume=sell_volume,
-        front=front,
-        dropped=dropped,
-    )
+    dropped = {"snapshots_without_valid_top_of_book": int(snapshots.sum()) - rows}
+    return BookSource(info, ids, front, rows, _contract_rows(iids[on_front], valid), dropped)
 
 
-def read_bars(info: DbnFile, root: str) -> BarSeries:
+# --- OHLCV-1m -------------------------------------------------------------------------------------------------
+@dataclass
+class BarSource:
+    """An OHLCV-1m file after its first pass; `chunks()` streams the front-month bars."""
+
+    info: DbnFile
+    ids: dict[int, str]
+    front: FrontMonth
+    rows: int
+    contracts: dict[int, int]
+    dropped: dict[str, int]
+
+    def chunks(self) -> Iterator[BarChunk]:
+        """Pass 2: the front-month bars in order, in blocks of up to BAR_BLOCK_ROWS bars (more for a last one)."""
+        id_array = np.fromiter(self.ids, dtype=np.uint32)
+        parts: list[np.ndarray] = []
+        n_parts = n = 0
+        for chunk in iter_records(self.info):
+            bars = chunk[np.isin(chunk["instrument_id"], id_array)]
+            bars = bars[self.front.mask(session_days(bars["ts_event"].astype(np.int64)), bars["instrument_id"])]
+            bad = (bars["low"] > bars["high"]) | (bars["open"] == UNDEF_PRICE) | (bars["close"] == UNDEF_PRICE)
+            if bad.any():
+                i = n + n_parts + int(np.flatnonzero(bad)[0])
+                raise DataError(self.info.path, f"bar {i} has low > high or an undefined open/close price")
+            parts.append(bars)
+            n_parts += len(bars)
+            if n_parts >= BAR_BLOCK_ROWS:
+                yield self._block(parts)
+                n += n_parts
+                parts, n_parts = [], 0
+        if n_parts:
+            yield self._block(parts)
+            n += n_parts
+        if n != self.rows:
+            raise _changed(self.info)
+
+    def _block(self, parts: list[np.ndarray]) -> BarChunk:
+        bars = np.concatenate(parts)
+        if len(bars) > self.rows:
+            raise _changed(self.info)
+        return BarChunk(
+            ts=bars["ts_event"].astype(np.int64),
+            instrument_id=bars["instrument_id"].copy(),
+            open=bars["open"].astype(np.int64),
+            high=bars["high"].astype(np.int64),
+            low=bars["low"].astype(np.int64),
+            close=bars["close"].astype(np.int64),
+            volume=bars["volume"].astype(np.float64),
+        )
+
+
+def read_bars(info: DbnFile, root: str) -> BarSource:
+    """Pass 1 over an OHLCV-1m file: time order, the front month per session (by volume), the rows."""
     require_schema(info, OHLCV_1M)
     ids = _outrights(info, root)
     id_array = np.fromiter(ids, dtype=np.uint32)
-    parts = [chunk[np.isin(chunk["instrument_id"], id_array)] for chunk in iter_records(info)]
-    bars = np.concatenate(parts) if parts else np.empty(0)
-    if len(bars) == 0:
+    order = _TimeOrder(info, "ts_event")
+    activity = _Activity(2)  # volume, bars
+    for chunk in iter_records(info):
+        bars = chunk[np.isin(chunk["instrument_id"], id_array)]
+        ts = bars["ts_event"].astype(np.int64)
+        order(ts)
+        activity.add(session_days(ts), bars["instrument_id"], np.stack([bars["volume"].astype(np.float64),
+                                                                          np.ones(len(bars))], 1))
+    if order.seen == 0:
         raise DataError(info.path, f"no {root} outright bars in the file")
-    ts = bars["ts_event"].astype(np.int64)
-    _check_monotonic(info, ts, "ts_event")
-    iid = bars["instrument_id"]
-    volume = bars["volume"].astype(np.float64)
-    sessions = session_days(ts)
-    front = choose_front(sessions, iid, volume, ids, _ref_year(info))
-    on_front = front.mask(sessions, iid)
-    bars = bars[on_front]
-    bad = (bars["low"] > bars["high"]) | (bars["open"] == UNDEF_PRICE) | (bars["close"] == UNDEF_PRICE)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DataError(info.path, f"bar {i} has low > high or an undefined open/close price")
-    return BarSeries(
-        ts=bars["ts_event"].astype(np.int64),
-        instrument_id=bars["instrument_id"].copy(),
-        open=bars["open"].astype(np.int64),
-        high=bars["high"].astype(np.int64),
-        low=bars["low"].astype(np.int64),
-        close=bars["close"].astype(np.int64),
-        volume=bars["volume"].astype(np.float64),
-        front=front,
-        dropped={"bars_off_front_month": int((~on_front).sum())},
-    )
+    front, on_front, iids, sums = _front_totals(activity, ids, _ref_year(info))
+    rows = int(sums[on_front, 1].sum())
+    dropped = {"bars_off_front_month": order.seen - rows}
+    return BarSource(info, ids, front, rows, _contract_rows(iids[on_front], sums[on_front, 1]), dropped)

@@ -22,20 +22,18 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import alpha_core
-from alpha_core.atomic import atomic_directory, remove_dead_temporaries
-from alpha_core.data import labels as lbl
+from alpha_core.atomic import atomic_directory, remove_stale_temporaries
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
 from alpha_core.data.products import Product, product
 from alpha_core.errors import DataError
 
-FEATURE_VERSION = "1"  # bump whenever a feature or label changes: old sidecars become stale
+FEATURE_VERSION = "2"  # bump whenever a feature or label changes: old sidecars become stale
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
 DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
 HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
-FINITE_CHECK_ROWS = 1 << 14
-ARRAYS = ("features", "ts", "price", "dt", "labels", "outcome_long", "outcome_short", "instrument_id")
+ARRAYS = ("features", "ts", "price", "dt", "trade_ts", "labels", "outcome_long", "outcome_short", "instrument_id")
 
 
 class Strict(BaseModel):
@@ -119,7 +117,11 @@ class Sidecar:
     ts: np.ndarray  # int64 [N] (ts_recv for the book, bar start for bars)
     price: np.ndarray  # float64 [N] stitched reference price
     dt: np.ndarray  # float32 [N] seconds since the previous row
-    labels: np.ndarray  # float32 [N, H] direction (1 up, 0 not up, NaN past the end of the file)
+    # int64 [N] the close-trade clock: book, the ts_event of the latest front-month trade received at or
+    # before this snapshot (file order; -1 before the first), so the snapshot a decision at a bar's close
+    # trade may read is known; bars, the bar's upper bound ts + 60 s - 1 ns
+    trade_ts: np.ndarray
+    labels: np.ndarray  # float32 [N, H] direction (1 up, 0 not up, NaN where `labels.py` says no price is known)
     outcome_long: np.ndarray  # float32 [N, H] price units, net of cost
     outcome_short: np.ndarray
     instrument_id: np.ndarray  # uint32 [N]
@@ -182,7 +184,7 @@ def ensure_sidecar(
     predecoded_dir = Path(predecoded_dir)
     prefix = f"{_stem(info.path)}.{prod.root}.{kind}."
     final = predecoded_dir / f"{prefix}{key}"
-    remove_dead_temporaries(predecoded_dir)
+    remove_stale_temporaries(predecoded_dir)
 
     status = "built"
     if final.exists():
@@ -207,44 +209,10 @@ def _write(
     out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float, sha: str, key: str
 ) -> None:
     # the build stack (polars, the decoder) is imported here only: reading a sidecar needs numpy alone
-    from alpha_core.data.features import Features, bar_features, write_book_features
-    from alpha_core.data.series import read_bars, read_book
+    from alpha_core.data.build import build_arrays
 
-    written: set[str] = set()
-    if kind == BOOK:
-        series = read_book(info, prod.root)
-        # the largest array goes straight into its .npy, block by block (no [N, F] array in memory)
-        feats: Features = write_book_features(series, prod.tick_size, out / "features.npy")
-        written.add("features")
-        future = [lbl.future_rows_by_count(len(feats.ts), h) for h in horizons]
-    else:
-        series = read_bars(info, prod.root)
-        feats = bar_features(series)
-        future = [lbl.future_rows_by_time(feats.ts, h) for h in horizons]
-    labels = lbl.make_labels(feats.price_fixed, feats.price_scale, future, cost)
-    finite = np.ones(len(feats.names), dtype=bool)
-    for lo in range(0, len(feats.values), FINITE_CHECK_ROWS):  # no [N, F] boolean temporary
-        ok = np.isfinite(feats.values[lo : lo + FINITE_CHECK_ROWS])
-        if not ok.all():  # a flat pass; the per-feature reduction only where something is off
-            finite &= ok.all(axis=0)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
-        raise DataError(info.path, f"non-finite feature values in {[feats.names[i] for i in bad]}")
-    arrays = {
-        "features": feats.values,
-        "ts": feats.ts.astype(np.int64),
-        "price": feats.price_fixed / feats.price_scale,
-        "dt": feats.dt,
-        "labels": labels.direction,
-        "outcome_long": labels.outcome_long,
-        "outcome_short": labels.outcome_short,
-        "instrument_id": series.instrument_id.astype(np.uint32),
-    }
-    for name, arr in arrays.items():
-        if name not in written:
-            np.save(out / f"{name}.npy", np.ascontiguousarray(arr))
+    built = build_arrays(out, info, kind, prod, horizons, cost)
     symbols = info.outright_ids(prod.root)
-    ids, counts = np.unique(arrays["instrument_id"], return_counts=True)
     meta = SidecarMeta(
         feature_version=FEATURE_VERSION,
         key=key,
@@ -261,20 +229,20 @@ def _write(
             dbn_version=info.version,
             metadata_symbols=list(info.symbols),
         ),
-        feature_names=list(feats.names),
+        feature_names=list(built.feature_names),
         horizons=list(horizons),
         horizon_unit=HORIZON_UNIT[kind],
         outcome_label_cost=cost,
-        rows=len(feats.ts),
-        first_ts=int(feats.ts[0]),
-        last_ts=int(feats.ts[-1]),
-        first_time=_iso(int(feats.ts[0])),
-        last_time=_iso(int(feats.ts[-1])),
-        contracts={symbols[int(i)]: int(c) for i, c in zip(ids, counts, strict=True)},
+        rows=built.rows,
+        first_ts=built.first_ts,
+        last_ts=built.last_ts,
+        first_time=_iso(built.first_ts),
+        last_time=_iso(built.last_ts),
+        contracts={symbols[i]: c for i, c in built.contracts.items()},
         roll_dates=[RollInfo(session=r.session, from_contract=r.from_contract, to_contract=r.to_contract)
-                    for r in series.front.rolls],
-        dropped=series.dropped,
-        arrays={k: ArraySpec(dtype=str(v.dtype), shape=list(v.shape)) for k, v in arrays.items()},
+                    for r in built.rolls],
+        dropped=built.dropped,
+        arrays={name: ArraySpec(dtype=dtype, shape=shape) for name, (dtype, shape) in built.arrays.items()},
         alpha_version=alpha_core.__version__,
     )
     (out / "meta.json").write_text(meta.model_dump_json(indent=2, by_alias=True) + "\n")

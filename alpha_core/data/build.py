@@ -1,0 +1,117 @@
+"""Stream one DBN file into a sidecar's `.npy` arrays, in memory that does not depend on the file's size.
+
+The first pass over the file (`series.read_book` / `read_bars`) gives the row count, so every `.npy`
+header is written first and the rows are appended as they come. The second pass yields the front-month
+rows chunk by chunk; features (`features.BookFeatures` / `BarFeatures`) and labels (`labels.LabelStream`)
+carry only what the next chunk needs. Nothing is memory-mapped while writing, so the page cache of what
+was written never counts as this process's memory.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from alpha_core.data import labels as lbl
+from alpha_core.data.dbn import DbnFile
+from alpha_core.data.features import BAR_FEATURES, BOOK_FEATURES, BarFeatures, BookFeatures
+from alpha_core.data.front_month import Roll
+from alpha_core.data.products import Product
+from alpha_core.data.series import read_bars, read_book
+from alpha_core.data.sidecar import BOOK
+from alpha_core.errors import DataError
+
+
+class NpyAppender:
+    """A `.npy` file of a known shape written row block by row block (the bytes `np.save` would write)."""
+
+    def __init__(self, fh: BinaryIO, path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.fh, self.path, self.dtype, self.shape = fh, path, np.dtype(dtype), shape
+        self.rows = 0
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(fh, header)
+
+    def write(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.shape[1:] or self.rows + len(rows) > self.shape[0]:
+            raise AssertionError(f"{self.path.name}: rows {rows.shape} do not fit {self.shape} after {self.rows}")
+        self.fh.write(rows.data)
+        self.rows += len(rows)
+
+
+@dataclass
+class Built:
+    """What `meta.json` says about the arrays that were written."""
+
+    feature_names: tuple[str, ...]
+    rows: int
+    first_ts: int
+    last_ts: int
+    contracts: dict[int, int]  # instrument_id -> rows
+    rolls: list[Roll]
+    dropped: dict[str, int]
+    arrays: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # name -> (dtype, shape)
+
+
+def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> Built:
+    """Write `features`, `ts`, `price`, `dt`, `trade_ts`, `labels`, `outcome_long`, `outcome_short` and
+    `instrument_id` (`{name}.npy` under `out`) for the front-month series of `prod` in `info`."""
+    if kind == BOOK:
+        source = read_book(info, prod.root)
+        feats, names, unit = BookFeatures(prod.tick_size), BOOK_FEATURES, lbl.SNAPSHOTS
+    else:
+        source = read_bars(info, prod.root)
+        feats, names, unit = BarFeatures(), BAR_FEATURES, lbl.MINUTES
+    n, h = source.rows, len(horizons)
+    specs = {
+        "features": (np.float32, (n, len(names))),
+        "ts": (np.int64, (n,)),
+        "price": (np.float64, (n,)),
+        "dt": (np.float32, (n,)),
+        "trade_ts": (np.int64, (n,)),
+        "labels": (np.float32, (n, h)),
+        "outcome_long": (np.float32, (n, h)),
+        "outcome_short": (np.float32, (n, h)),
+        "instrument_id": (np.uint32, (n,)),
+    }
+    labels = lbl.LabelStream(unit, horizons, feats.price_scale, cost)
+    finite = np.ones(len(names), dtype=bool)
+    first_ts = last_ts = None
+    with ExitStack() as files:
+        npy = {}
+        for name, (dtype, shape) in specs.items():
+            path = out / f"{name}.npy"
+            npy[name] = NpyAppender(files.enter_context(path.open("wb")), path, dtype, shape)
+        for chunk in source.chunks():
+            f = feats(chunk)
+            ok = np.isfinite(f.values)
+            if not ok.all():  # a flat pass; the per-feature reduction only where something is off
+                finite &= ok.all(axis=0)
+            npy["features"].write(f.values)
+            npy["ts"].write(f.ts)
+            npy["price"].write(f.price_fixed / f.price_scale)
+            npy["dt"].write(f.dt)
+            npy["trade_ts"].write(chunk.trade_ts if kind == BOOK else f.ts + (lbl.NS_PER_MINUTE - 1))
+            npy["instrument_id"].write(chunk.instrument_id)
+            _write_labels(npy, labels.push(f.price_fixed, f.ts))
+            first_ts = int(f.ts[0]) if first_ts is None else first_ts
+            last_ts = int(f.ts[-1])
+        _write_labels(npy, labels.finish())
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            raise DataError(info.path, f"non-finite feature values in {[names[i] for i in bad]}")
+        short = {name: a.rows for name, a in npy.items() if a.rows != n}
+        if short:
+            raise AssertionError(f"{info.path}: {n} rows expected, written {short}")
+    arrays = {name: (np.dtype(dtype).name, list(shape)) for name, (dtype, shape) in specs.items()}
+    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays)
+
+
+def _write_labels(npy: dict[str, NpyAppender], labels: lbl.Labels) -> None:
+    npy["labels"].write(labels.direction)
+    npy["outcome_long"].write(labels.outcome_long)
+    npy["outcome_short"].write(labels.outcome_short)
