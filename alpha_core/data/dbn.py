@@ -1,11 +1,11 @@
-"""Read DBN files through `databento`: metadata, bounded-memory record chunks, parent symbology.
+"""Read DBN files: metadata through `databento`, records in bounded-memory checked chunks, parent symbology.
 
 Everything about a file (schema, dataset, symbols, time range) comes from its DBN metadata, never
-from its name. Decoding is `DBNStore.to_ndarray(count=...)`, so a quarter-size file streams in
-fixed-size chunks instead of materialising the whole decompressed file.
-
-`databento` silently drops the tail of a truncated zstd stream, so `.zst` files are first checked
-frame by frame (block headers only, no decompression) and a cut-off file is an error.
+from its name. Records are decoded here, not by `DBNStore.to_ndarray`, because that silently drops
+an incomplete last record and stops at the first zstd frame of a multi-frame file: the stream is
+read across frames in fixed-size chunks (a quarter-size file streams in bounded memory), a trailing
+partial record is an error, and a cut-off zstd stream (which zstd itself would shorten silently) is
+detected first. Every chunk passes `validate.RecordChecks` before anyone sees it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import databento as db
+import databento_dbn as dbn
 import numpy as np
+import zstandard
+from databento.common.constants import SCHEMA_STRUCT_MAP, SCHEMA_STRUCT_MAP_V1, SCHEMA_STRUCT_MAP_V2
 
-from alpha_core.data.products import parse_contract
+from alpha_core.data import validate
+from alpha_core.data.products import parse_contract, product
+from alpha_core.data.validate import RecordChecks, RecordRange
 from alpha_core.errors import DataError
 
 MBP10 = "mbp-10"
@@ -81,12 +86,12 @@ class DbnFile:
 
 
 def is_dbn_path(path: Path) -> bool:
-    return path.is_file() and path.name.endswith(DBN_SUFFIXES)
+    """A name that says DBN (directories aside); whether the file really is one, `read_info` decides."""
+    return path.name.endswith(DBN_SUFFIXES) and not path.is_dir()
 
 
 def _open_store(path: Path) -> db.DBNStore:
-    if not path.exists():
-        raise DataError(path, "file does not exist")
+    validate.check_path(path)
     if path.stat().st_size == 0:
         raise DataError(path, "file is empty (0 bytes), not a DBN file")
     try:
@@ -109,6 +114,10 @@ def read_info(path: str | Path) -> DbnFile:
         )
         for raw, intervals in meta.mappings.items()
     }
+    end = None if meta.end is None or int(meta.end) == dbn.UNDEF_TIMESTAMP else int(meta.end)
+    if end is not None and end <= int(meta.start):
+        start = validate.iso(int(meta.start))
+        raise DataError(path, f"metadata.end {validate.iso(end)} is not after metadata.start {start}")
     return DbnFile(
         path=path,
         schema=str(meta.schema),
@@ -117,7 +126,7 @@ def read_info(path: str | Path) -> DbnFile:
         stype_in=str(meta.stype_in) if meta.stype_in is not None else "mixed",
         symbols=tuple(meta.symbols),
         start=int(meta.start),
-        end=None if meta.end is None else int(meta.end),
+        end=end,
         mappings=mappings,
     )
 
@@ -136,11 +145,15 @@ def require_schema(info: DbnFile, expected: str | tuple[str, ...] = SUPPORTED_SC
         raise DataError(info.path, f"metadata.schema is {info.schema!r}; expected {' or '.join(allowed)}")
 
 
-def discover(directory: str | Path, schema: str | None = None) -> list[DbnFile]:
-    """All DBN files under `directory` (recursively), ordered by metadata start time.
+def discover(directory: str | Path, schema: str | None = None, symbol: str | None = None) -> list[DbnFile]:
+    """All DBN files under `directory` (recursively), checked as a set and in time order.
 
     With `schema`, files of the other supported schema are skipped (a symbol directory holds both
     MBP-10 and OHLCV-1m), but a file of an unsupported schema is an error: it should not be there.
+    The set must hold one product (`symbol`, when given) from its dataset, no content twice and no two
+    files of a schema whose records overlap in time. Files are ordered by their records' time: metadata
+    ranges that do not meet order the files as their records do (each record is checked to lie in its
+    file's range), and files whose metadata ranges meet are scanned for their first and last record.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -153,38 +166,101 @@ def discover(directory: str | Path, schema: str | None = None) -> list[DbnFile]:
     if not files:
         what = f"{schema} " if schema else ""
         raise DataError(directory, f"no {what}DBN files (*.dbn, *.dbn.zst) found")
-    return sorted(files, key=lambda f: (f.start, str(f.path)))
+    validate.check_products(directory, files, None if symbol is None else product(symbol))
+    validate.check_duplicates(files)
+    suspects = validate.metadata_overlaps(files)
+    ranges = {f.path: scan(f) for f in files if f.path in suspects}
+    validate.check_overlaps([f for f in files if f.path in suspects], ranges)
+    return sorted(files, key=lambda f: (ranges[f.path].first_ts if f.path in ranges else f.start, str(f.path)))
 
 
-def iter_records(info: DbnFile, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[np.ndarray]:
-    """Yield the file's records as structured-array chunks of at most `chunk_records` rows."""
-    compressed = info.path.name.endswith(".zst")
-    if compressed:
-        check_zstd_complete(info.path)
-    store = _open_store(info.path)
-    n_bytes = 0
+def record_dtype(info: DbnFile) -> np.dtype:
+    """The record layout of the file's schema in its own DBN version (definitions differ between versions)."""
+    structs = {1: SCHEMA_STRUCT_MAP_V1, 2: SCHEMA_STRUCT_MAP_V2}.get(info.version, SCHEMA_STRUCT_MAP)
     try:
-        for chunk in store.to_ndarray(count=chunk_records):
-            n_bytes += chunk.nbytes
-            yield chunk
-    except DataError:
-        raise
-    except Exception as exc:
-        raise DataError(info.path, f"record data is corrupt ({exc})") from exc
-    if not compressed:
-        payload = info.path.stat().st_size - _metadata_length(info.path)
-        if n_bytes != payload:
-            raise DataError(info.path, f"file is truncated: {payload - n_bytes} bytes of an incomplete record")
+        return np.dtype(structs[dbn.Schema(info.schema)]._dtypes)
+    except (KeyError, ValueError) as exc:
+        raise DataError(info.path, f"metadata.schema {info.schema!r} has no known record layout") from exc
 
 
-def _metadata_length(path: Path) -> int:
-    with path.open("rb") as fh:
-        head = fh.read(8)
-    return 8 + int.from_bytes(head[4:8], "little")
+def iter_records(info: DbnFile, chunk_records: int = DEFAULT_CHUNK_RECORDS,
+                 checks: RecordChecks | None = None) -> Iterator[np.ndarray]:
+    """Yield the file's records as read-only structured-array chunks of at most `chunk_records` rows.
+
+    Each chunk has passed `checks` (a fresh `RecordChecks` unless one is given, e.g. to read its range).
+    """
+    dtype = record_dtype(info)
+    checks = checks or RecordChecks(info, dtype)
+    want = dtype.itemsize * max(int(chunk_records), 1)
+    try:
+        with _payload(info) as reader:
+            while buffer := _read_full(reader, want):
+                chunk = np.frombuffer(buffer, dtype=dtype, count=len(buffer) // dtype.itemsize)
+                checks(chunk)  # first: records of another layout are named as such, not as a cut-off file
+                if loose := len(buffer) % dtype.itemsize:
+                    raise DataError(info.path, f"file is truncated: {loose} bytes of an incomplete record "
+                                               f"after record {checks.count}")
+                yield chunk
+                if len(buffer) < want:
+                    break
+    except (zstandard.ZstdError, OSError) as exc:
+        raise DataError(info.path, f"record data is corrupt or unreadable ({exc})") from exc
+
+
+class _payload:
+    """The decompressed stream of a DBN file, positioned after its metadata (zstd detected by its magic)."""
+
+    def __init__(self, info: DbnFile) -> None:
+        self.info = info
+
+    def __enter__(self):
+        path = self.info.path
+        self._fh = path.open("rb")
+        try:
+            if int.from_bytes(self._fh.read(4), "little") == _ZSTD_MAGIC:
+                check_zstd_complete(path)
+                self._fh.seek(0)
+                reader = zstandard.ZstdDecompressor().stream_reader(self._fh, read_across_frames=True)
+            else:
+                self._fh.seek(0)
+                reader = self._fh
+            head = _read_full(reader, 8)
+            if len(head) < 8 or head[:3] != b"DBN":
+                raise DataError(path, "not a valid DBN file: no DBN header")
+            meta_len = int.from_bytes(head[4:8], "little")
+            if len(_read_full(reader, meta_len)) != meta_len:
+                raise DataError(path, "file is truncated inside its metadata")
+            return reader
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._fh.close()
+
+
+def _read_full(reader, n: int) -> bytes:
+    """Up to `n` bytes, fewer only at the end of the stream (a zstd reader may return short reads)."""
+    parts, got = [], 0
+    while got < n:
+        part = reader.read(n - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def count_records(info: DbnFile) -> int:
     return sum(len(chunk) for chunk in iter_records(info))
+
+
+def scan(info: DbnFile) -> RecordRange:
+    """Read the whole file through the record checks; its record count and index-time range."""
+    checks = RecordChecks(info, record_dtype(info))
+    for _ in iter_records(info, checks=checks):
+        pass
+    return checks.result()
 
 
 # --- zstd completeness --------------------------------------------------------------------------

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from alpha_core.data.dbn import discover
+from alpha_core.data.dbn import discover, scan
 from alpha_core.data.folds import FileRef
 from alpha_core.data.products import PRODUCTS, product
 from alpha_core.data.sidecar import LabelConfig, Sidecar, ensure_sidecar
+from alpha_core.data.validate import check_overlaps
 from alpha_core.errors import DataError
 
 
@@ -45,11 +46,27 @@ def predecode(
     label_config: LabelConfig | None = None,
 ) -> list[Predecoded]:
     """Sidecars of every DBN file under `directory` (optionally one schema), in chronological order."""
-    files = discover(directory, schema)
+    files = discover(directory, schema, symbol)
     return [
         Predecoded(*ensure_sidecar(f.path, predecoded_dir, symbol=symbol, label_config=label_config))
         for f in files
     ]
+
+
+def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None) -> dict[str, list[FileRef]]:
+    """Fold-plan entries per schema from a full checked read of every file, with its records' time range.
+
+    What `alpha folds` plans from without building sidecars: the same checks as a sidecar build's, and the
+    same order as training's (records never overlap between files, so record ranges and sidecar rows agree).
+    """
+    files = discover(directory, schema, symbol)
+    ranges = {f.path: scan(f) for f in files}
+    check_overlaps(files, ranges)
+    refs: dict[str, list[FileRef]] = {}
+    for f in files:
+        r = ranges[f.path]
+        refs.setdefault(f.schema, []).append(FileRef(path=str(f.path), name=f.name, start=r.first_ts, end=r.last_ts))
+    return refs
 
 
 @dataclass

@@ -20,6 +20,7 @@ class Product:
     root: str  # contract root, e.g. "ES"
     tick_size: float  # minimum price increment
     name: str
+    dataset: str = "GLBX.MDP3"  # the Databento dataset its data must come from (CME Globex MDP 3.0)
 
     @property
     def default_cost(self) -> float:

@@ -11,6 +11,7 @@ corrupt sidecar is rebuilt, and older sidecars of the same file (stale keys) are
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import shutil
@@ -25,6 +26,7 @@ import alpha_core
 from alpha_core.atomic import atomic_directory, remove_stale_temporaries
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
 from alpha_core.data.products import Product, product
+from alpha_core.data.validate import CHECKS_VERSION, check_dataset, file_sha256
 from alpha_core.errors import DataError
 
 FEATURE_VERSION = "2"  # bump whenever a feature or label changes: old sidecars become stale
@@ -131,14 +133,6 @@ class Sidecar:
         return self.meta.rows
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 def resolve_product(info: DbnFile, symbol: str | None) -> Product:
     """The product to extract: the given symbol, else the single product the file's metadata maps."""
     roots = info.products()
@@ -147,15 +141,18 @@ def resolve_product(info: DbnFile, symbol: str | None) -> Product:
         if prod.root not in roots:
             found = ", ".join(sorted(roots)) or "none"
             raise DataError(info.path, f"metadata maps no {prod.symbol} contracts (products found: {found})")
-        return prod
-    if len(roots) != 1:
+    elif len(roots) != 1:
         found = ", ".join(sorted(roots)) or "none"
         raise DataError(info.path, f"metadata maps several or no products ({found}); pass a symbol")
-    return product(next(iter(roots)))
+    else:
+        prod = product(next(iter(roots)))
+    check_dataset(info, prod)
+    return prod
 
 
 def sidecar_key(sha256: str, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> str:
-    ident = json.dumps([sha256, kind, prod.symbol, FEATURE_VERSION, list(horizons), cost])
+    """Content hash, never the file name: two different files named alike keep their own sidecars."""
+    ident = json.dumps([sha256, kind, prod.symbol, FEATURE_VERSION, CHECKS_VERSION, list(horizons), cost])
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
@@ -173,7 +170,13 @@ def ensure_sidecar(
     symbol: str | None = None,
     label_config: LabelConfig | None = None,
 ) -> tuple[Sidecar, str]:
-    """Return the sidecar of `dbn_path`, building it on a miss. Status: built | reused | rebuilt."""
+    """Return the sidecar of `dbn_path`, building it on a miss. Status: built | reused | rebuilt.
+
+    The directory is `{stem}.{ROOT}.{kind}.{key}`: the stem keeps it readable, the key (content hash)
+    decides reuse. An older key is evicted only when its meta names this same file path, so two files
+    of one name in different folders never evict each other. Failures to write the cache are one
+    DataError naming the cache directory.
+    """
     info = read_info(dbn_path)
     require_schema(info)
     kind = KIND_OF_SCHEMA[info.schema]
@@ -182,27 +185,54 @@ def ensure_sidecar(
     sha = file_sha256(info.path)
     key = sidecar_key(sha, kind, prod, horizons, cost)
     predecoded_dir = Path(predecoded_dir)
-    prefix = f"{_stem(info.path)}.{prod.root}.{kind}."
-    final = predecoded_dir / f"{prefix}{key}"
-    remove_stale_temporaries(predecoded_dir)
-
-    status = "built"
-    if final.exists():
-        try:
-            return load_sidecar(final, expect_key=key), "reused"
-        except SidecarCorrupt:
-            shutil.rmtree(final)
-            status = "rebuilt"
+    final = predecoded_dir / f"{_stem(info.path)}.{prod.root}.{kind}.{key}"
+    if predecoded_dir.exists() and not predecoded_dir.is_dir():
+        raise DataError(predecoded_dir, "the sidecar cache is not a directory (a file is in the way)")
     try:
-        with atomic_directory(final) as tmp:
-            _write(tmp, info, kind, prod, horizons, cost, sha, key)
-    except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
-        pass
-    for stale in predecoded_dir.glob(f"{prefix}*"):
-        if stale != final and stale.is_dir() and not stale.name.startswith("."):
-            shutil.rmtree(stale, ignore_errors=True)
-            status = "rebuilt"
+        predecoded_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(predecoded_dir)
+        status = "built"
+        if final.exists():
+            try:
+                return load_sidecar(final, expect_key=key), "reused"
+            except SidecarCorrupt:
+                shutil.rmtree(final)
+                status = "rebuilt"
+        try:
+            with atomic_directory(final) as tmp:
+                _write(tmp, info, kind, prod, horizons, cost, sha, key)
+        except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
+            pass
+    except OSError as exc:
+        raise DataError(predecoded_dir, f"cannot write the sidecar of {info.name}: {_os_reason(exc)}") from exc
+    if _evict_older_keys(final, info.path):
+        status = "rebuilt"
     return load_sidecar(final, expect_key=key), status
+
+
+def _evict_older_keys(final: Path, source: Path) -> bool:
+    """Remove sidecars of the same name whose meta says they were built from `source` (an older content)."""
+    prefix = final.name.rpartition(".")[0] + "."
+    evicted = False
+    for other in final.parent.iterdir():
+        if other == final or not other.name.startswith(prefix) or not other.is_dir():
+            continue
+        try:
+            meta = json.loads((other / "meta.json").read_text())
+            built_from = meta["source"]["path"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not provably ours: another file's, or a half-read one
+        if built_from == str(source.resolve()):
+            shutil.rmtree(other, ignore_errors=True)
+            evicted = True
+    return evicted
+
+
+def _os_reason(exc: OSError) -> str:
+    """`no space left on device` where that is the cause (numpy reports a full disk as a short write)."""
+    if exc.errno == errno.ENOSPC or "requested and" in str(exc):
+        return f"no space left on device ({exc})"
+    return (exc.strerror or str(exc)).lower() + (f": {exc.filename}" if exc.filename else "")
 
 
 def _write(

@@ -1,0 +1,414 @@
+"""Refuse hostile DBN data: per-record checks on every decoded chunk, and checks over a symbol's file set.
+
+Every reader (inspect, sidecar builds, fold plans) gets its records from `dbn.iter_records`, which runs
+`RecordChecks` on each chunk, so nothing downstream ever sees a record these checks refuse. The checks are
+vectorised over the chunk and fail on the first bad record with one line naming the record and the field:
+`x.dbn.zst: record 1234: bid_px_00 is 0 (a zero price)`.
+
+Legal but suspicious data (wide spreads, long gaps, price jumps) is not refused here: `checks.py` reports it
+as a failed integrity check instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import databento_dbn as dbn
+import numpy as np
+
+from alpha_core.data.products import PRODUCTS, Product, parse_contract
+from alpha_core.errors import DataError
+
+if TYPE_CHECKING:
+    from alpha_core.data.dbn import DbnFile
+
+CHECKS_VERSION = "1"  # part of the sidecar key: a sidecar built before a check existed is rebuilt, so checked
+EARLIEST_NS = int(dt.datetime(1990, 1, 1, tzinfo=dt.UTC).timestamp()) * 1_000_000_000
+FUTURE_SLACK_NS = 86_400 * 1_000_000_000  # "in the future" = later than now + 1 day
+NS_PER_DAY = 86_400 * 1_000_000_000
+MAPPING_SLACK_DAYS = 1  # mapping dates may be trading dates (a session opens the evening before, UTC)
+UNDEF_PRICE = dbn.UNDEF_PRICE
+UNDEF_TIMESTAMP = dbn.UNDEF_TIMESTAMP
+PRICE_SCALE = dbn.FIXED_PRICE_SCALE
+_TRADE = ord("T")
+_OHLCV_DEPRECATED = dbn.RType.OHLCV_DEPRECATED.value
+
+
+def iso(ts_ns: int) -> str:
+    if ts_ns == UNDEF_TIMESTAMP:
+        return "undefined (UNDEF_TIMESTAMP)"
+    try:
+        return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts_ns} ns"
+
+
+def display_path(path: Path) -> Path:
+    """`path` with any byte that is not UTF-8 shown as an escape (\\xff), so the message can always be printed."""
+    return Path(os.fsencode(path).decode("utf-8", "backslashreplace"))
+
+
+def check_path(path: Path) -> None:
+    """A readable name and a regular file: a pipe would block the reader, and a surrogate name breaks JSON."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(display_path(path), "file name is not valid UTF-8; rename the file") from None
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise DataError(path, "file does not exist (or is a broken link)") from None
+    except OSError as exc:
+        raise DataError(path, f"file cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise DataError(path, "not a regular file (a directory, pipe, socket or device has a DBN name)")
+
+
+# --- per-record checks -----------------------------------------------------------------------------------
+
+
+def _price(px: int) -> str:
+    return f"{px / PRICE_SCALE:.9g}"
+
+
+@dataclass
+class RecordRange:
+    """What a full checked pass over a file saw: record count and the first/last index timestamp."""
+
+    count: int
+    first_ts: int
+    last_ts: int
+
+
+class RecordChecks:
+    """Checks each chunk of one file's records; call it on the chunks in file order.
+
+    - header: every record's `length` and `rtype` match the metadata schema (records of another schema
+      decode as garbage under the metadata's layout, and are caught at their first record);
+    - time: the index timestamp (ts_recv, or ts_event where there is none) lies in the metadata's
+      [start, end) and never goes backwards; no ts_event is before 1990 or later than now + 1 day;
+    - symbology: every instrument_id is mapped by metadata.mappings on (about) the record's date;
+    - prices that must exist are real: the best bid/ask where the level has size, trade prices, OHLC.
+      Outright futures must be > 0; spreads may be 0 or negative, but never UNDEF_PRICE.
+
+    Speed: the chunk was just decoded and is in cache; the checks read a few fields through strided
+    views, use reductions (min/max) where a bound is enough, and find the offending record only on failure.
+    """
+
+    def __init__(self, info: DbnFile, dtype: np.dtype) -> None:
+        self.path = info.path
+        self.schema = info.schema
+        self.itemsize = dtype.itemsize
+        fields = dtype.fields or {}
+        rtype = dbn.RType.from_schema(dbn.Schema(info.schema)).value
+        rtypes = [rtype, _OHLCV_DEPRECATED] if info.schema.startswith("ohlcv") else [rtype]
+        self.length, self.rtype = dtype.itemsize // 4, rtype
+        self.headers = [self.length | r << 8 for r in rtypes]  # the first two bytes: length, rtype
+        self.index_field = "ts_recv" if "ts_recv" in fields else "ts_event"
+        self.event_field = "ts_event" if self.index_field != "ts_event" and "ts_event" in fields else None
+        self.start, self.end = info.start, info.end
+        self.future = time.time_ns() + FUTURE_SLACK_NS
+        self.lo = max(self.start, EARLIEST_NS)
+        self.hi = self.future if self.end is None else min(self.end, self.future)
+        self.levels = _pair_offsets(fields)
+        self.trades = "price" in fields and "action" in fields
+        self.ohlc = [f for f in ("open", "high", "low", "close") if f in fields]
+        self._symbology(info)
+        self.count = 0
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+
+    def _symbology(self, info: DbnFile) -> None:
+        """Sorted known ids with their mapped day range and whether they are outright futures."""
+        spans: dict[int, list] = {}
+        for raw, intervals in info.mappings.items():
+            outright = parse_contract(raw) is not None
+            for iv in intervals:
+                lo, hi = _day(iv.start_date), _day(iv.end_date)
+                span = spans.setdefault(iv.instrument_id, [lo, hi, outright, raw])
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
+                span[2] = span[2] and outright
+        ids = sorted(spans)
+        self.mapped = bool(ids)
+        self.ids = np.array(ids, dtype=np.uint32)
+        self.id_lo = np.array([spans[i][0] - MAPPING_SLACK_DAYS for i in ids], dtype=np.int64)
+        self.id_hi = np.array([spans[i][1] + MAPPING_SLACK_DAYS for i in ids], dtype=np.int64)
+        self.id_outright = np.array([spans[i][2] for i in ids], dtype=bool)
+        self.id_raw = [spans[i][3] for i in ids]
+
+    def fail(self, i: int, message: str) -> DataError:
+        return DataError(self.path, f"record {self.count + int(i)}: {message}")
+
+    def __call__(self, chunk: np.ndarray) -> None:
+        if len(chunk) == 0:
+            return
+        self._header(chunk)
+        ts = chunk[self.index_field]
+        t_min, t_max = int(ts.min()), int(ts.max())
+        self._time(chunk, ts, t_min, t_max)
+        outright = self._ids(chunk, ts, t_min, t_max)
+        self._prices(chunk, outright)
+        if self.first_ts is None:
+            self.first_ts = int(ts[0])
+        self.last_ts = int(ts[-1])
+        self.count += len(chunk)
+
+    def result(self) -> RecordRange:
+        if self.first_ts is None:
+            raise DataError(self.path, "file holds no records")
+        return RecordRange(self.count, self.first_ts, self.last_ts)
+
+    def _strided(self, chunk: np.ndarray, offset: int, dtype: str, width: int = 1) -> np.ndarray:
+        """A view of `width` consecutive values of `dtype` at `offset` in every record."""
+        size = np.dtype(dtype).itemsize
+        shape, strides = ((len(chunk),), (self.itemsize,)) if width == 1 else ((len(chunk), width), (self.itemsize, size))
+        return np.ndarray(shape, dtype, buffer=chunk, offset=offset, strides=strides)
+
+    def _header(self, chunk: np.ndarray) -> None:
+        header = self._strided(chunk, 0, "<u2")
+        bad = header != self.headers[0]
+        for other in self.headers[1:]:
+            bad &= header != other
+        if not bad.any():
+            return
+        i = int(np.argmax(bad))
+        length, rtype = int(chunk["length"][i]), int(chunk["rtype"][i])
+        if length != self.length:
+            raise self.fail(i, f"length is {length} words ({4 * length} bytes), but metadata.schema {self.schema} "
+                               f"records are {self.length} words: the records are not {self.schema}")
+        raise self.fail(i, f"rtype is {rtype} ({_rtype_name(rtype)}), but metadata.schema {self.schema} records "
+                           f"have rtype {self.rtype}")
+
+    def _time(self, chunk: np.ndarray, ts: np.ndarray, t_min: int, t_max: int) -> None:
+        f = self.index_field
+        if t_min < self.lo or t_max >= self.hi:
+            i = int(np.argmax((ts < self.lo) | (ts >= self.hi)))
+            raise self.fail(i, f"{f} {self._why(int(ts[i]), self.start, self.end)}")
+        if self.event_field is not None:
+            event = chunk[self.event_field]
+            if int(event.min()) < EARLIEST_NS or int(event.max()) >= self.future:
+                i = int(np.argmax((event < EARLIEST_NS) | (event >= self.future)))
+                raise self.fail(i, f"{self.event_field} {self._why(int(event[i]), None, None)}")
+        if self.last_ts is not None and int(ts[0]) < self.last_ts:
+            raise self.fail(0, f"{f} goes backwards: {iso(int(ts[0]))} after {iso(self.last_ts)}")
+        back = ts[1:] < ts[:-1]
+        if back.any():
+            i = int(np.argmax(back)) + 1
+            raise self.fail(i, f"{f} goes backwards: {iso(int(ts[i]))} after {iso(int(ts[i - 1]))}")
+
+    def _why(self, t: int, start: int | None, end: int | None) -> str:
+        if t == UNDEF_TIMESTAMP:
+            return "is undefined (UNDEF_TIMESTAMP)"
+        if t < EARLIEST_NS:
+            return f"is {iso(t)}, before 1990"
+        if t >= self.future:
+            return f"is {iso(t)}, in the future"
+        if start is not None and t < start:
+            return f"is {iso(t)}, before metadata.start {iso(start)}"
+        return f"is {iso(t)}, at or after metadata.end {iso(end)}"
+
+    def _ids(self, chunk: np.ndarray, ts: np.ndarray, t_min: int, t_max: int) -> np.ndarray | bool:
+        """Outright future (price > 0 required) per record, or for all; an unmapped id is an error."""
+        if not self.mapped:  # e.g. stype_in=instrument_id: nothing to check against, no outright known
+            return False
+        iid = chunk["instrument_id"]
+        pos = np.searchsorted(self.ids, iid)
+        np.minimum(pos, len(self.ids) - 1, out=pos)
+        known = self.ids[pos] == iid
+        if not known.all():
+            i = int(np.argmax(~known))
+            raise self.fail(i, f"instrument_id {int(iid[i])} maps to no symbol in metadata.mappings")
+        present = np.flatnonzero(np.bincount(pos, minlength=len(self.ids)))
+        if (self.id_lo[present] > t_min // NS_PER_DAY).any() or (self.id_hi[present] <= t_max // NS_PER_DAY).any():
+            day = (ts // NS_PER_DAY).astype(np.int64)
+            outside = (day < self.id_lo[pos]) | (day >= self.id_hi[pos])
+            if outside.any():
+                i = int(np.argmax(outside))
+                k = int(pos[i])
+                lo = _date(int(self.id_lo[k]) + MAPPING_SLACK_DAYS)
+                hi = _date(int(self.id_hi[k]) - MAPPING_SLACK_DAYS)
+                raise self.fail(i, f"instrument_id {int(iid[i])} ({self.id_raw[k]}) at {iso(int(ts[i]))} is outside "
+                                   f"its metadata.mappings dates [{lo}, {hi})")
+        outright = self.id_outright[present]
+        return bool(outright[0]) if outright.all() or not outright.any() else self.id_outright[pos]
+
+    def _prices(self, chunk: np.ndarray, outright: np.ndarray | bool) -> None:
+        if self.levels is not None:  # best bid and ask side by side, their sizes after them
+            px_at, sz_at = self.levels
+            px = self._strided(chunk, px_at, "<i8", 2)
+            has_size = self._strided(chunk, sz_at, "<u4", 2) > 0
+            self._check_prices(chunk, px, has_size, outright, ("bid_px_00", "ask_px_00"), "at a level with size > 0")
+        if self.trades:
+            is_trade = chunk["action"].view(np.uint8) == _TRADE
+            self._check_prices(chunk, chunk["price"][:, None], is_trade[:, None], outright, ("price",), "for a trade")
+        if self.ohlc:
+            px = np.stack([chunk[f] for f in self.ohlc], axis=1)
+            self._check_prices(chunk, px, None, outright, self.ohlc, "for a bar")
+            o, h, lo, c = (chunk[f] for f in ("open", "high", "low", "close"))
+            bad = h < lo
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise self.fail(i, f"high {_price(int(h[i]))} is below low {_price(int(lo[i]))}")
+            for name, v in (("open", o), ("close", c)):
+                bad = (v < lo) | (v > h)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise self.fail(i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, "
+                                       f"high {_price(int(h[i]))}]")
+
+    def _check_prices(self, chunk: np.ndarray, px: np.ndarray, where: np.ndarray | None,
+                      outright: np.ndarray | bool, names: tuple[str, ...] | list[str], what: str) -> None:
+        """px [n, k]: a price <= 0 or UNDEF_PRICE (one unsigned compare) where `where`; spreads: UNDEF only."""
+        invalid = (px.view(np.uint64) - np.uint64(1)) >= np.uint64(UNDEF_PRICE - 1)
+        if where is not None:
+            invalid &= where
+        if not invalid.any():
+            return
+        if outright is not True:  # spreads may trade at zero or below
+            spread_ok = px != UNDEF_PRICE
+            invalid &= ~(spread_ok if outright is False else spread_ok & ~np.asarray(outright)[:, None])
+            if not invalid.any():
+                return
+        i, j = (int(v) for v in np.unravel_index(np.argmax(invalid), invalid.shape))
+        value, name = int(px[i, j]), names[j]
+        if value == UNDEF_PRICE:
+            raise self.fail(i, f"{name} is undefined (UNDEF_PRICE) {what}")
+        kind = "a zero price" if value == 0 else "a negative price"
+        raise self.fail(i, f"{name} is {_price(value)} ({kind}) {what} of {self._raw(chunk, i)}")
+
+    def _raw(self, chunk: np.ndarray, i: int) -> str:
+        iid = int(chunk["instrument_id"][i])
+        if not self.mapped:
+            return f"instrument_id {iid}"
+        return self.id_raw[int(np.searchsorted(self.ids, iid))]
+
+
+def _pair_offsets(fields: dict) -> tuple[int, int] | None:
+    """Byte offsets of (bid_px_00, ask_px_00) and (bid_sz_00, ask_sz_00), each pair adjacent as in DBN."""
+    try:
+        bid_px, ask_px = fields["bid_px_00"][1], fields["ask_px_00"][1]
+        bid_sz, ask_sz = fields["bid_sz_00"][1], fields["ask_sz_00"][1]
+    except KeyError:
+        return None
+    if ask_px != bid_px + 8 or ask_sz != bid_sz + 4:
+        raise DataError(None, "unexpected DBN record layout: best bid/ask fields are not adjacent")
+    return bid_px, bid_sz
+
+
+_EPOCH = dt.date(1970, 1, 1).toordinal()
+
+
+def _day(d: dt.date) -> int:
+    return d.toordinal() - _EPOCH
+
+
+def _date(day: int) -> dt.date:
+    return dt.date.fromordinal(_EPOCH + day)
+
+
+def _rtype_name(rtype: int) -> str:
+    try:
+        return str(dbn.RType(rtype))
+    except ValueError:
+        return "unknown"
+
+
+# --- checks over a file set --------------------------------------------------------------------------------
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_dataset(info: DbnFile, prod: Product) -> None:
+    if info.dataset != prod.dataset:
+        raise DataError(info.path, f"metadata.dataset is {info.dataset!r}, but {prod.symbol} data comes from "
+                                   f"{prod.dataset}")
+
+
+def known_products(info: DbnFile) -> list[Product]:
+    return [p for p in PRODUCTS.values() if p.root in info.products()]
+
+
+def check_products(directory: Path, files: list[DbnFile], symbol: Product | None) -> None:
+    """Every file maps the symbol (or, without one, all files share a product) from the symbol's dataset."""
+    shared: set[str] | None = None
+    for info in files:
+        prods = known_products(info)
+        if symbol is not None:
+            if symbol not in prods:
+                found = ", ".join(p.symbol for p in prods) or "none alpha knows"
+                raise DataError(info.path, f"metadata maps no {symbol.symbol} contracts (products found: {found})")
+            check_dataset(info, symbol)
+            continue
+        if not prods:
+            raise DataError(info.path, f"metadata maps no product alpha knows (symbols {list(info.symbols)}, "
+                                       f"known: {', '.join(PRODUCTS)})")
+        for prod in prods:
+            check_dataset(info, prod)
+        roots = {p.root for p in prods}
+        if shared is not None and not shared & roots:
+            raise DataError(directory, f"files of different products: {files[0].name} maps "
+                                       f"{', '.join(sorted(shared))}, {info.name} maps {', '.join(sorted(roots))}")
+        shared = roots if shared is None else shared & roots
+
+
+def check_duplicates(files: list[DbnFile]) -> None:
+    """The same content twice would enter training twice (and share one sidecar). Only files of equal size
+    are hashed, so a normal set costs no extra read."""
+    by_size: dict[int, list[DbnFile]] = {}
+    for info in files:
+        by_size.setdefault(info.path.stat().st_size, []).append(info)
+    seen: dict[str, DbnFile] = {}
+    for group in by_size.values():
+        if len(group) < 2:
+            continue
+        for info in group:
+            sha = file_sha256(info.path)
+            if sha in seen:
+                raise DataError(info.path, f"same content (sha256 {sha[:16]}...) as {seen[sha].path}: "
+                                           "remove one of the two files")
+            seen[sha] = info
+
+
+def check_overlaps(files: list[DbnFile], ranges: dict[Path, RecordRange]) -> None:
+    """Two files of one schema whose record times overlap would put the same time in two folds."""
+    by_schema: dict[str, list[DbnFile]] = {}
+    for info in files:
+        by_schema.setdefault(info.schema, []).append(info)
+    for group in by_schema.values():
+        ordered = sorted(group, key=lambda f: (ranges[f.path].first_ts, str(f.path)))
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            ra, rb = ranges[a.path], ranges[b.path]
+            if rb.first_ts <= ra.last_ts:
+                raise DataError(b.path, f"records overlap {a.path} in time ({b.schema}): "
+                                        f"{iso(rb.first_ts)} .. {iso(min(ra.last_ts, rb.last_ts))} is in both files")
+
+
+def metadata_overlaps(files: list[DbnFile]) -> set[Path]:
+    """Files whose metadata [start, end) meets another file's of the same schema: only these can have
+    overlapping records (the record checks keep every record inside its file's metadata range)."""
+    suspects: set[Path] = set()
+    by_schema: dict[str, list[DbnFile]] = {}
+    for info in files:
+        by_schema.setdefault(info.schema, []).append(info)
+    for group in by_schema.values():
+        ordered = sorted(group, key=lambda f: f.start)
+        reach, owner = None, None
+        for info in ordered:
+            if reach is not None and info.start < reach:
+                suspects |= {info.path, owner.path}
+            end = info.end if info.end is not None else UNDEF_TIMESTAMP
+            if reach is None or end > reach:
+                reach, owner = end, info
+    return suspects
