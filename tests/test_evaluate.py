@@ -11,10 +11,16 @@ import pytest
 import torch
 
 from alpha_core.cli import main
+from alpha_core.data.oracle import oracle_probabilities
 from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
 from alpha_core.eval import metrics
-from alpha_core.eval.evaluate import find_checkpoints
-from alpha_core.eval.predict import supervised_probs
+from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
+from alpha_core.eval.predict import (
+    book_close_trade_ts,
+    book_decisions,
+    perception_snapshot_probs,
+    supervised_probs,
+)
 from alpha_core.eval.report import load_report
 
 FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2"]
@@ -60,21 +66,72 @@ def test_report_end_to_end(trained, tiny_data):
     assert set(sym.ensembles) == {"equal_weight", "validation_weighted"}
     assert [f.test_file for f in sym.models["mamba2"].folds] == ["ES.FUT_2024-Q4.dbn.zst", "ES.FUT_2025-Q1.dbn.zst"]
     assert [f.test_file for f in sym.models["perception"].folds] == ["ES.FUT_2024-Q4.dbn.zst"]
-    for result in [*sym.models.values(), *sym.ensembles.values()]:
-        for key in ("sharpe", "max_drawdown", "win_rate", "turnover", "hit_rate", "psr", "dsr", "total_pnl"):
-            assert result.oos[key] is not None and math.isfinite(result.oos[key]), (result.name, key)
+    rows = [*sym.models.values(), *sym.ensembles.values()]
+    for result in rows:
+        for m in (result.oos, *(f.metrics for f in result.folds)):  # uncertainty on every row, oos and per fold
+            for key in ("sharpe", "max_drawdown", "win_rate", "turnover", "hit_rate", "psr", "dsr", "total_pnl",
+                        "sharpe_se", "sharpe_ci_low", "sharpe_ci_high"):
+                assert getattr(m, key) is not None and math.isfinite(getattr(m, key)), (result.name, key)
+            assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
+            assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
+            # no hyperopt behind these rows: N = the 6 configurations compared, V = the null variance 1/(T-1)
+            assert m.dsr_n_trials == 6 and m.dsr_trials_sharpe_var == pytest.approx(1 / (m.n_sessions - 1))
+            assert m.dsr < m.psr or m.psr in (0.0, 1.0)
+        assert result.n_configurations == 6 and result.trials_sharpe_var_source.startswith("null variance")
+    assert sym.models["mamba2"].oos.n_sessions == sum(f.metrics.n_sessions for f in sym.models["mamba2"].folds)
     weights = sym.ensembles["validation_weighted"].folds[0].weights
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
-    assert sym.models["kan"].folds[0].auc_per_horizon is not None and sym.models["ppo"].folds[0].auc_per_horizon is None
-    assert sym.oracle_auc is not None and 0.6 < sym.oracle_auc[0] < 1
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
-    assert reasons[("kan", 7)] == "missing model.safetensors"
-    assert reasons[("mamba2", 8)] == "fold has no test file"
-    assert reasons[("mamba2", 9)] == "its gate failed upstream"
+    assert reasons[("kan", 7)] == "unreadable: missing model.safetensors"
+    assert reasons[("mamba2", 8)] == "no test file"
+    assert reasons[("mamba2", 9)] == "gate failed"
     md = out.with_suffix(".md").read_text()
-    assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md
+    assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
+    assert "95% CI" in md and "AUC against the oracle" in md
     for name in ("ES.FUT_equity.png", "ES.FUT_drawdown.png", "ES.FUT_fold_sharpe.png"):
         assert (out.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(trained, tiny_data):
+    """Bar models on bar labels (5/15/60 minutes), the book model on its own book labels (10/100/1000 snapshots)
+    of the test book file; the oracle on exactly the same rows; RL agents have no probabilities."""
+    root, pd = trained
+    report = load_report(root / "eval" / "ensemble_report.json")
+    sym = report.symbols["ES.FUT"]
+    kan, perception = sym.models["kan"], sym.models["perception"]
+    assert kan.auc.scored_on == "bars" and kan.auc.horizons == [5, 15, 60] and kan.auc.horizon_unit == "minutes"
+    assert perception.auc.scored_on == "book" and perception.auc.horizons == [10, 100, 1000]
+    assert perception.auc.horizon_unit == "snapshots" and sym.models["ppo"].auc is None
+    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
+    seq_len = json.loads(next((root / "models" / "perception" / "ES.FUT").glob("fold-0/alpha_train_summary.json"))
+                         .read_text())["seq_len"]
+    labelled = np.isfinite(np.asarray(book.labels))[seq_len - 1 :].sum(axis=0)
+    assert perception.auc.n_rows == labelled.tolist()  # every labelled snapshot after the first full window
+    for row in (kan, perception, sym.models["mamba2"]):
+        for auc in (row.auc, *(f.auc for f in row.folds)):
+            assert auc.oracle is not None and auc.oracle_note is None
+            assert auc.gap == pytest.approx([o - m for o, m in zip(auc.oracle, auc.model, strict=True)])
+            assert auc.oracle[0] > 0.6 and all(0 < v < 1 for v in (*auc.oracle, *auc.model))  # long horizons: few
+            # independent labels on a tiny file, so only the shortest horizon's oracle is clearly above chance
+    # the oracle on the perception rows is the generator's book oracle on the same snapshots
+    oracle = oracle_probabilities(book)
+    rows = np.zeros(book.rows, bool)
+    rows[seq_len - 1 :] = True
+    mask = rows[:, None] & np.isfinite(np.asarray(book.labels))
+    want = metrics.auc(oracle, np.where(mask, np.asarray(book.labels), np.nan))
+    np.testing.assert_allclose(perception.auc.oracle, want, rtol=1e-12)
+    md = (root / "eval" / "ensemble_report.md").read_text()
+    assert "| perception | book | 10 snapshots |" in md and "| kan | bars | 5 minutes |" in md
+
+
+def test_every_expected_model_and_fold_is_listed(trained, tiny_data):
+    root, pd = trained
+    report = evaluate(EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=root / "eval2" / "r.json",
+                                 symbols=["ES.FUT"], predecoded_dir=pd, device="cpu",
+                                 expected=[("kan", 0), ("kan", 1), ("tft", 0), ("tft", 1), ("mamba2", 9)]))
+    reasons = {(e.model, e.fold): e.reason for e in report.excluded}
+    assert reasons[("tft", 0)] == reasons[("tft", 1)] == "never materialized"
+    assert reasons[("mamba2", 9)] == "gate failed" and ("kan", 0) not in reasons
 
 
 def _truncated(sc: Sidecar, n: int) -> Sidecar:
@@ -105,3 +162,23 @@ def test_a_cheating_model_is_exposed_by_the_one_bar_shift():
     assert cheat_pnl == np.abs(moves).sum()
     assert abs(honest_pnl) < 0.1 * cheat_pnl
     assert metrics.summarize(ts, cheat, moves, 0.0)["sharpe"] > 10 * abs(metrics.summarize(ts, honest, moves, 0.0)["sharpe"])
+
+
+def test_the_book_model_decides_on_nothing_after_each_close_trade(trained):
+    """Cut the test book file at bar m's close trade: bar m's probability is unchanged, so the book path reads no
+    snapshot received after the price it trades at (the last snapshot at or before the close trade)."""
+    root, pd = trained
+    (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "perception"]
+    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
+    bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
+    close = book_close_trade_ts(bars, book)
+    full, decided = book_decisions(perception_snapshot_probs(ckpt, book, torch.device("cpu")), book.ts, close)
+    checked = 0
+    for m in np.flatnonzero(np.isfinite(full[:, 0]))[:: max(1, bars.rows // 6)]:
+        keep = int(np.searchsorted(np.asarray(book.ts), close[m], side="right"))  # snapshots with ts <= close trade
+        cut = _truncated(book, keep)
+        probs, when = book_decisions(perception_snapshot_probs(ckpt, cut, torch.device("cpu")), cut.ts, close[: m + 1])
+        np.testing.assert_allclose(probs[m], full[m], rtol=1e-5, atol=1e-6)
+        assert when[m] == decided[m] <= close[m]
+        checked += 1
+    assert checked >= 4

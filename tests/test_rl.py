@@ -26,19 +26,24 @@ from alpha_core.rl.agents import (
 )
 
 
+def minutes(n: int) -> np.ndarray:
+    """Bar timestamps one minute apart from Mon 2024-01-08 23:00 UTC (17:00 CT): a new CME session every 1,380 bars."""
+    return np.datetime64("2024-01-08T23:00", "ns").astype(np.int64) + np.arange(n, dtype=np.int64) * 60_000_000_000
+
+
 def toy_series(n: int, seed: int, n_noise: int = 1) -> MarketSeries:
     """+-1 tick steps whose next sign is feature 0 of the current bar: optimal = hold sign(feature 0)."""
     rng = np.random.default_rng(seed)
     sign = rng.choice([-1.0, 1.0], size=n)
     price = 1000.0 + np.concatenate([[0.0], np.cumsum(sign[:-1])])  # price[t+1] - price[t] = sign[t]
     feats = np.concatenate([sign[:, None], rng.normal(size=(n, n_noise))], axis=1).astype(np.float32)
-    return MarketSeries(feats, price, 1.0, f"toy{seed}")
+    return MarketSeries(feats, price, 1.0, f"toy{seed}", minutes(n))
 
 
 def random_series(n: int, seed: int, tick: float = 0.25) -> MarketSeries:
     rng = np.random.default_rng(seed)
     price = 4000.0 + tick * np.cumsum(rng.integers(-3, 4, size=n))
-    return MarketSeries(rng.normal(size=(n, 3)).astype(np.float32), price, tick, f"rand{seed}")
+    return MarketSeries(rng.normal(size=(n, 3)).astype(np.float32), price, tick, f"rand{seed}", minutes(n))
 
 
 class Always:
@@ -119,7 +124,10 @@ def test_batched_step_equals_hand_stepping():
 
 def test_reward_arithmetic_on_hand_made_prices():
     price = np.array([100.0, 101.0, 99.0, 99.0, 102.0, 100.0])
-    series = MarketSeries(np.zeros((6, 1), np.float32), price, tick_size=0.5)
+    # bars at 15:58 and 15:59 CST on Tue 2024-01-09, then from 17:00 CST (the next session)
+    ts = np.array(["2024-01-09T21:58", "2024-01-09T21:59", "2024-01-09T23:00", "2024-01-09T23:01", "2024-01-09T23:02",
+                   "2024-01-09T23:03"], dtype="datetime64[ns]").astype(np.int64)
+    series = MarketSeries(np.zeros((6, 1), np.float32), price, tick_size=0.5, ts=ts)
     # window 1, 5 acting bars: the only valid episode is bars 0..4
     env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=2), seed=0)
     env.reset()
@@ -145,13 +153,14 @@ def test_reward_arithmetic_on_hand_made_prices():
         pos_prev = p
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
-    # evaluate's arithmetic on the same series: always long over acting bars 0..4
+    # evaluate's arithmetic on the same series: always long over bars 0..5 (the last bar has no next move)
     res = evaluate(Always(2), [series], EnvConfig(window=1, cost_per_turnover=0.25))
     r = np.array([2 - 0.25, -4, 0, 6, -4])
-    assert res.n_bars == 5 and res.mean_reward == pytest.approx(r.mean()) and res.turnover == pytest.approx(0.2)
-    assert res.sharpe_per_bar == pytest.approx(r.mean() / r.std())
-    assert res.sharpe == pytest.approx(r.mean() / r.std() * math.sqrt(res.periods_per_year))
-    assert res.long_frac == 1.0 and res.short_frac == 0.0
+    assert res.n_bars == 5 and res.mean_reward == pytest.approx(r.mean()) and res.turnover == pytest.approx(1 / 6)
+    daily = np.array([r[0] + r[1], r[2] + r[3] + r[4]])  # the evaluator's sessions, in ticks, at the same cost
+    assert res.n_sessions == 2 and res.total_pnl == pytest.approx(daily.sum())
+    assert res.sharpe == pytest.approx(daily.mean() / daily.std(ddof=1) * math.sqrt(252))
+    assert res.long_frac == 1.0 and res.short_frac == 0.0 and res.cost_ticks == 0.25
 
 
 def test_episodes_never_cross_a_file_end(tiny_sidecars):
@@ -241,8 +250,8 @@ def test_agent_beats_flat_on_toy(trained, toy_val, name):
     # optimum: +1 tick a bar minus 0.1 x ~1 turnover; random trading loses the cost
     assert res.mean_reward > 0.6, res
     assert res.sharpe > 0 and res.long_frac > 0.3 and res.short_frac > 0.3
-    exact = evaluate(trained[name], toy_val, TOY_CFG, segment_len=None)  # one sequence per file
-    assert exact.n_bars == res.n_bars and abs(exact.mean_reward - res.mean_reward) < 0.05
+    fast = evaluate(trained[name], toy_val, TOY_CFG, segment_len=256)  # segments side by side, each starting flat
+    assert fast.n_bars == res.n_bars and abs(fast.mean_reward - res.mean_reward) < 0.05
 
 
 @pytest.mark.parametrize("name", ["dqn", "ppo"])

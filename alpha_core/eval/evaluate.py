@@ -1,12 +1,20 @@
 """`alpha evaluate`: honest walk-forward backtests of every checkpoint, and the ensemble, per symbol.
 
 For each `models/<model>/<symbol>/fold-<k>/` checkpoint, predictions are made on that fold's TEST file
-only (never data its training or early stopping saw) and turned into bar positions (see predict.py). A bar's
-PnL is the position held over the next bar times that bar's move in ticks, minus `cost_ticks` per unit of
-position change. The folds' test files, in time order, form one out-of-sample series per model. Two
-ensembles are reported: equal weight, and weights fitted on the VALIDATION files only (each model's
-validation Sharpe, floored at 0; equal weights when none is positive). Models that are missing or fail to
-load are listed with the reason, never silently dropped.
+only (never data its training, early stopping or hyperparameter search saw) and turned into bar positions on
+one decision clock (see predict.py; `check_decision_clock` refuses any model that trades on data from after
+its entry price). A bar's PnL is the position held over the next bar times that bar's move in ticks, minus
+`cost_ticks` per unit of position change. The folds' test files, in time order, form one out-of-sample series
+per model. Two ensembles are reported: equal weight, and weights fitted on the VALIDATION files only (each
+model's validation Sharpe, floored at 0; equal weights when none is positive).
+
+Multiple testing: a row's DSR counts N = its hyperopt trials (read from the `hyperopt_results` files the caller
+passes, e.g. the upstream hyperopt materializations) x the configurations the report compares (its model and
+ensemble rows), with V = the variance of the trials' daily validation Sharpe (the null variance when there are
+no trials). Each model's AUC is set beside the demo oracle's on the same rows and horizons it was scored on
+(the book model on its own book labels). Checkpoints that are missing, unreadable, without a test file, with a
+failed gate or tuned on their test file are listed with the reason, never silently dropped; so is every
+`expected` (model, fold) that has no checkpoint at all.
 """
 
 from __future__ import annotations
@@ -14,28 +22,45 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from alpha_core import progress
 from alpha_core.bounds import NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
-from alpha_core.data.sidecar import Sidecar
+from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
+from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics
 from alpha_core.eval.predict import (
     Checkpoint,
-    perception_bar_probs,
-    positions_from_probs,
-    rl_positions,
-    supervised_probs,
+    DecisionClockError,
+    Prediction,
+    check_decision_clock,
+    entry_ts,
+    predict,
 )
-from alpha_core.eval.report import EnsembleReport, Excluded, FoldResult, ModelResult, SymbolReport, write_report
+from alpha_core.eval.report import (
+    AucComparison,
+    EnsembleReport,
+    Excluded,
+    FoldResult,
+    Metrics,
+    ModelResult,
+    SymbolReport,
+    write_report,
+)
 from alpha_core.models import registry
 from alpha_core.train.perception import resolve_device
+
+ENSEMBLES = ("equal_weight", "validation_weighted")
+DEFAULT_HORIZON = 0  # the horizon index positions follow (0 = the shortest)
+DEFAULT_BAND = 0.05  # flat while |P(up) - 0.5| <= band
 
 
 class EvalConfig(BaseModel):
@@ -45,11 +70,15 @@ class EvalConfig(BaseModel):
     data_dir: Path
     output: Path  # ensemble_report.json; the Markdown and PNGs go beside it
     symbols: list[str] | None = None
-    horizon: NonNegInt = 0  # index into the sidecar horizons (0 = shortest); checked against them in evaluate()
-    band: float = Field(0.05, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
-    cost_ticks: NonNegFloat = 1.0  # per unit of position change (a 2-tick round trip)
+    horizon: NonNegInt = DEFAULT_HORIZON  # index into the sidecar horizons; checked against them in evaluate()
+    band: float = Field(DEFAULT_BAND, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
+    cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
     predecoded_dir: Path | None = None
     device: str | None = None
+    # model (or "model/SYMBOL") -> the hyperopt results.json behind its checkpoints: the DSR's N and V
+    hyperopt_results: dict[str, Path] = {}
+    # (model, fold) pairs that were requested for every evaluated symbol: one without a checkpoint is listed
+    expected: list[tuple[str, NonNegInt]] | None = None
 
 
 def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[Checkpoint], list[Excluded]]:
@@ -68,14 +97,14 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[
         try:
             summary = json.loads((fold_dir / summary_name).read_text())
         except (OSError, ValueError) as exc:
-            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"{summary_name} unreadable ({exc})"))
+            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: {summary_name} ({exc})"))
             continue
         if summary.get("gate_passed") is False:
-            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason="its gate failed upstream"))
+            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason="gate failed"))
             continue
         ckpt = Checkpoint(model, symbol, fold, fold_dir, spec.trainer, summary)
         if not ckpt.weights.exists():
-            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"missing {ckpt.weights.name}"))
+            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: missing {ckpt.weights.name}"))
             continue
         found.append(ckpt)
     return found, excluded
@@ -90,25 +119,60 @@ def _split_files(ckpt: Checkpoint, book_order: list[str]) -> tuple[list[str], li
     return val, book_order[after : after + 1]
 
 
-def _bar_positions(ckpt, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig, device) -> tuple[np.ndarray, np.ndarray | None]:
-    if ckpt.trainer == "rl":
-        return rl_positions(ckpt, bars, device), None
-    probs = perception_bar_probs(ckpt, book, bars, device) if ckpt.trainer == "perception" else supervised_probs(
-        ckpt, bars, device)
-    return positions_from_probs(np.nan_to_num(probs[:, cfg.horizon], nan=0.5), cfg.band), probs
-
-
 def _next_move_ticks(bars: Sidecar) -> np.ndarray:
     price = np.asarray(bars.price)
     return np.append(np.diff(price), 0.0) / bars.meta.tick_size
 
 
-def _n_trials(models_dir: Path, model: str, symbol: str) -> int:
-    results = models_dir.parent / "hyperopt" / model / symbol / "results.json"
+def file_sharpe(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> float:
+    """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions): what validation scores."""
+    return metrics.summarize(np.asarray(bars.ts), position, _next_move_ticks(bars), cost_ticks)["sharpe"]
+
+
+@dataclass
+class Search:
+    """The hyperparameter search behind a model: its trials' validation Sharpe and the files it used."""
+
+    path: Path
+    sharpes: list[float]
+    files: set[str]
+
+
+def load_search(path: Path, model: str) -> Search:
+    """A hyperopt results.json; anything unusable is a DataError naming the file and the field."""
     try:
-        return max(1, len(json.loads(results.read_text())["trials"]))
-    except (OSError, ValueError, KeyError):
-        return 1
+        results = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(path, f"unreadable hyperopt results ({exc})") from exc
+    if not isinstance(results, dict):
+        raise DataError(path, "expected a JSON object of hyperopt results")
+    if results.get("model") != model:
+        raise DataError(path, f"model: expected {model!r}, found {results.get('model')!r}")
+    trials = results.get("trials")
+    if not isinstance(trials, list) or not trials:
+        raise DataError(path, "trials: expected a non-empty list of hyperopt trials")
+    sharpes = []
+    for i, trial in enumerate(trials):
+        value = trial.get("val_sharpe") if isinstance(trial, dict) else None
+        if not isinstance(value, int | float):
+            raise DataError(path, f"trials[{i}].val_sharpe: expected a number (results from before trial Sharpes were "
+                                  f"recorded: re-run hyperopt)")
+        sharpes.append(float(value))
+    files = set()
+    for key in ("train_files", "val_files"):
+        if not isinstance(results.get(key), list):
+            raise DataError(path, f"{key}: expected the list of files hyperopt used")
+        files |= set(results[key])
+    return Search(Path(path), sharpes, files)
+
+
+def _searches(cfg: EvalConfig, symbol: str, models: set[str]) -> dict[str, Search]:
+    out = {}
+    for model in sorted(models):
+        path = cfg.hyperopt_results.get(f"{model}/{symbol}") or cfg.hyperopt_results.get(model)
+        if path is not None:
+            out[model] = load_search(path, model)
+    return out
 
 
 @torch.no_grad()
@@ -119,14 +183,23 @@ def evaluate(cfg: EvalConfig) -> EnsembleReport:
     by_symbol: dict[str, list[Checkpoint]] = defaultdict(list)
     for c in checkpoints:
         by_symbol[c.symbol].append(c)
+    if cfg.expected is not None:
+        present = {(e.model, e.symbol, e.fold) for e in excluded} | {(c.model, c.symbol, c.fold) for c in checkpoints}
+        for symbol in cfg.symbols or sorted({s for _, s, _ in present}):
+            excluded += [Excluded(model=m, symbol=symbol, fold=k, reason="never materialized")
+                         for m, k in cfg.expected if (m, symbol, k) not in present]
     symbols = {}
     for symbol, ckpts in sorted(by_symbol.items()):
         folder = symbol_dir(cfg.data_dir, symbol)
         bars = {i.sidecar.meta.source.name: i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)}
+        n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
+        if cfg.horizon >= n_horizons:
+            raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
         book_items = predecode(folder, predecoded / symbol, symbol, MBP10) if any(
             c.trainer == "perception" for c in ckpts) else []
         book = {i.sidecar.meta.source.name: i.sidecar for i in book_items}
-        symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
+        searches = _searches(cfg, symbol, {c.model for c in ckpts})
+        symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches, excluded, device)
     report = EnsembleReport(
         created=dt.datetime.now(dt.UTC).isoformat(), models_dir=str(cfg.models_dir), horizon_index=cfg.horizon,
         band=cfg.band, cost_ticks=cfg.cost_ticks, symbols=symbols, excluded=excluded,
@@ -135,72 +208,131 @@ def evaluate(cfg: EvalConfig) -> EnsembleReport:
     return report
 
 
-def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> SymbolReport:
+@dataclass
+class Scored:
+    """What one fold's test file contributes to a row: positions on the clock and the rows its AUC is scored on."""
+
+    fold: int
+    test_file: str
+    prediction: Prediction
+    mask: np.ndarray | None = None  # [rows, H] rows scored per horizon (a prediction and a label)
+    weights: dict[str, float] | None = None  # ensembles
+
+
+def _predict_checked(ckpt: Checkpoint, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
+                     device) -> Prediction:
+    pred = predict(ckpt, bars, book, cfg.horizon, cfg.band, device)
+    check_decision_clock(ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry_ts(bars, book))
+    return pred
+
+
+def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search], excluded, device) -> SymbolReport:
     book_order = list(book)
-    per_model: dict[str, list[FoldResult]] = defaultdict(list)
-    test_positions: dict[str, dict[str, np.ndarray]] = defaultdict(dict)  # test file -> model -> positions
+    scored: dict[str, list[Scored]] = defaultdict(list)
+    test_predictions: dict[str, dict[str, Prediction]] = defaultdict(dict)  # test file -> model -> prediction
     val_sharpe: dict[tuple[str, str], float] = {}  # (test file, model) -> validation Sharpe of that fold
-    for ckpt in ckpts:
+    for ckpt in progress.bar(ckpts, desc=f"evaluate {symbol}", unit="checkpoint"):
         val_files, test_files = _split_files(ckpt, book_order)
         if not test_files:
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason="fold has no test file"))
+            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason="no test file"))
             continue
+        search = searches.get(ckpt.model)
+        if search is not None and test_files[0] in search.files:
+            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
+                                     reason=f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})"))
+            continue
+        test_name, val_name = test_files[0], val_files[-1]
         try:
-            test, val = bars[test_files[0]], bars[val_files[-1]]
-            pos, probs = _bar_positions(ckpt, test, book.get(test_files[0]), cfg, device)
-            val_pos, _ = _bar_positions(ckpt, val, book.get(val_files[-1]), cfg, device)
-        except Exception as exc:  # a checkpoint that cannot be used is reported, not silently dropped
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=f"{type(exc).__name__}: {exc}"))
+            test, val = bars[test_name], bars[val_name]
+            pred = _predict_checked(ckpt, test_name, test, book.get(test_name), cfg, device)
+            val_pred = _predict_checked(ckpt, val_name, val, book.get(val_name), cfg, device)
+        except DecisionClockError:
+            raise  # look-ahead is a bug to fix, not a checkpoint to skip
+        except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
+            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
+                                     reason=f"unreadable: {type(exc).__name__}: {exc}"))
             continue
-        stats = metrics.summarize(np.asarray(test.ts), pos, _next_move_ticks(test), cfg.cost_ticks)
-        aucs = None
-        if probs is not None:  # bars before the first full window have no prediction: no AUC there either
-            labels = np.where(np.isnan(probs), np.nan, np.asarray(test.labels))
-            aucs = metrics.auc(np.nan_to_num(probs, nan=0.5), labels).tolist()
-        per_model[ckpt.model].append(FoldResult(fold=ckpt.fold, test_file=test.meta.source.name, metrics=stats,
-                                                auc_per_horizon=aucs))
-        test_positions[test_files[0]][ckpt.model] = pos
-        val_sharpe[(test_files[0], ckpt.model)] = metrics.summarize(
-            np.asarray(val.ts), val_pos, _next_move_ticks(val), cfg.cost_ticks)["sharpe"]
+        mask = None
+        if pred.probs is not None:
+            mask = np.isfinite(pred.probs) & np.isfinite(np.asarray(pred.scored_on.labels))
+        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask))
+        test_predictions[test_name][ckpt.model] = pred
+        val_sharpe[(test_name, ckpt.model)] = file_sharpe(val, val_pred.position, cfg.cost_ticks)
 
-    models = {name: _combine(cfg, symbol, name, folds, bars, test_positions) for name, folds in per_model.items()}
+    n_configs = len(scored) + (len(ENSEMBLES) if test_predictions else 0)  # one band, one horizon
+    models = {}
+    for name, parts in scored.items():
+        search = searches.get(name)
+        trials = search.sharpes if search else []
+        models[name] = _row(cfg, name, parts, bars, trials, n_configs, [search.path] if search else [])
     ensembles = {}
-    for kind in ("equal_weight", "validation_weighted"):
-        folds, series = [], {}
-        for test_file, by_model in sorted(test_positions.items(), key=lambda kv: bars[kv[0]].meta.first_ts):
-            names = sorted(by_model)
-            if kind == "equal_weight":
-                weights = np.ones(len(names))
-            else:
-                weights = np.array([max(val_sharpe[(test_file, n)], 0.0) for n in names])
-                weights = weights if weights.sum() > 0 else np.ones(len(names))
-            weights = weights / weights.sum()
-            pos = np.clip(sum(w * by_model[n] for w, n in zip(weights, names, strict=True)), -1.0, 1.0)
-            series[test_file] = pos
-            test = bars[test_file]
-            stats = metrics.summarize(np.asarray(test.ts), pos, _next_move_ticks(test), cfg.cost_ticks)
-            folds.append(FoldResult(fold=len(folds), test_file=test_file, metrics=stats,
+    if test_predictions:
+        members = sorted({m for by_model in test_predictions.values() for m in by_model})
+        trials = [s for m in members if m in searches for s in searches[m].sharpes]
+        paths = [searches[m].path for m in members if m in searches]
+        for kind in ENSEMBLES:
+            parts = []
+            for test_file, by_model in sorted(test_predictions.items(), key=lambda kv: bars[kv[0]].meta.first_ts):
+                names = sorted(by_model)
+                if kind == "equal_weight":
+                    weights = np.ones(len(names))
+                else:
+                    weights = np.array([max(val_sharpe[(test_file, n)], 0.0) for n in names])
+                    weights = weights if weights.sum() > 0 else np.ones(len(names))
+                weights = weights / weights.sum()
+                pos = np.clip(sum(w * by_model[n].position for w, n in zip(weights, names, strict=True)), -1.0, 1.0)
+                decision = np.max([by_model[n].decision_ts for n in names], axis=0)
+                test = bars[test_file]
+                check_decision_clock(kind, test_file, np.asarray(test.ts), pos, decision,
+                                     entry_ts(test, book.get(test_file)))
+                parts.append(Scored(len(parts), test_file, Prediction(pos, decision, None, None),
                                     weights=dict(zip(names, weights.tolist(), strict=True))))
-        if folds:
-            ensembles[kind] = _oos(cfg, kind, folds, series, bars, n_trials=len(models))
-    test_sidecars = [bars[f] for f in sorted(test_positions, key=lambda f: bars[f].meta.first_ts)]
-    oracle = oracle_auc(test_sidecars) if test_sidecars else None
-    return SymbolReport(models=models, ensembles=ensembles, oracle_auc=oracle)
+            ensembles[kind] = _row(cfg, kind, parts, bars, trials, n_configs, paths)
+    return SymbolReport(models=models, ensembles=ensembles)
 
 
-def _combine(cfg, symbol, name, folds, bars, test_positions) -> ModelResult:
-    series = {f.test_file: test_positions[f.test_file][name] for f in folds}
-    return _oos(cfg, name, folds, series, bars, n_trials=_n_trials(cfg.models_dir, name, symbol))
-
-
-def _oos(cfg, name, folds, series: dict[str, np.ndarray], bars, n_trials: int) -> ModelResult:
-    """Concatenate the folds' test files (time order) into one out-of-sample series."""
-    files = sorted(series, key=lambda f: bars[f].meta.first_ts)
-    ts = np.concatenate([np.asarray(bars[f].ts) for f in files])
-    pos = np.concatenate([series[f] for f in files])
-    moves = np.concatenate([_next_move_ticks(bars[f]) for f in files])
-    stats = metrics.summarize(ts, pos, moves, cfg.cost_ticks, n_trials=n_trials)
+def _row(cfg, name: str, parts: list[Scored], bars, trials: list[float], n_configs: int,
+         paths: list[Path]) -> ModelResult:
+    """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
+    each with N = trials x configurations and V from the trials (the null variance without any)."""
+    n_trials = max(1, len(trials))
+    var = metrics.trials_sharpe_var(trials)
+    source = f"hyperopt trials ({len(trials)})" if var is not None else "null variance 1/(T-1) (no trial dispersion)"
+    stats = dict(n_trials=n_trials * n_configs, trials_sharpe_var=var)
+    folds = []
+    for part in sorted(parts, key=lambda p: p.fold):
+        test = bars[part.test_file]
+        summary = metrics.summarize(np.asarray(test.ts), part.prediction.position, _next_move_ticks(test),
+                                    cfg.cost_ticks, **stats)
+        folds.append(FoldResult(fold=part.fold, test_file=part.test_file, metrics=Metrics(**summary),
+                                auc=_auc([part]), weights=part.weights))
+    order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
+    ts = np.concatenate([np.asarray(bars[p.test_file].ts) for p in order])
+    pos = np.concatenate([p.prediction.position for p in order])
+    moves = np.concatenate([_next_move_ticks(bars[p.test_file]) for p in order])
+    oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
-    return ModelResult(name=name, oos=stats, folds=sorted(folds, key=lambda f: f.fold), n_trials=n_trials,
-                       equity_ts=ts[:: max(1, len(ts) // 2000)].tolist(),
-                       equity=np.cumsum(pnl)[:: max(1, len(ts) // 2000)].tolist())
+    step = max(1, len(ts) // 2000)
+    return ModelResult(name=name, oos=Metrics(**oos), folds=folds, auc=_auc(order), n_trials=n_trials,
+                       n_configurations=n_configs, trials_sharpe_var_source=source,
+                       hyperopt_results=[str(p) for p in paths], equity_ts=ts[::step].tolist(),
+                       equity=np.cumsum(pnl)[::step].tolist())
+
+
+def _auc(parts: list[Scored]) -> AucComparison | None:
+    """The model's AUC per horizon on the rows it was scored on (pooled over the parts' files), beside the oracle's on
+    exactly those rows and labels; None for a row without probabilities (RL agents, ensembles)."""
+    if any(p.prediction.probs is None for p in parts):
+        return None
+    sidecars = [p.prediction.scored_on for p in parts]
+    masks = [p.mask for p in parts]
+    probs = np.concatenate([np.nan_to_num(p.prediction.probs, nan=0.5) for p in parts])
+    labels = np.concatenate([np.where(m, np.asarray(sc.labels), np.nan) for sc, m in zip(sidecars, masks, strict=True)])
+    model = np.atleast_1d(metrics.auc(probs, labels)).tolist()
+    oracle = oracle_auc(sidecars, masks)
+    meta = sidecars[0].meta
+    return AucComparison(
+        scored_on="book" if meta.kind == BOOK else "bars", horizons=list(meta.horizons),
+        horizon_unit=HORIZON_UNIT[meta.kind], n_rows=np.concatenate(masks).sum(axis=0).astype(int).tolist(),
+        model=model, oracle=oracle, gap=None if oracle is None else [o - m for o, m in zip(oracle, model, strict=True)],
+        oracle_note=None if oracle is not None else "no generator oracle for these rows (real data)")

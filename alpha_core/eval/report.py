@@ -1,78 +1,107 @@
-"""The ensemble report: its schema (pydantic, validated on write and read), Markdown table and PNG plots.
+"""The ensemble report: its schema (pydantic, validated on write and read), Markdown tables and PNG plots.
 
-Files written beside `ensemble_report.json`: `ensemble_report.md` and, per symbol, `<symbol>_equity.png`
-(out-of-sample equity of every model and both ensembles), `<symbol>_drawdown.png` and
-`<symbol>_fold_sharpe.png`. Non-finite numbers (an infinite profit factor) are stored as null.
+Every row (each model and ensemble, out of sample and per fold) carries its uncertainty: the number of sessions,
+the Sharpe's standard error (Mertens 2002), a day-block bootstrap 95% interval and the Sharpe at 0, 0.5, 1 and 2
+ticks of cost, beside the PSR and the DSR with the N (trials x configurations) and V (variance of the trials'
+daily Sharpe) it used. Each model row also compares its AUC with the demo oracle's on exactly the rows and
+horizons it was scored on. Files written beside `ensemble_report.json`: `ensemble_report.md` and, per symbol,
+`<symbol>_equity.png` (out-of-sample equity of every model and both ensembles), `<symbol>_drawdown.png` and
+`<symbol>_fold_sharpe.png`. Non-finite numbers are stored as null (an infinite profit factor, an undefined PSR).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json
 
-Number = float | int | None
 
-
-def _finite(values: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
-
-
-class Excluded(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+
+class Excluded(Strict):
     model: str
     symbol: str
     fold: int | None
     reason: str
 
 
-class FoldResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Metrics(Strict):
+    """`alpha_core.eval.metrics.summarize` of one backtest; None where a number is undefined or infinite."""
 
+    n_bars: int
+    n_sessions: int  # CME sessions with at least one bar: the sample size behind every daily statistic
+    total_pnl: float  # ticks, net of cost
+    sharpe: float  # annualised, daily session PnL
+    sharpe_se: float | None  # Mertens (2002) standard error, annualised
+    sharpe_ci_low: float | None  # day-block bootstrap 95% interval (2,000 resamples, fixed seed)
+    sharpe_ci_high: float | None
+    sharpe_by_cost: dict[str, float]  # ticks per unit of turnover -> Sharpe
+    max_drawdown: float
+    win_rate: float
+    profit_factor: float | None  # None: no losing bar (infinite)
+    turnover: float
+    n_trades: int
+    hit_rate: float
+    psr: float | None
+    dsr: float | None
+    dsr_n_trials: int  # N: hyperopt trials x configurations the report compares
+    dsr_trials_sharpe_var: float | None  # V: variance of the trials' daily (non-annualised) Sharpe
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite(cls, values: dict) -> dict:
+        if not isinstance(values, dict):
+            return values
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+
+
+class AucComparison(Strict):
+    """A model's AUC and the oracle's on the same rows (`scored_on` sidecars, labels set, prediction made)."""
+
+    scored_on: Literal["bars", "book"]
+    horizons: list[int]
+    horizon_unit: str
+    n_rows: list[int]  # rows scored per horizon
+    model: list[float]
+    oracle: list[float] | None = None
+    gap: list[float] | None = None  # oracle - model
+    oracle_note: str | None = None  # why there is no oracle comparison
+
+
+class FoldResult(Strict):
     fold: int
     test_file: str
-    metrics: dict[str, Number]
-    auc_per_horizon: list[float] | None = None
+    metrics: Metrics
+    auc: AucComparison | None = None
     weights: dict[str, float] | None = None  # ensembles: the weight of each model
 
-    @field_validator("metrics", mode="before")
-    @classmethod
-    def _finite_metrics(cls, value: dict) -> dict:
-        return _finite(value)
 
-
-class ModelResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ModelResult(Strict):
     name: str
-    oos: dict[str, Number]  # out of sample: every fold's test file, in time order
+    oos: Metrics  # out of sample: every fold's test file, in time order
     folds: list[FoldResult]
-    n_trials: int  # hyperopt trials behind this model (for the deflated Sharpe)
+    auc: AucComparison | None = None  # pooled over the folds' test files
+    n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
+    n_configurations: int  # rows the report compares (models + ensembles, x bands x horizons)
+    trials_sharpe_var_source: str  # where V comes from: the hyperopt trials, or the null variance
+    hyperopt_results: list[str] = []  # the results.json files N and V were read from
     equity_ts: list[int]  # downsampled cumulative PnL (ticks) for plots
     equity: list[float]
 
-    @field_validator("oos", mode="before")
-    @classmethod
-    def _finite_oos(cls, value: dict) -> dict:
-        return _finite(value)
 
-
-class SymbolReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SymbolReport(Strict):
     models: dict[str, ModelResult]
     ensembles: dict[str, ModelResult]
-    oracle_auc: list[float] | None = None  # demo data: the best achievable AUC per horizon on the test files
 
 
-class EnsembleReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EnsembleReport(Strict):
     created: str
     models_dir: str
     horizon_index: int
@@ -82,30 +111,53 @@ class EnsembleReport(BaseModel):
     excluded: list[Excluded]
 
 
-COLUMNS = ("sharpe", "max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades", "hit_rate", "psr", "dsr",
-           "total_pnl")
+COLUMNS = ("max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades", "hit_rate", "total_pnl")
 
 
-def _fmt(value: Number) -> str:
+def _fmt(value: float | int | None, none: str = "n/a") -> str:
     if value is None:
-        return "inf"
+        return none
     return f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _uncertainty(m: Metrics) -> list[str]:
+    costs = " / ".join(_fmt(v) for v in m.sharpe_by_cost.values())
+    return [str(m.n_sessions), _fmt(m.sharpe), _fmt(m.sharpe_se), f"[{_fmt(m.sharpe_ci_low)}, {_fmt(m.sharpe_ci_high)}]",
+            costs, str(m.dsr_n_trials), _fmt(m.dsr_trials_sharpe_var), _fmt(m.psr), _fmt(m.dsr)]
 
 
 def markdown(report: EnsembleReport) -> str:
     lines = [f"# Ensemble report ({report.created})", "",
              f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
-             f"horizon index {report.horizon_index}, flat band ±{report.band}.", ""]
+             f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
+             f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
+             f"V: variance of the trials' daily Sharpe (null variance 1/(T-1) without trials).", ""]
     for symbol, sym in report.symbols.items():
-        lines += [f"## {symbol}", "", "| model | auc | " + " | ".join(COLUMNS) + " |",
-                  "|---|---:|" + "---:|" * len(COLUMNS)]
-        for name, result in [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]:
-            aucs = [f.auc_per_horizon[report.horizon_index] for f in result.folds if f.auc_per_horizon]
-            auc = f"{np.mean(aucs):.3f}" if aucs else "-"
-            lines.append(f"| {name} | {auc} | " + " | ".join(_fmt(result.oos.get(c)) for c in COLUMNS) + " |")
-        if sym.oracle_auc:
-            lines += ["", f"Oracle AUC per horizon (the generator's best possible): "
-                          f"{', '.join(f'{a:.3f}' for a in sym.oracle_auc)}"]
+        rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
+        costs = "Sharpe @ " + "/".join(next(iter(rows))[1].oos.sharpe_by_cost) + " ticks" if rows else "Sharpe @ cost"
+        head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr"]
+        lines += [f"## {symbol}", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
+                  "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS))]
+        for name, result in rows:
+            lines.append(f"| {name} | " + " | ".join(_uncertainty(result.oos) + [
+                _fmt(getattr(result.oos, c), none="inf") for c in COLUMNS]) + " |")
+        lines += ["", "### Per fold", "", "| model | fold | test file | " + " | ".join(head[1:]) + " |",
+                  "|---|---:|---|" + "---:|" * (len(head) - 1)]
+        for name, result in rows:
+            for f in result.folds:
+                lines.append(f"| {name} | {f.fold} | {f.test_file} | " + " | ".join(_uncertainty(f.metrics)) + " |")
+        lines += ["", "### AUC against the oracle (same rows, same horizons)", "",
+                  "| model | scored on | horizon | rows | model AUC | oracle AUC | gap |", "|---|---|---:|---:|---:|---:|---:|"]
+        for name, result in sym.models.items():
+            a = result.auc
+            if a is None:
+                lines.append(f"| {name} | - | - | - | n/a | n/a | n/a: no probabilities (an RL agent) |")
+                continue
+            for j, h in enumerate(a.horizons):
+                oracle = _fmt(a.oracle[j]) if a.oracle else f"n/a ({a.oracle_note})"
+                gap = _fmt(a.gap[j]) if a.gap else "n/a"
+                lines.append(f"| {name} | {a.scored_on} | {h} {a.horizon_unit} | {a.n_rows[j]:,} | {_fmt(a.model[j])} | "
+                             f"{oracle} | {gap} |")
         lines.append("")
     if report.excluded:
         lines += ["## Excluded", "", "| model | symbol | fold | reason |", "|---|---|---:|---|"]
@@ -139,9 +191,15 @@ def plot(report: EnsembleReport, out_dir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(10, 4))
         names = list(curves)
         for i, name in enumerate(names):
-            sharpes = [f.metrics.get("sharpe") or 0.0 for f in curves[name].folds]
-            ax.bar(np.arange(len(sharpes)) + i / (len(names) + 1), sharpes, width=1 / (len(names) + 1), label=name)
-        ax.set(title=f"{symbol}: Sharpe per fold", xlabel="fold")
+            folds = curves[name].folds
+            sharpes = np.array([f.metrics.sharpe for f in folds])
+            low = np.array([f.metrics.sharpe_ci_low if f.metrics.sharpe_ci_low is not None else s
+                            for f, s in zip(folds, sharpes, strict=True)])
+            high = np.array([f.metrics.sharpe_ci_high if f.metrics.sharpe_ci_high is not None else s
+                             for f, s in zip(folds, sharpes, strict=True)])
+            ax.bar(np.arange(len(sharpes)) + i / (len(names) + 1), sharpes, width=1 / (len(names) + 1), label=name,
+                   yerr=np.clip(np.vstack([sharpes - low, high - sharpes]), 0, None), capsize=2)
+        ax.set(title=f"{symbol}: Sharpe per fold (bootstrap 95% interval)", xlabel="fold")
         ax.legend(fontsize=7)
         written.append(_save(fig, out_dir / f"{symbol}_fold_sharpe.png"))
         plt.close("all")

@@ -1,14 +1,24 @@
 """`alpha hyperopt`: particle swarm optimisation (nevergrad's PSO, ask/tell) over a registry model's search space.
 
 Each generation asks `workers` particles and evaluates them concurrently (threads: the work is torch
-training, which releases the GIL); each trial is a short walk-forward training run scored on validation
-(mean AUC over horizons and folds for supervised models), and PSO minimises the negated score. With one
-worker the search is deterministic for a seed. `results.json` holds the best params (loadable as a
-`--params-file`), every trial with its score, the seed, the search space and versions.
+training, which releases the GIL); each trial is a short training run scored on validation (mean AUC over
+horizons for supervised models, the evaluator's validation Sharpe for RL), and PSO minimises the negated
+score. With one worker the search is deterministic for a seed.
+
+Isolation: the search never sees a test file. By default it uses the files strictly before the earliest test
+file of the symbol's fold plan (`cv_n_folds` / `cv_train_window`, the training defaults), the last of them
+validating (`alpha_core.data.folds.hyperopt_files`); `cv_fold=k` is the nested alternative, tuned on fold k's
+own train/validation files for fold k alone. Every trial also records its validation Sharpe (the evaluator's
+daily-session Sharpe at `DEFAULT_COST_TICKS`; supervised trials trade P(up) at the evaluator's default horizon
+and band), whose variance across trials is the V of the report's deflated Sharpe.
+
+`results.json` holds the best params (loadable as a `--params-file`), every trial with its score and validation
+Sharpe, the files it trained and validated on (`train_files`, `val_files`), the seed, the search space and versions.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections.abc import Callable
@@ -21,11 +31,18 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 import alpha_core
+from alpha_core import progress
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import Count, NonNegInt, Seed
+from alpha_core.data.dbn import MBP10, OHLCV_1M
+from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
+from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode
 from alpha_core.errors import PlanError
+from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
+from alpha_core.train.perception import resolve_device
+from alpha_core.train.walk_forward import WalkForwardConfig
 
 
 def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
@@ -44,20 +61,23 @@ def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
     return out
 
 
-def pso_minimize(objective: Callable[[dict], float], space: dict[str, SearchParam], trials: int, workers: int = 1,
-                 seed: int = 0) -> tuple[dict, list[dict]]:
-    """Minimise `objective(params)` with PSO in generations of `workers` concurrent evaluations."""
+def pso_minimize(objective: Callable[[dict], float | tuple[float, dict]], space: dict[str, SearchParam], trials: int,
+                 workers: int = 1, seed: int = 0) -> tuple[dict, list[dict]]:
+    """Minimise `objective(params)` with PSO in generations of `workers` concurrent evaluations.
+
+    The objective returns the loss, or (loss, extra): extra's keys are recorded with the trial."""
     optimizer = ng.optimizers.PSO(parametrization=parametrization(space, seed), budget=trials, num_workers=workers)
     history: list[dict] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
         while len(history) < trials:
             asked = [optimizer.ask() for _ in range(min(workers, trials - len(history)))]
             started = time.perf_counter()
-            losses = list(pool.map(lambda c: float(objective(dict(c.value))), asked))
-            for candidate, loss in zip(asked, losses, strict=True):
-                optimizer.tell(candidate, loss)
-                history.append({"trial": len(history), "params": _plain(candidate.value), "loss": loss,
-                                "wall_s": time.perf_counter() - started})
+            outcomes = [out if isinstance(out, tuple) else (out, {})
+                        for out in pool.map(lambda c: objective(dict(c.value)), asked)]
+            for candidate, (loss, extra) in zip(asked, outcomes, strict=True):
+                optimizer.tell(candidate, float(loss))
+                history.append({"trial": len(history), "params": _plain(candidate.value), "loss": float(loss),
+                                **extra, "wall_s": time.perf_counter() - started})
     best = min(history, key=lambda h: h["loss"])
     return best["params"], history
 
@@ -77,8 +97,11 @@ class HyperoptConfig(BaseModel):
     timesteps_per_epoch: Count = 5_000  # RL trials
     workers: int = Field(1, ge=1, le=256)  # threads, one particle each
     seed: Seed = 0
-    cv_n_folds: Count = 1
-    cv_train_window: NonNegInt = 0
+    # the fold plan the search must stay out of the tests of: the same settings (and defaults) as training
+    cv_n_folds: Count = WalkForwardConfig.model_fields["cv_n_folds"].default
+    cv_train_window: NonNegInt = WalkForwardConfig.model_fields["cv_train_window"].default
+    allow_untested_folds: bool = False
+    cv_fold: NonNegInt | None = None  # nested search: fold k's own train/validation files, for fold k only
     seq_len: Count = 64
     batch_size: Count = 256
     n_train_seqs: Count = 20_000
@@ -89,37 +112,47 @@ class HyperoptConfig(BaseModel):
 
 
 def hyperopt(cfg: HyperoptConfig) -> dict:
-    from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
-
     spec = registry.get(cfg.model)
     if spec.search_space is None:
         raise PlanError(f"model {cfg.model!r} has no hyperopt search space (models with one: "
                         f"{', '.join(n for n, s in registry.REGISTRY.items() if s.search_space)})")
     if spec.trainer == "perception":
         raise PlanError("the perception model is tuned through `alpha train` flags, not `alpha hyperopt`")
+    split, plan = search_split(cfg, spec.input)
 
-    def objective(params: dict) -> float:
+    def objective(params: dict) -> tuple[float, dict]:
         torch.set_num_threads(1)
         if spec.trainer == "rl":
-            return -_rl_trial_score(cfg, params)
-        with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
-            train_cfg = SupervisedTrainConfig(
-                model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
-                symbol=cfg.symbol, epochs=cfg.epochs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                n_train_seqs=cfg.n_train_seqs, n_val_seqs=cfg.n_val_seqs, cv_n_folds=cfg.cv_n_folds,
-                cv_train_window=cfg.cv_train_window, seed=cfg.seed, device=cfg.device, early_stop_metric="mean_auc",
-            )
-            summaries = train_supervised(train_cfg, explicit_params=params)
-        return -float(np.mean([s.best_mean_auc for s in summaries]))
+            sharpe = _rl_trial(cfg, params, split)
+            return -sharpe, {"val_sharpe": sharpe}
+        mean_auc, sharpe = _supervised_trial(cfg, params, split)
+        return -mean_auc, {"val_sharpe": sharpe}
 
-    best, history = pso_minimize(objective, spec.search_space, cfg.trials, cfg.workers, cfg.seed)
+    trials_bar, best_score = progress.bar(total=cfg.trials, desc=f"hyperopt {cfg.model}", unit="trial"), -math.inf
+
+    def counted(params: dict) -> float:  # the trials bar, with the best score so far
+        nonlocal best_score
+        loss, extra = objective(params)
+        best_score = max(best_score, -loss)
+        trials_bar.set_postfix(best_score=f"{best_score:.4f}", refresh=False)
+        trials_bar.update()
+        return loss, extra
+
+    with trials_bar:
+        best, history = pso_minimize(counted, spec.search_space, cfg.trials, cfg.workers, cfg.seed)
     results = {
         "model": cfg.model,
         "metric": ("validation Sharpe" if spec.trainer == "rl" else "validation mean AUC") + " (higher is better)",
         "best_params": best,
         "best_score": -min(h["loss"] for h in history),
-        "trials": [{"trial": h["trial"], "params": h["params"], "score": -h["loss"], "wall_s": h["wall_s"]}
-                   for h in history],
+        "trials": [{"trial": h["trial"], "params": h["params"], "score": -h["loss"], "val_sharpe": h["val_sharpe"],
+                    "wall_s": h["wall_s"]} for h in history],
+        "val_sharpe": "daily-session Sharpe of each trial's validation positions, annualised, "
+                      f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's)",
+        "train_files": [sc.meta.source.name for sc in split.train],
+        "val_files": [sc.meta.source.name for sc in split.val],
+        "cv_fold": cfg.cv_fold,
+        "plan_test_files": [r.name for f in plan.folds for r in f.test],
         "seed": cfg.seed,
         "workers": cfg.workers,
         "search_space": {k: v.model_dump(exclude_none=True) for k, v in spec.search_space.items()},
@@ -130,13 +163,48 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     return results
 
 
-def _rl_trial_score(cfg: HyperoptConfig, params: dict) -> float:
+def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldPlan]:
+    """The one train/validation split every trial uses (see the module docstring), and the plan it stays out of."""
+    schema = OHLCV_1M if model_input == "bars" else MBP10
+    predecoded = default_predecoded_dir(cfg.predecoded_dir, cfg.output.parent)
+    sidecars = [item.sidecar for item in predecode(cfg.data_dir, predecoded, cfg.symbol, schema)]
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds)
+    if cfg.cv_fold is None:
+        train, val = hyperopt_files(plan)
+    else:
+        fold = plan.fold(cfg.cv_fold)
+        train, val = fold.train, fold.val
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    return FoldData(0, [by_path[r.path] for r in train], [by_path[r.path] for r in val], []), plan
+
+
+def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float]:
+    """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint)."""
+    from alpha_core.eval.evaluate import DEFAULT_BAND, DEFAULT_HORIZON, file_sharpe
+    from alpha_core.eval.predict import Checkpoint, predict
+    from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
+
+    with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
+        train_cfg = SupervisedTrainConfig(
+            model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
+            symbol=cfg.symbol, epochs=cfg.epochs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+            n_train_seqs=cfg.n_train_seqs, n_val_seqs=cfg.n_val_seqs, seed=cfg.seed, device=cfg.device,
+            early_stop_metric="mean_auc")
+        (summary,) = train_supervised(train_cfg, explicit_params=params, folds=[split])
+        ckpt = Checkpoint(cfg.model, cfg.symbol or "", 0, Path(tmp) / "fold-0", "supervised", summary.model_dump())
+        val = split.val[-1]
+        pred = predict(ckpt, val, None, DEFAULT_HORIZON, DEFAULT_BAND, resolve_device(cfg.device))
+        return float(summary.best_mean_auc), file_sharpe(val, pred.position)
+
+
+def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> float:
+    """The trial's validation Sharpe: the RL trainer's, which is the evaluator's."""
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
     with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
         train_cfg = RLTrainConfig(
             model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
-            symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch,
-            cv_n_folds=cfg.cv_n_folds, cv_train_window=cfg.cv_train_window, seed=cfg.seed, device=cfg.device,
-        )
-        return float(np.mean([s.val_sharpe for s in train_rl(train_cfg, explicit_params=params)]))
+            symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch, seed=cfg.seed,
+            device=cfg.device)
+        (summary,) = train_rl(train_cfg, explicit_params=params, folds=[split])
+        return float(summary.val_sharpe)

@@ -1,4 +1,5 @@
-"""SB3 DQN/PPO agents on the trading env: configs, a window-encoder features extractor, safetensors I/O, evaluation.
+"""SB3 DQN/PPO agents on the trading env: configs, a window-encoder features extractor, safetensors I/O, greedy
+positions and their evaluation (the evaluator's daily-session Sharpe).
 
 Policies are MLPs over the flat observation by default. `extractor="gru"` (or `build_agent(..., encoder=...)`)
 instead runs an encoder over the [B, window, F] feature window and appends the position: any torch module
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -32,9 +32,6 @@ from alpha_core.bounds import MAX_COUNT, Count, Dim, LearningRate, NonNegFloat, 
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv
-
-# 1-minute CME Globex bars: ~23 trading hours x 60 bars x 252 sessions a year
-BARS_PER_YEAR_1M = 23 * 60 * 252
 
 
 class _AgentConfig(BaseModel):
@@ -168,72 +165,96 @@ def load_policy(agent: BaseAlgorithm, path: str | Path, strict: bool = True) -> 
 
 
 class EvalResult(BaseModel):
-    """Greedy-policy results over whole files. Sharpe = mean / std of the per-bar rewards; `sharpe` is that
-    times sqrt(periods_per_year) (default: 1-minute Globex bars, 23 h x 60 x 252)."""
+    """Greedy-policy results over whole files, scored like the evaluator scores a backtest: `sharpe` is
+    `alpha_core.eval.metrics.summarize`'s annualised daily-session Sharpe of the positions, in ticks, at
+    `cost_ticks` per unit of position change. `mean_reward` is the environment's reward per acting bar."""
 
     model_config = ConfigDict(extra="forbid")
 
     sharpe: float
-    sharpe_per_bar: float
-    mean_reward: float  # per bar, reward units (ticks or log return), net of cost
-    std_reward: float
-    total_reward: float
+    n_sessions: int
+    total_pnl: float  # ticks, net of cost
+    mean_reward: float  # per acting bar, reward units (ticks or log return), net of cost
     turnover: float  # mean |position change| per bar
     long_frac: float
     short_frac: float
-    n_bars: int
-    periods_per_year: float
+    n_bars: int  # acting bars with a next-bar return
+    cost_ticks: float
     reward_unit: str
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump())
 
 
-def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
-             env_cfg: EnvConfig | None = None, norm: NormStats | None = None, segment_len: int | None = 2048,
-             periods_per_year: float = BARS_PER_YEAR_1M) -> EvalResult:
-    """Run the greedy (deterministic) policy over every acting bar of each file (bars window-1 .. N-2).
-
-    `data`: validation sidecars/series (with `env_cfg` for window, cost and reward unit, and the training
-    `norm`), or a (possibly wrapped) TradingVecEnv whose files, config and normalisation are reused. For speed each file is cut
-    into segments of `segment_len` bars that run side by side in one batch; each segment starts flat (its
-    entry cost is charged). `segment_len=None` runs each file as one sequence (exact, slower)."""
+def _market(data: TradingVecEnv | Sequence[Sidecar | MarketSeries], env_cfg: EnvConfig | None,
+            norm: NormStats | None) -> tuple[MarketData, EnvConfig]:
     base = getattr(data, "unwrapped", data)  # a VecMonitor-wrapped env counts too
     if isinstance(base, TradingVecEnv):
-        market, cfg = base.data, base.cfg
-    else:
-        cfg = env_cfg or EnvConfig()
-        market = MarketData(data, cfg.window, norm, cfg.reward_unit)
+        return base.data, base.cfg
+    cfg = env_cfg or EnvConfig()
+    return MarketData(data, cfg.window, norm, cfg.reward_unit), cfg
+
+
+def greedy_positions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+                     env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
+                     segment_len: int | None = None) -> list[np.ndarray]:
+    """The greedy (deterministic) position of the policy at every bar of each file, held over the next bar.
+
+    The agent acts at bars window-1 .. N-1 of a file, starting flat; its position is part of the next
+    observation, so each file runs in sequence (files run side by side in one batch). Bars before the first
+    full window are flat. `segment_len` cuts each file into segments that start flat and run side by side
+    (faster, approximate); None (the default, and what the evaluator does) runs each file as one sequence.
+    `data`: sidecars/series with `env_cfg` and the training `norm`, or a TradingVecEnv whose files,
+    config and normalisation are reused."""
+    market, cfg = _market(data, env_cfg, norm)
     segs = []  # (global first acting row, number of acting bars)
     for off, n in zip(market.offsets, market.lengths, strict=True):
-        first, last = off + cfg.window - 1, off + n - 2
+        first, last = off + cfg.window - 1, off + n - 1
         step = segment_len or max(last - first + 1, 1)
-        for s in range(first, last + 1, step):
-            segs.append((s, min(step, last - s + 1)))
-    if not segs:
+        segs.extend((s, min(step, last - s + 1)) for s in range(first, last + 1, step))
+    held = np.zeros(int(market.lengths.sum()))
+    if segs:
+        start = np.array([s for s, _ in segs], dtype=np.int64)
+        length = np.array([n for _, n in segs], dtype=np.int64)
+        position = np.zeros(len(segs))
+        for k in range(int(length.max())):
+            live = np.flatnonzero(length > k)
+            g = start[live] + k
+            actions, _ = agent.predict(market.observations(g, position[live]), deterministic=True)
+            position[live] = ACTION_TO_POSITION[np.asarray(actions, dtype=np.int64).reshape(-1)]
+            held[g] = position[live]
+    return [held[off : off + n] for off, n in zip(market.offsets, market.lengths, strict=True)]
+
+
+def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+             env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
+             segment_len: int | None = None) -> EvalResult:
+    """Score the greedy policy on whole files with the evaluator's metric (see `EvalResult`).
+
+    The files' bars, in time order, form one series (each file's last bar has no next move); every series
+    needs bar timestamps (`MarketSeries.ts`, a sidecar's `ts`) for the daily sessions. The cost is the
+    environment's `cost_per_turnover` (the project's `DEFAULT_COST_TICKS` unless set otherwise)."""
+    from alpha_core.eval.metrics import summarize
+
+    market, cfg = _market(data, env_cfg, norm)
+    positions = greedy_positions(agent, data, env_cfg, norm, segment_len)
+    if any(s.ts is None for s in market.series):
+        raise ValueError("evaluate needs the bars' timestamps (MarketSeries.ts) for the daily-session Sharpe")
+    order = np.argsort([int(s.ts[0]) if len(s.ts) else 0 for s in market.series], kind="stable")
+    ts = np.concatenate([np.asarray(market.series[i].ts, dtype=np.int64) for i in order])
+    pos = np.concatenate([positions[i] for i in order])
+    moves = np.concatenate([np.append(np.diff(np.asarray(market.series[i].price, dtype=np.float64)), 0.0)
+                            / market.series[i].tick_size for i in order])
+    stats = summarize(ts, pos, moves, cfg.cost_per_turnover)
+    acting = np.concatenate([np.arange(off + cfg.window - 1, off + n - 1)
+                             for off, n in zip(market.offsets, market.lengths, strict=True)])
+    if not len(acting):
         raise ValueError(f"no file is longer than window + 1 = {cfg.window + 1} bars")
-    start = np.array([s for s, _ in segs], dtype=np.int64)
-    length = np.array([n for _, n in segs], dtype=np.int64)
-    position = np.zeros(len(segs))
-    rewards = np.zeros((len(segs), int(length.max())))
-    changes = np.zeros_like(rewards)
-    held = np.zeros_like(rewards)
-    for k in range(int(length.max())):
-        live = np.flatnonzero(length > k)
-        g = start[live] + k
-        obs = market.observations(g, position[live])
-        actions, _ = agent.predict(obs, deterministic=True)
-        new_pos = ACTION_TO_POSITION[np.asarray(actions, dtype=np.int64).reshape(-1)]
-        change = np.abs(new_pos - position[live])
-        rewards[live, k] = new_pos * market.ret[g] - cfg.cost_per_turnover * market.cost_scale[g] * change
-        changes[live, k] = change
-        held[live, k] = new_pos
-        position[live] = new_pos
-    mask = np.arange(rewards.shape[1])[None, :] < length[:, None]
-    r, pos = rewards[mask], held[mask]
-    mean, std = float(r.mean()), float(r.std())
-    per_bar = mean / std if std > 0 else 0.0
-    return EvalResult(sharpe=per_bar * math.sqrt(periods_per_year), sharpe_per_bar=per_bar, mean_reward=mean,
-                      std_reward=std, total_reward=float(r.sum()), turnover=float(changes[mask].mean()),
-                      long_frac=float((pos > 0).mean()), short_frac=float((pos < 0).mean()), n_bars=int(r.size),
-                      periods_per_year=float(periods_per_year), reward_unit=cfg.reward_unit)
+    held = np.concatenate(positions)
+    prev = np.concatenate([np.r_[0.0, p[:-1]] for p in positions])
+    rewards = held[acting] * market.ret[acting] - cfg.cost_per_turnover * market.cost_scale[acting] * np.abs(
+        held[acting] - prev[acting])
+    return EvalResult(sharpe=stats["sharpe"], n_sessions=stats["n_sessions"], total_pnl=stats["total_pnl"],
+                      mean_reward=float(rewards.mean()), turnover=stats["turnover"],
+                      long_frac=float((held[acting] > 0).mean()), short_frac=float((held[acting] < 0).mean()),
+                      n_bars=len(acting), cost_ticks=cfg.cost_per_turnover, reward_unit=cfg.reward_unit)

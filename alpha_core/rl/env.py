@@ -44,6 +44,7 @@ from alpha_core.bounds import MAX_COUNT, MAX_FLOAT
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.errors import DataError
+from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 
 N_ACTIONS = 3  # 0 short, 1 flat, 2 long
 ACTION_TO_POSITION = np.array([-1.0, 0.0, 1.0])
@@ -54,7 +55,8 @@ class EnvConfig(BaseModel):
 
     window: int = Field(32, ge=1, le=MAX_COUNT, description="bars of features in each observation")
     episode_len: int = Field(256, ge=1, le=MAX_COUNT, description="acting bars per episode")
-    cost_per_turnover: float = Field(0.5, ge=0.0, le=MAX_FLOAT, description="ticks charged per unit of |position change|")
+    cost_per_turnover: float = Field(DEFAULT_COST_TICKS, ge=0.0, le=MAX_FLOAT,
+                                     description="ticks charged per unit of |position change|")
     n_envs: int = Field(8, ge=1, le=MAX_COUNT, description="parallel episodes")
     reward_unit: Literal["ticks", "log"] = "ticks"
 
@@ -67,10 +69,12 @@ class MarketSeries:
     price: np.ndarray  # [N] float64
     tick_size: float = 1.0
     name: str = ""
+    ts: np.ndarray | None = None  # [N] int64 bar timestamps (ns): the sessions of the evaluation's daily Sharpe
 
     @classmethod
     def from_sidecar(cls, sc: Sidecar) -> MarketSeries:
-        return cls(features=sc.features, price=sc.price, tick_size=float(sc.meta.tick_size), name=sc.path.name)
+        return cls(features=sc.features, price=sc.price, tick_size=float(sc.meta.tick_size), name=sc.path.name,
+                   ts=sc.ts)
 
 
 def as_series(data: Sequence[Sidecar | MarketSeries]) -> list[MarketSeries]:

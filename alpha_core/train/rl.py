@@ -2,7 +2,9 @@
 
 Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` over them, an SB3 agent
 trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is
-evaluated on the validation file, and the policy with the best validation Sharpe is kept as
+evaluated on the validation file with the evaluator's metric (the daily-session Sharpe of its greedy positions at
+`DEFAULT_COST_TICKS`; the same number `alpha evaluate` gives that file), early stopping follows `Trackers`, and
+the policy with the best validation Sharpe is kept as
 `fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`,
 `summary.json`), written as one attempt (`alpha_core.artifacts`) and promoted when whole.
 Agent parameters resolve as: defaults < params file < explicit values.
@@ -11,7 +13,6 @@ Agent parameters resolve as: defaults < params file < explicit values.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Literal
@@ -28,9 +29,12 @@ from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
 from alpha_core.train.params import load_params_file, split_params
 from alpha_core.train.perception import resolve_device
+from alpha_core.train.tracking import Trackers
 from alpha_core.train.walk_forward import WalkForwardConfig
 
 AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
@@ -42,7 +46,7 @@ class RLTrainConfig(WalkForwardConfig):
     window: Count = 32
     episode_len: Count = 256
     n_envs: Count = 8
-    cost_per_turnover: NonNegFloat = 0.5  # ticks per unit of position change
+    cost_per_turnover: NonNegFloat = DEFAULT_COST_TICKS  # ticks per unit of position change: the evaluator's cost
 
 
 class RLFoldSummary(BaseModel):
@@ -56,10 +60,11 @@ class RLFoldSummary(BaseModel):
     epochs: int
     early_stopped: bool
     best_epoch: int
-    val_sharpe: float  # annualised, at the best epoch
+    val_sharpe: float  # annualised daily-session Sharpe (the evaluator's), at the best epoch
     val_mean_reward: float  # ticks per bar
     val_turnover: float
     val_sharpe_per_epoch: list[float]
+    epoch_metrics: list[dict[str, int | float]] = []  # per epoch: val_sharpe, val_mean_reward, val_turnover
     params: dict
     timesteps: int
     device: str
@@ -70,7 +75,8 @@ class RLFoldSummary(BaseModel):
 
 
 def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit_params: dict | None = None,
-             attempt_id: str | None = None, promote: bool = True) -> list[RLFoldSummary]:
+             attempt_id: str | None = None, promote: bool = True,
+             folds: list[FoldData] | None = None) -> list[RLFoldSummary]:
     """Train every requested fold, each as attempt `attempt_id` promoted to `fold-<k>` if `promote`."""
     device = resolve_device(cfg.device)
     agent_cls = AGENT_CONFIGS[cfg.model]
@@ -80,8 +86,9 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
         agent_cfg = agent_cls(**{**file_params, **cli_params})
     except ValidationError as exc:
         raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
-    folds = walk_forward(cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
-                         cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold)
+    folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
+        cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol,
+        cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
     attempt_id = attempt_id or artifacts.new_attempt_id()
     return [artifacts.run_attempt(
         cfg.output_dir / f"fold-{fold.fold}", attempt_id,
@@ -111,30 +118,31 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
     torch.manual_seed(cfg.seed + fold.fold)
     env = TradingVecEnv(train, env_cfg, norm, seed=cfg.seed + fold.fold)
     agent = build_agent(cfg.model, env, agent_cfg, seed=cfg.seed + fold.fold, device=str(device))
-    best = (-math.inf, 0, None)
-    curve, stale, early = [], 0, False
+    tracker, curve, result = Trackers(), [], None
+    report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, cfg.timesteps_per_epoch)
     started = time.perf_counter()
     for epoch in range(cfg.epochs):
-        agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False)
-        result = evaluate(agent, val, env_cfg, norm)
-        curve.append(result.sharpe)
-        print(f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {result.sharpe:.3f} "
-              f"mean reward {result.mean_reward:.4f} turnover {result.turnover:.3f}", flush=True)
-        if result.sharpe > best[0]:
-            best, stale = (result.sharpe, epoch, result), 0
+        agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False, callback=lambda *_: report.step(cfg.n_envs))
+        scored = evaluate(agent, val, env_cfg, norm)  # the evaluator's daily-session Sharpe, whole files
+        curve.append(scored.sharpe)
+        report.epoch(epoch, val_sharpe=scored.sharpe, val_mean_reward=scored.mean_reward, val_turnover=scored.turnover)
+        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {scored.sharpe:.3f} "
+                   f"mean reward {scored.mean_reward:.4f} turnover {scored.turnover:.3f}")
+        if tracker.update_sharpe(epoch, scored.sharpe) or result is None:
+            result = scored
             save_policy(agent, out / "model.safetensors", {"model": cfg.model, "epoch": str(epoch)})
-        else:
-            stale += 1
-            if 0 < cfg.early_stop_patience <= stale:
-                early = True
-                break
+        if tracker.should_stop("val_sharpe", cfg.early_stop_patience):
+            tracker.early_stopped = True
+            break
     wall = time.perf_counter() - started
-    _, best_epoch, result = best
+    report.close()
+    early, best_epoch = tracker.early_stopped, tracker.best_val_sharpe_epoch
     summary = RLFoldSummary(
         model=cfg.model, fold=fold.fold, train_files=[sc.meta.source.name for sc in train],
         val_files=[sc.meta.source.name for sc in val], test_files=fold.test_names, epochs=len(curve),
         early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_mean_reward=result.mean_reward,
-        val_turnover=result.turnover, val_sharpe_per_epoch=curve, params=params, timesteps=int(agent.num_timesteps),
+        val_turnover=result.turnover, val_sharpe_per_epoch=curve, epoch_metrics=report.epoch_metrics, params=params,
+        timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
         attempt=attempt_id,

@@ -1,4 +1,5 @@
-"""Best-checkpoint tracking and early stopping, shared by the trainers (the spec's three independent trackers).
+"""Best-checkpoint tracking and early stopping, shared by every trainer (the spec's three independent trackers,
+and the validation Sharpe of the RL trainer): one rule, `should_stop`.
 
 "auc_h1000" is the spec's name for the longest horizon's AUC: 1000 snapshots for the book, 60 minutes for bars.
 """
@@ -28,6 +29,8 @@ class Trackers(BaseModel):
     best_auc_h1000_epoch: int = 0
     best_auc_h1000_per_horizon: list[float] = []
     best_h1000_ckpt_path: str | None = None
+    best_val_sharpe: float = -math.inf  # RL: the evaluator's daily-session Sharpe on the validation files
+    best_val_sharpe_epoch: int = 0
     no_improvement: dict[str, int] = {"val_loss": 0, "mean_auc": 0, "auc_h1000": 0}
     epochs_completed: int = 0
     early_stopped: bool = False
@@ -38,6 +41,7 @@ class Trackers(BaseModel):
     train_steps: int = 0
     train_seqs: int = 0
     global_step: int = 0
+    epoch_metrics: list[dict[str, int | float]] = []  # the reporter's per-epoch rows, kept across a resume
     wall_time_s: float = 0.0
 
     def update(self, epoch: int, val_loss: float, aucs: list[float]) -> dict[str, bool]:
@@ -58,5 +62,15 @@ class Trackers(BaseModel):
             self.no_improvement[metric] = 0 if better else self.no_improvement[metric] + 1
         return improved
 
+    def update_sharpe(self, epoch: int, sharpe: float) -> bool:
+        """Record one validation Sharpe (higher is better; NaN never improves); return whether it improved."""
+        improved = sharpe > self.best_val_sharpe
+        if improved:
+            self.best_val_sharpe, self.best_val_sharpe_epoch = sharpe, epoch
+        self.no_improvement["val_sharpe"] = 0 if improved else self.no_improvement.get("val_sharpe", 0) + 1
+        self.epochs_completed = epoch + 1
+        return improved
+
     def should_stop(self, metric: str, patience: int) -> bool:
-        return patience > 0 and metric != "none" and self.no_improvement[metric] >= patience
+        """`patience` validations in a row without improving `metric` (0 or "none": never)."""
+        return patience > 0 and metric != "none" and self.no_improvement.get(metric, 0) >= patience

@@ -20,6 +20,7 @@ class WalkForwardConfig(BaseModel):
     early_stop_patience: NonNegInt = 5  # 0 disables
     cv_fold: NonNegInt | None = None  # None: every fold of the plan
     cv_n_folds: Count = 1
-    cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds
+    cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds - 1 (a test file after every fold)
+    allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     seed: Seed = 0x4242
     device: str | None = None
