@@ -1,0 +1,178 @@
+"""The Kubernetes path exercised without a cluster: one fold through the real K8sRunLauncher and k8s_job_executor.
+
+A code server runs as the Helm chart runs it (DAGSTER_CURRENT_IMAGE and the code location's container context), the
+instance carries the production run launcher from deploy/dagster.yaml pointed at the stand-in API
+(tests/k8s_standin.py), and `dagster job launch` starts the fold's run. The stand-in runs the run pod, whose executor
+creates the step pod, which trains and materializes the checkpoint into the mapped /output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from k8s_standin import KubeStandIn
+
+from alpha_assets.execution import executor, pinned_image
+from alpha_core.errors import PlanError
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+IMAGE = "rg.fr-par.scw.cloud/foxhunt-ci/training:3f2c1ab"  # the code location's image (a git-SHA tag)
+NAMESPACE = "dagster"
+MODEL = "kan"  # a cheap bar model without a search space: one step per fold
+FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
+        "min_val_auc": 0.0}
+# the code location as deploy/helm/values.yaml declares it; the chart hands env and volumes to launched runs
+LOCATION_ENV = [{"name": "ALPHA_EXECUTOR", "value": "k8s"}, {"name": "ALPHA_DATA_DIR", "value": "/data"},
+                {"name": "ALPHA_STORAGE_ROOT", "value": "/output"}, {"name": "MAX_PARALLEL", "value": "2"}]
+LOCATION_VOLUMES = [{"name": "data", "persistentVolumeClaim": {"claimName": "training-data-pvc", "readOnly": True}},
+                    {"name": "output", "persistentVolumeClaim": {"claimName": "training-output-pvc"}}]
+LOCATION_MOUNTS = [{"name": "data", "mountPath": "/data", "readOnly": True}, {"name": "output", "mountPath": "/output"}]
+
+
+def _instance_config(kubeconfig: Path, home: Path) -> dict:
+    """deploy/dagster.yaml with SQLite storage and its run launcher talking to the stand-in instead of in-cluster."""
+    production = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    launcher = production["run_launcher"]
+    launcher["config"].update(load_incluster_config=False, kubeconfig_file=str(kubeconfig))
+    return {"storage": {"sqlite": {"base_dir": str(home)}}, "run_launcher": launcher,
+            "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+            "telemetry": {"enabled": False}}
+
+
+def _workspace_target() -> dict:
+    (location,) = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"]
+    return location["python_module"]
+
+
+def _fold_partition(symbol: str, fold: str) -> dg.MultiPartitionKey:
+    from alpha_assets.partitions import symbol_fold_partitions
+
+    return next(k for k in symbol_fold_partitions.get_partition_keys() if set(k.keys_by_dimension.values()) == {symbol, fold})
+
+
+def _no_proxy(env) -> dict[str, str]:
+    """The stand-in is on 127.0.0.1: a proxy from the environment must not carry the kubernetes client there."""
+    return {k: v for k, v in env.items() if "proxy" not in k.lower()}
+
+
+def _wait(what: str, done, timeout: float, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = done()
+        if result:
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"{what} after {timeout:.0f} s" + (f":\n{log.read_text()[-4000:]}" if log else ""))
+
+
+@pytest.fixture
+def cluster(tmp_path, tiny_data):
+    """The stand-in API, an instance using the production run launcher, and the code location's gRPC server (starting:
+    call the last item to wait for it)."""
+    data, output, home = tiny_data, tmp_path / "output", tmp_path / "dagster_home"
+    output.mkdir()
+    home.mkdir()
+    image_env = {"PATH": f"{BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+    with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
+                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO) as standin:
+        (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
+        target, socket, server_log = _workspace_target(), tmp_path / "grpc.sock", tmp_path / "code-server.log"
+        env = standin.local_env(LOCATION_ENV, [], {"/data": data, "/output": output})
+        env.update(DAGSTER_HOME=str(home), DAGSTER_CURRENT_IMAGE=IMAGE, DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
+            {"k8s": {"image_pull_policy": "IfNotPresent", "namespace": NAMESPACE, "service_account_name": "dagster",
+                     "env": LOCATION_ENV, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS}}))
+        with server_log.open("wb") as out:
+            server = subprocess.Popen([BIN / "dagster", "api", "grpc", "--module-name", target["module_name"],
+                                       "--attribute", target["attribute"], "--working-directory", str(REPO),
+                                       "--socket", str(socket)], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+        def ready() -> Path:
+            _wait("the code server did not start", lambda: server.poll() is not None or "Started Dagster code server"
+                  in server_log.read_text(), 180, server_log)
+            assert server.poll() is None, server_log.read_text()
+            return socket
+
+        try:
+            yield standin, home, data, output, ready
+        finally:
+            server.kill()
+            server.wait()
+
+
+def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
+    from alpha_assets.definitions import defs
+    from alpha_assets.resources import DataRoot, StorageRoot
+
+    standin, home, data, output, code_server = cluster
+    instance = dg.DagsterInstance.from_config(str(home))
+    upstream = [a for a in defs.assets if a.key.to_user_string() in ("book_sidecars", "bar_sidecars", "fold_plans")]
+    assert dg.materialize(upstream, partition_key="ES.FUT", instance=instance, resources={
+        "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success  # while the server loads
+    socket = code_server()
+
+    partition, op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}"
+    tags = {"dagster/partition": str(partition),
+            **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()}}
+    run_id = "0f0c2d1e-0000-4000-8000-000000000001"
+    launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
+                             "-o", op, "--config-json", json.dumps({"ops": {op: {"config": FAST}}}),
+                             "--tags", json.dumps(tags), "--run-id", run_id],
+                            env={**_no_proxy(os.environ), "DAGSTER_HOME": str(home)}, capture_output=True, text=True,
+                            timeout=120)
+    assert launch.returncode == 0, launch.stderr[-4000:]
+
+    run = _wait("the run did not finish", lambda: (r := instance.get_run_by_id(run_id)) and r.is_finished and r, 240)
+    logs = {name: pod.log.read_text(errors="replace")[-3000:] for (_, name), pod in standin.pods.items() if pod.log.exists()}
+    assert run.status == dg.DagsterRunStatus.SUCCESS, (run.status, [p.problem for p in standin.pods.values()], logs)
+    assert standin.unhandled == [] and standin.rejected == []
+
+    jobs = {job["metadata"]["labels"].get("app.kubernetes.io/component"): job for job in standin.jobs.values()}
+    assert set(jobs) == {"run_worker", "step_worker"}, list(standin.jobs)
+    for job in jobs.values():  # the run pod and the step pod both run the code location's image
+        assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    step = jobs["step_worker"]
+    assert step["metadata"]["labels"]["dagster/op"] == op and step["spec"]["backoffLimit"] == 0
+    pod = step["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]} and not container["securityContext"]["allowPrivilegeEscalation"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ALPHA_DATA_DIR"] == "/data" and env["ALPHA_STORAGE_ROOT"] == "/output" and env["ALPHA_EXECUTOR"] == "k8s"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/data", "/output", "/tmp", env["HOME"]} <= mounts and env["TRITON_CACHE_DIR"].startswith(env["HOME"])
+    # the pods exit after the run worker has seen the step succeed, as real pods do
+    _wait("the pods did not exit", lambda: all(p.phase == "Succeeded" for p in standin.pods.values()), 60)
+
+    (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5).records
+    assert record.run_id == run_id
+    fold_dir = Path(record.asset_materialization.metadata["path"].value)
+    assert fold_dir.is_relative_to(output / run_id), fold_dir  # /output in the pod is the output claim
+    assert {"model.safetensors", "summary.json", "params.json", "norm_stats.json"} <= {p.name for p in fold_dir.iterdir()}
+    (check,) = [e for e in instance.get_records_for_run(run_id).records
+                if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.event_type_value
+                == "ASSET_CHECK_EVALUATION"]
+    assert check.event_log_entry.dagster_event.event_specific_data.passed
+
+
+def test_step_image_follows_the_code_location_unless_pinned(monkeypatch):
+    monkeypatch.setenv("ALPHA_EXECUTOR", "k8s")
+    monkeypatch.delenv("ALPHA_TRAINING_IMAGE", raising=False)
+    assert "job_image" not in executor().config_schema.resolve_config({}).value["config"]
+    monkeypatch.setenv("ALPHA_TRAINING_IMAGE", IMAGE)
+    assert executor().config_schema.resolve_config({}).value["config"]["job_image"] == IMAGE
+    for image in ("rg.fr-par.scw.cloud/foxhunt-ci/training:latest", "training", "localhost:5000/training"):
+        with pytest.raises(PlanError, match="ALPHA_TRAINING_IMAGE"):
+            pinned_image(image)
+    assert pinned_image("localhost:5000/training@sha256:" + "0" * 64).endswith("0" * 64)
