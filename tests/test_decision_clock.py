@@ -1,0 +1,117 @@
+"""One decision clock: every model family decides no later than the trade its position is entered at, on real
+sidecar timestamps of demo data, and a signal that peeks past the close is caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alpha_core.cli import main
+from alpha_core.data.labels import NS_PER_MINUTE
+from alpha_core.data.sidecar import load_sidecar
+from alpha_core.eval.evaluate import find_checkpoints
+from alpha_core.eval.predict import (
+    NO_DECISION,
+    DecisionClockError,
+    book_close_trade_ts,
+    book_decisions,
+    check_decision_clock,
+    entry_ts,
+    perception_snapshot_probs,
+    positions_from_probs,
+    predict,
+    snapshots_at,
+)
+
+FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2", "--cv-fold", "0", "--device", "cpu"]
+TEST = "ES.FUT_2024-Q4"  # fold 0's test file
+
+
+@pytest.fixture(scope="module")
+def run(tiny_data, tmp_path_factory):
+    """One cheap checkpoint per family (supervised bars, RL, the book model) and the test file's sidecars."""
+    root = tmp_path_factory.mktemp("clock")
+    models, pd = root / "models", root / "pd"
+    bars_dir, book_dir = tiny_data / "ES.FUT" / "ohlcv-1m", tiny_data / "ES.FUT" / "mbp-10"
+    assert main(["train-supervised", "--model", "kan", "--data-dir", str(bars_dir), "--output-dir",
+                 str(models / "kan" / "ES.FUT"), "--epochs", "1", "--seq-len", "16", "--batch-size", "64",
+                 "--n-train-seqs", "256", "--n-val-seqs", "128", "--predecoded-dir", str(pd), *FOLDS]) == 0
+    assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(models / "ppo" / "ES.FUT"),
+                 "--epochs", "1", "--timesteps-per-epoch", "256", "--n-envs", "4", "--window", "8",
+                 "--predecoded-dir", str(pd), *FOLDS]) == 0
+    assert main(["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(pd), "--out",
+                 str(models / "perception" / "ES.FUT" / "fold-0"), "--epochs", "1", "--batch-size", "32",
+                 "--n-train-seqs", "64", "--n-val-seqs", "32", "--seq-len", "16", *FOLDS]) == 0
+    checkpoints = {c.model: c for c in find_checkpoints(models, ["ES.FUT"])[0]}
+    bars = load_sidecar(next(pd.glob(f"{TEST}.ES.bars.*")))
+    book = load_sidecar(next(pd.glob(f"{TEST}.ES.book.*")))
+    return checkpoints, bars, book
+
+
+def _traded(position: np.ndarray) -> np.ndarray:
+    return (position != 0) | (position != np.r_[0.0, position[:-1]])
+
+
+def test_the_close_trade_clock_on_demo_timestamps(run):
+    _, bars, book = run
+    close = book_close_trade_ts(bars, book)
+    bar_ts = np.asarray(bars.ts)
+    known = close >= 0
+    assert known.mean() > 0.95  # the book saw the trades the bars were built from
+    assert ((close[known] >= bar_ts[known]) & (close[known] < bar_ts[known] + NS_PER_MINUTE)).all()
+    trades = np.asarray(book.trade_ts)
+    assert np.isin(close[known], trades).all()  # a real trade's ts_event
+    # no later trade of the book falls in the same minute
+    later = trades[(trades >= 0)]
+    for m in np.flatnonzero(known)[:: max(1, bars.rows // 50)]:
+        in_minute = later[(later >= bar_ts[m]) & (later < bar_ts[m] + NS_PER_MINUTE)]
+        assert close[m] == in_minute.max()
+    entry = entry_ts(bars, book)
+    assert (entry[known] == close[known]).all()
+    assert (entry[~known] == np.asarray(bars.trade_ts)[~known]).all()  # the bar's own bound where the book has none
+
+
+@pytest.mark.parametrize("family", ["kan", "ppo", "perception"])
+def test_every_family_decides_at_or_before_its_entry_price(run, family):
+    checkpoints, bars, book = run
+    pred = predict(checkpoints[family], bars, book, 0, 0.0, torch.device("cpu"))
+    entry = entry_ts(bars, book)
+    traded = _traded(pred.position)
+    assert traded.sum() > 10, "the check needs traded bars"
+    assert (pred.decision_ts[traded] <= entry[traded]).all()
+    check_decision_clock(family, TEST, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
+    decided = pred.decision_ts != NO_DECISION
+    if family == "perception":  # a snapshot's own timestamp, the LAST one at or before the close trade
+        book_ts = np.asarray(book.ts)
+        assert np.isin(pred.decision_ts[decided], book_ts).all()
+        following = np.searchsorted(book_ts, pred.decision_ts[decided], side="right")
+        ok = following < len(book_ts)
+        assert (book_ts[following[ok]] > entry[decided][ok]).all()
+        assert (pred.decision_ts[decided] < entry[decided]).all()  # the close trade's own snapshot arrives after it
+    else:  # bar models decide at the close of the bar they read
+        assert (pred.decision_ts[decided] == entry[decided]).all()
+    assert not pred.position[~decided].any()  # no decision, no position
+
+
+def test_a_signal_that_peeks_one_second_past_the_close_is_caught(run):
+    checkpoints, bars, book = run
+    snap = perception_snapshot_probs(checkpoints["perception"], book, torch.device("cpu"))
+    entry = entry_ts(bars, book)
+    close = book_close_trade_ts(bars, book)
+    peek = np.where(close >= 0, close + 1_000_000_000, -1)  # one second after the close trade
+    probs, decision = book_decisions(snap, book.ts, peek)
+    position = positions_from_probs(np.nan_to_num(probs[:, 0], nan=0.5), 0.0)
+    with pytest.raises(DecisionClockError, match=rf"peeking on {TEST}: bar \d+ \(.*\) trades on data from .* after its "
+                                                 r"entry price traded at"):
+        check_decision_clock("peeking", TEST, np.asarray(bars.ts), position, decision, entry)
+    # the old clock (the last snapshot before the minute ends) is caught too
+    rows = snapshots_at(book.ts, np.asarray(bars.ts) + NS_PER_MINUTE - 1)
+    old = np.where(rows >= 0, np.asarray(book.ts)[np.maximum(rows, 0)], NO_DECISION)
+    with pytest.raises(DecisionClockError, match="minute-end"):
+        check_decision_clock("minute-end", TEST, np.asarray(bars.ts), position, old, entry)
+    # and a bar model that decides a second after the close
+    kan = predict(checkpoints["kan"], bars, book, 0, 0.0, torch.device("cpu"))
+    late = np.where(kan.decision_ts != NO_DECISION, kan.decision_ts + 1_000_000_000, NO_DECISION)
+    with pytest.raises(DecisionClockError, match=f"kan on {TEST}: bar"):
+        check_decision_clock("kan", TEST, np.asarray(bars.ts), kan.position, late, entry)
