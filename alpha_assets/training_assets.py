@@ -1,10 +1,13 @@
 """Training lineage, generated from the model registry: hyperopt params -> per-fold checkpoints -> ensemble report.
 
-- `hyperopt/<model>` [symbol]: PSO results.json for every model with a search space.
+- `hyperopt/<model>` [symbol]: PSO results.json on the files before the symbol's first test file, with a blocking
+  check that every trial completed and that no file it used is a test file.
 - `checkpoints/<model>` [symbol x fold]: one walk-forward fold, reading the hyperopt params when that asset has
-  been materialized (the spec's precedence). A checkpoint that misses its gate raises `dg.Failure`: it is then
-  not materialized, so no later run (a backfill runs each partition in its own run) can pick it up.
-- `ensemble_report` [symbol]: `alpha evaluate` over the checkpoints found in upstream materialization metadata.
+  been materialized (the spec's precedence). Each materialization is one attempt (the Dagster run id) written in
+  its own folder; the `validation_gate` check (blocking, `alpha_core.gates`) records the metric, the threshold
+  and the partition, and only a passing attempt is promoted to `models/<model>/<symbol>/fold-<k>`.
+- `ensemble_report` [symbol]: `alpha evaluate` over exactly the attempts recorded by passing materializations;
+  every requested model x fold is in it or under Excluded with its reason (never materialized, gate failed, ...).
 
 Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`hyperopt/<model>/<symbol>/`,
 `models/<model>/<symbol>/fold-<k>/`, `eval/<symbol>/`); nothing is overwritten in place.
@@ -17,12 +20,20 @@ from pathlib import Path
 
 import dagster as dg
 
-from alpha_assets.execution import GPU_STEP_TAGS
+from alpha_assets import metadata
+from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
+from alpha_assets.execution import GPU_RETRY_POLICY, GPU_STEP_TAGS
+from alpha_assets.metadata import clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
+from alpha_core import artifacts
+from alpha_core.gates import GateThresholds, check_gate
 from alpha_core.models import registry
 
 GATE = "validation_gate"
+HYPEROPT_CHECK = "hyperopt_isolation"
+REPORT_CHECK = "report_complete"
+OWNERS = ["team:quant-research"]
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
 
@@ -38,8 +49,8 @@ class TrainAssetConfig(dg.Config):
     device: str | None = None
     precision: str = "fp32"  # fp32 | bf16 (the flagship; bf16 autocast)
     gpu_fast_path: bool = True  # the flagship on cuda: torch.compile + the whole step in one CUDA graph
-    min_val_auc: float = 0.5  # supervised gate: mean validation AUC of the kept checkpoint
-    min_val_sharpe: float = -1e9  # RL gate: validation Sharpe of the kept policy
+    min_val_auc: float = GateThresholds().min_val_auc  # gate: mean validation AUC must be above this
+    min_val_sharpe: float = GateThresholds().min_val_sharpe  # RL gate: validation Sharpe must be above this
 
 
 class HyperoptAssetConfig(dg.Config):
@@ -54,36 +65,89 @@ class HyperoptAssetConfig(dg.Config):
     device: str | None = None
 
 
-def latest_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dict | None:
+class ReportConfig(dg.Config):
+    """The models this report must account for (every registry model by default); `alpha run` sets them."""
+
+    models: list[str] | None = None
+
+
+def materializations(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str, limit: int = 1) -> list[dict]:
+    """The metadata of the newest materializations of one partition, newest first."""
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
-    ).records
-    return None if not records else {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=limit, ascending=False).records
+    return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+
+
+def latest_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dict | None:
+    found = materializations(context, key, partition)
+    return found[0] if found else None
+
+
+def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: str, fold: int) -> tuple[dict | None, str]:
+    """The newest checkpoint attempt of a partition that passed its gate, or None and why there is none.
+
+    The one rule the report uses: only attempts whose gate passed (and which were therefore promoted) count, so
+    a later gate-failed attempt under the same RUN_ID never changes what a report evaluates.
+    """
+    found = materializations(context, dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold), limit=50)
+    for meta in found:
+        if meta.get("gate_passed") is True:
+            return meta, ""
+    if not found:
+        return None, "never materialized"
+    return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
+
+
+def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
+    plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
+    if plans is None:
+        raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
+    return plans
 
 
 def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
     key = dg.AssetKey(["hyperopt", name])
+    spec = registry.get(name)
 
     @dg.asset(key=key, partitions_def=symbol_partitions, group_name="hyperopt", kinds={"nevergrad"},
-              deps=["bar_sidecars"], pool="gpu", op_tags=GPU_STEP_TAGS,
-              description=f"PSO hyperparameter search for {name}")
+              deps=["bar_sidecars", "fold_plans"], pool="gpu", op_tags=GPU_STEP_TAGS, retry_policy=GPU_RETRY_POLICY,
+              automation_condition=TRAINING_AUTOMATION, owners=OWNERS,
+              description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
+                          f"{spec.description}",
+              check_specs=[dg.AssetCheckSpec(HYPEROPT_CHECK, asset=key, blocking=True, description=(
+                  "Every trial completed with a finite score, and no file the search trained or validated on is a "
+                  "test file of any fold (the search never sees the data it is evaluated on)."))])
     def _asset(context: dg.AssetExecutionContext, config: HyperoptAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
+        from alpha_core.data.folds import FoldPlan, hyperopt_leakage
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
         from alpha_core.train.perception import resolve_device
 
         symbol = context.partition_key
+        plans = _plan_metadata(context, symbol)
         out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
         started = time.perf_counter()
         results = hyperopt(HyperoptConfig(
             model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
-            symbol=symbol, **config.model_dump()))
-        return dg.MaterializeResult(metadata={
+            symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
+            **config.model_dump()))
+        scores = [t["score"] for t in results["trials"]]
+        problems = [f"trial {t['trial']}: score {t['score']} is not finite" for t in results["trials"]
+                    if not math.isfinite(t["score"])]
+        problems += [f"{len(scores)} of {config.trials} trials completed"] if len(scores) != config.trials else []
+        problems += hyperopt_leakage(FoldPlan.model_validate(plans["plans"]["bars"]), results)
+        return dg.MaterializeResult(metadata=clean({
             "wall_time_s": time.perf_counter() - started, "device": str(resolve_device(config.device)),
             "path": dg.MetadataValue.path(str(out)), "best_score": results["best_score"],
-            "best_params": dg.MetadataValue.json(results["best_params"]), "trials": len(results["trials"]),
-            "run_id": context.run.run_id,
-        })
+            "best_params": dg.MetadataValue.json(results["best_params"]), "trials": len(scores),
+            "trial_scores": metadata.table([{"trial": t["trial"], "score": t["score"], "val_sharpe": t["val_sharpe"]}
+                                            for t in results["trials"]]),
+            "train_files": dg.MetadataValue.json(results["train_files"]),
+            "val_files": dg.MetadataValue.json(results["val_files"]), "run_id": context.run.run_id,
+        }), check_results=[dg.AssetCheckResult(
+            check_name=HYPEROPT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
+            metadata={"problems": dg.MetadataValue.json(problems[:50]), "trials": len(scores),
+                      "best_score": metadata.number(results["best_score"]) or 0.0})])
 
     return _asset
 
@@ -97,110 +161,147 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol")))
 
     @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool="gpu",
-              op_tags=GPU_STEP_TAGS,
-              kinds={"pytorch", "safetensors"}, code_version=spec.code_version, description=f"{name}: one walk-forward fold",
-              check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True)])
+              op_tags=GPU_STEP_TAGS, retry_policy=GPU_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
+              owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
+              description=f"{name}, one walk-forward fold: {spec.description}",
+              check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True, description=(
+                  "The validation gate: mean validation AUC (supervised, book) or validation Sharpe (RL) above its "
+                  "minimum. A failed gate leaves the attempt unpromoted: nothing downstream, now or later, uses it."))])
     def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         symbol, fold = split_symbol_fold(context.partition_key)
-        plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
-        if plans is None:
-            raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
+        plans = _plan_metadata(context, symbol)
         hyper = latest_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
         params_file = hyper["path"] if hyper else None
-        out = storage.run_dir(run_id(context)) / "models" / name / symbol
-        metrics = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, out)
-        passed, reason = _gate(spec, metrics, config)
-        metadata = {**metrics, "path": dg.MetadataValue.path(str(out / f"fold-{fold}")), "run_id": context.run.run_id,
-                    "params_file": str(params_file), "gate": reason}
-        if not passed:  # a hard gate: fail the step so nothing downstream, in this run or a later one, uses it
-            raise dg.Failure(description=f"{name} {symbol} fold {fold} missed its gate: {reason}", metadata=metadata)
-        return dg.MaterializeResult(metadata=metadata, check_results=[
-            dg.AssetCheckResult(check_name=GATE, passed=True, metadata={"gate": reason})])
+        dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
+        attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
+        summary, value, loss, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage,
+                                                attempt)
+        gate = check_gate(spec.trainer, value, GateThresholds(min_val_auc=config.min_val_auc,
+                                                               min_val_sharpe=config.min_val_sharpe), loss)
+        if gate.passed:
+            artifacts.promote(attempt)
+        aucs = getattr(summary, "val_auc", None) or getattr(summary, "best_mean_auc_per_horizon", None)
+        meta = {
+            "path": dg.MetadataValue.path(str(attempt.path)), "attempt": attempt.id, "gate_passed": gate.passed,
+            "gate": gate.reason, "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
+            gate.metric: value, "epochs": summary.epochs, "wall_time_s": summary.wall_time_s,
+            "device": summary.device, "run_id": context.run.run_id, "final_train_loss": loss,
+            **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
+            **(metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}),
+            **({"val_auc": dg.MetadataValue.json([metadata.number(a) for a in aucs])} if aucs else {}),
+            **({"epoch_curves": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
+        }
+        return dg.MaterializeResult(metadata=clean(meta), check_results=[dg.AssetCheckResult(
+            check_name=GATE, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{name} {symbol} fold {fold}: {gate.reason}",
+            metadata={"metric": gate.metric, "value": metadata.number(gate.value) or 0.0, "threshold": gate.threshold,
+                      "partition": context.partition_key, "attempt": attempt.id})])
 
     return _asset
 
 
-def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, out) -> dict:
-    common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold}
+def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt):
+    """Train one fold as `attempt` (not promoted); the summary, the gated value, the training loss, the horizons."""
+    common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold,
+              "allow_untested_folds": True}  # the fold plan asset already decided, and checked, the layout
+    out = attempt.dest.parent
     if spec.trainer == "supervised":
         from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
         (s,) = train_supervised(SupervisedTrainConfig(
             model=name, data_dir=data.symbol_dir(symbol), output_dir=out, predecoded_dir=storage.predecoded_dir(symbol),
             symbol=symbol, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
-            n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device, **common), params_file)
-        return {"val_auc": dg.MetadataValue.json(s.val_auc), "mean_val_auc": sum(s.val_auc) / len(s.val_auc),
-                "final_train_loss": s.final_train_loss, "epochs": s.epochs, "wall_time_s": s.wall_time_s, "device": s.device}
+            n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device, **common), params_file,
+            attempt_id=attempt.id, promote=False)
+        return s, sum(s.val_auc) / len(s.val_auc), s.final_train_loss, s.horizons
     if spec.trainer == "rl":
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
         (s,) = train_rl(RLTrainConfig(
             model=name, data_dir=data.symbol_dir(symbol), output_dir=out, predecoded_dir=storage.predecoded_dir(symbol),
             symbol=symbol, epochs=config.epochs, timesteps_per_epoch=config.timesteps_per_epoch, device=config.device,
-            **common), params_file)
-        return {"val_sharpe": s.val_sharpe, "val_turnover": s.val_turnover, "epochs": s.epochs,
-                "wall_time_s": s.wall_time_s, "device": s.device}
+            **common), params_file, attempt_id=attempt.id, promote=False)
+        return s, s.val_sharpe, None, []
     from alpha_core.train.perception import PerceptionTrainer, TrainConfig, resolve_device
 
     fast = config.gpu_fast_path and resolve_device(config.device).type == "cuda"
     s = PerceptionTrainer(TrainConfig(
         mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
-        out=out / f"fold-{fold}", epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
+        out=attempt.dest, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
         n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device,
-        precision=config.precision, cuda_graph=fast, compile=fast, **common)).fit()
-    return {"val_auc": dg.MetadataValue.json(s.best_mean_auc_per_horizon), "mean_val_auc": s.best_mean_auc,
-            "final_train_loss": s.final_train_loss, "epochs": s.epochs, "wall_time_s": s.wall_time_s, "device": s.device}
-
-
-def _gate(spec, metrics: dict, config: TrainAssetConfig) -> tuple[bool, str]:
-    if spec.trainer == "rl":
-        value = metrics["val_sharpe"]
-        ok = math.isfinite(value) and value >= config.min_val_sharpe
-        return ok, f"validation Sharpe {value:.3f} (minimum {config.min_val_sharpe})"
-    value, loss = metrics["mean_val_auc"], metrics["final_train_loss"]
-    ok = math.isfinite(loss) and math.isfinite(value) and value >= config.min_val_auc
-    return ok, f"mean validation AUC {value:.3f} (minimum {config.min_val_auc}), train loss {loss:.4f}"
+        precision=config.precision, cuda_graph=fast, compile=fast, **common), attempt_id=attempt.id).fit(promote=False)
+    return s, s.best_mean_auc, s.final_train_loss, s.horizons
 
 
 @dg.asset(
-    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="1",
+    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="2", pool="cpu",
+    automation_condition=REPORT_AUTOMATION, owners=OWNERS,
     deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
           for m in MODELS],
-    description="Out-of-sample backtests of every gated checkpoint and the ensembles (alpha evaluate).",
+    description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate).",
+    check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, description=(
+        "Every requested model x fold is in the report or under Excluded with its reason, and every row has a DSR."))],
 )
-def ensemble_report(context: dg.AssetExecutionContext, data: DataRoot, storage: StorageRoot) -> dg.MaterializeResult:
+def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot,
+                    storage: StorageRoot) -> dg.MaterializeResult:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
+    from alpha_core.eval.report import Excluded
 
     symbol = context.partition_key
+    models = registry.select(",".join(config.models)) if config.models else MODELS
     out = storage.run_dir(run_id(context)) / "eval" / symbol
-    view = out / "models"  # the checkpoints this report uses: found from metadata, linked, never guessed
+    view = out / "models"  # the checkpoints this report uses: recorded by passing materializations, linked
     if view.exists():  # a re-run under the same RUN_ID: the view (links only) is rebuilt from current metadata
         shutil.rmtree(view)
-    used = []
-    for model in MODELS:
+    used, upstream_excluded, hyperopt_results = [], [], {}
+    for model in models:
         for fold in range(N_FOLDS):
-            meta = latest_metadata(context, dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold))
+            meta, reason = passing_checkpoint(context, model, symbol, fold)
             if meta is None:
+                upstream_excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=reason))
                 continue
             link = view / model / symbol / f"fold-{fold}"
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(meta["path"], target_is_directory=True)
-            used.append(f"{model}/fold-{fold} ({meta['run_id']})")
+            used.append({"model": model, "fold": fold, "attempt": meta["attempt"], "run_id": meta["run_id"]})
+        hyper = latest_metadata(context, dg.AssetKey(["hyperopt", model]), symbol) if registry.get(
+            model).search_space else None
+        if hyper:
+            hyperopt_results[model] = Path(hyper["path"])
     if not used:
-        raise dg.Failure(f"no gated checkpoint of {symbol} has been materialized")
+        raise dg.Failure(f"no checkpoint of {symbol} has passed its gate",
+                         metadata={"excluded": dg.MetadataValue.json([e.model_dump() for e in upstream_excluded])})
     report = evaluate(EvalConfig(models_dir=view, data_dir=Path(data.root), output=out / "ensemble_report.json",
-                                 symbols=[symbol], predecoded_dir=Path(storage.root) / "predecoded"))
+                                 symbols=[symbol], predecoded_dir=Path(storage.root) / "predecoded",
+                                 hyperopt_results=hyperopt_results, upstream_excluded=upstream_excluded))
     sym = report.symbols[symbol]
-    return dg.MaterializeResult(metadata={
+    rows = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
+    accounted = {(u["model"], u["fold"]) for u in used} | {(e.model, e.fold) for e in report.excluded}
+    missing = [f"{m} fold {f}" for m in models for f in range(N_FOLDS) if (m, f) not in accounted]
+    no_dsr = [name for name, r in rows.items() if r.oos.dsr is None]
+    problems = [f"not accounted for: {m}" for m in missing] + [f"no DSR: {n}" for n in no_dsr]
+    equal = sym.ensembles.get("equal_weight")
+    return dg.MaterializeResult(metadata=clean({
         "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
+        "results": metadata.table([{"row": name, "sessions": r.oos.n_sessions, "sharpe": r.oos.sharpe,
+                                    "sharpe_se": r.oos.sharpe_se, "ci_low": r.oos.sharpe_ci_low,
+                                    "ci_high": r.oos.sharpe_ci_high, "psr": r.oos.psr, "dsr": r.oos.dsr,
+                                    "dsr_n": r.oos.dsr_n_trials, "max_drawdown": r.oos.max_drawdown,
+                                    "turnover": r.oos.turnover, "total_pnl": r.oos.total_pnl}
+                                   for name, r in rows.items()]),
+        "equity": metadata.inline_png(out / f"{symbol}_equity.png", f"{symbol}: out-of-sample equity"),
+        "drawdown": metadata.inline_png(out / f"{symbol}_drawdown.png", f"{symbol}: drawdown"),
         "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
-        "equity_plot": dg.MetadataValue.path(str(out / f"{symbol}_equity.png")),
         "checkpoints": dg.MetadataValue.json(used),
-        "excluded": dg.MetadataValue.json([e.model_dump() for e in report.excluded]),
-        "ensemble_sharpe": sym.ensembles["equal_weight"].oos["sharpe"] if sym.ensembles else None,
+        "excluded": metadata.table([e.model_dump() for e in report.excluded]),
+        "ensemble_sharpe": equal.oos.sharpe if equal else None,
+        "ensemble_dsr": equal.oos.dsr if equal else None,
         "run_id": context.run.run_id,
-    })
+    }), check_results=[dg.AssetCheckResult(
+        check_name=REPORT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
+        metadata={"problems": dg.MetadataValue.json(problems), "excluded": len(report.excluded),
+                  "checkpoints": len(used)})])
 
 
 hyperopt_assets = [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None]

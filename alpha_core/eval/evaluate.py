@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alpha_core import progress
+from alpha_core import artifacts, progress
 from alpha_core.bounds import NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
@@ -80,6 +80,17 @@ class EvalConfig(BaseModel):
     # (model, fold) pairs that were requested for every evaluated symbol: one without a checkpoint is listed
     expected: list[tuple[str, NonNegInt]] | None = None
 
+    # checkpoints the caller already knows are unusable (Dagster: never materialized, gate failed), with the reason
+    upstream_excluded: list[Excluded] = []
+
+    @field_validator("expected", mode="before")
+    @classmethod
+    def _model_colon_fold(cls, value):
+        """The command line gives "model:fold" strings."""
+        if not isinstance(value, list):
+            return value
+        return [tuple(v.rsplit(":", 1)) if isinstance(v, str) and ":" in v else v for v in value]
+
 
 def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[Checkpoint], list[Excluded]]:
     found, excluded = [], []
@@ -87,11 +98,20 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[
         model, symbol = fold_dir.parent.parent.name, fold_dir.parent.name
         if symbols and symbol not in symbols:
             continue
-        fold = int(fold_dir.name.split("-", 1)[1])
+        suffix = fold_dir.name.split("-", 1)[1]
+        if not suffix.isdigit():
+            excluded.append(Excluded(model=model, symbol=symbol, fold=None,
+                                     reason=f"{fold_dir}: not a checkpoint folder (expected fold-<k>)"))
+            continue
+        fold = int(suffix)
         try:
             spec = registry.get(model)
         except Exception as exc:
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=str(exc)))
+            continue
+        problems = artifacts.verify(fold_dir, deep=True)  # a crashed attempt, or files of two runs mixed
+        if problems:
+            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: {problems[0]}"))
             continue
         summary_name = "alpha_train_summary.json" if spec.trainer == "perception" else "summary.json"
         try:
@@ -179,6 +199,7 @@ def _searches(cfg: EvalConfig, symbol: str, models: set[str]) -> dict[str, Searc
 def evaluate(cfg: EvalConfig) -> EnsembleReport:
     device = resolve_device(cfg.device)
     checkpoints, excluded = find_checkpoints(cfg.models_dir, cfg.symbols)
+    excluded += cfg.upstream_excluded
     predecoded = cfg.predecoded_dir or cfg.output.parent / ".predecoded"
     by_symbol: dict[str, list[Checkpoint]] = defaultdict(list)
     for c in checkpoints:
