@@ -1,0 +1,150 @@
+"""Issue 10's proofs: hyperopt never touches a test file, the DSR counts every trial, RL validation is the
+evaluator's Sharpe, and early stopping is one rule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from alpha_core.cli import main
+from alpha_core.data.folds import hyperopt_leakage, plan_folds
+from alpha_core.data.predecode import file_ref, predecode
+from alpha_core.errors import DataError
+from alpha_core.eval import metrics
+from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints
+from alpha_core.eval.predict import predict
+from alpha_core.eval.report import load_report
+from alpha_core.train.tracking import Trackers
+
+SMALL = ["--epochs", "1", "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "96", "--n-val-seqs", "96",
+         "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def bars(tiny_data, tmp_path_factory):
+    pd = tmp_path_factory.mktemp("pd")
+    return tiny_data / "ES.FUT" / "ohlcv-1m", pd, [p.sidecar for p in predecode(tiny_data / "ES.FUT" / "ohlcv-1m", pd,
+                                                                                 "ES.FUT", "ohlcv-1m")]
+
+
+def _hyperopt(model: str, bars_dir, pd, out, *extra: str) -> dict:
+    rl = ["--timesteps-per-epoch", "256", "--epochs", "1", "--device", "cpu"]
+    argv = ["hyperopt", "--model", model, "--trials", "2", "--data-dir", str(bars_dir), "--output", str(out),
+            "--predecoded-dir", str(pd), *(rl if model in ("dqn", "ppo") else SMALL), *extra]
+    assert main(argv) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.filterwarnings("ignore::alpha_core.data.folds.UntestedFoldWarning")
+@pytest.mark.parametrize("model", ["mamba2", "dqn"])
+@pytest.mark.parametrize("folds", [1, 2, 3])
+def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
+    bars_dir, pd, sidecars = bars
+    results = _hyperopt(model, bars_dir, pd, tmp_path / "results.json", "--cv-n-folds", str(folds))
+    plan = plan_folds([file_ref(sc) for sc in sidecars], folds)
+    tests = {r.name for f in plan.folds for r in f.test}
+    used = set(results["train_files"]) | set(results["val_files"])
+    assert not used & tests and hyperopt_leakage(plan, results) == []
+    names = [sc.meta.source.name for sc in sidecars]  # in time order
+    first_test = min((names.index(t) for t in tests), default=len(names))
+    assert results["train_files"] + results["val_files"] == names[:first_test]  # every earlier file, the last validates
+    assert len(results["val_files"]) == 1 and results["plan_test_files"] == sorted(tests, key=names.index)
+    assert all(math.isfinite(t["val_sharpe"]) for t in results["trials"])
+    if model == "dqn":  # the RL objective is the validation Sharpe itself
+        assert [t["score"] for t in results["trials"]] == [t["val_sharpe"] for t in results["trials"]]
+
+
+def test_nested_search_stays_inside_its_fold(bars, tmp_path):
+    bars_dir, pd, sidecars = bars
+    results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "r.json", "--cv-n-folds", "2", "--cv-fold", "1")
+    fold = plan_folds([file_ref(sc) for sc in sidecars], 2).folds[1]
+    assert results["train_files"] == [r.name for r in fold.train] and results["val_files"] == [r.name for r in fold.val]
+    assert results["cv_fold"] == 1
+
+
+def test_the_dsr_counts_every_trial_and_configuration(bars, tiny_data, tmp_path):
+    """N = hyperopt trials x configurations compared, V = the variance of the trials' daily Sharpe; DSR < PSR."""
+    bars_dir, pd, sidecars = bars
+    folds = ["--cv-n-folds", "2"]
+    results_path = tmp_path / "hyperopt" / "results.json"
+    results = _hyperopt("mamba2", bars_dir, pd, results_path, *folds, "--trials", "3")
+    models = tmp_path / "models"
+    assert main(["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir",
+                 str(models / "mamba2" / "ES.FUT"), "--params-file", str(results_path), "--predecoded-dir", str(pd),
+                 *SMALL, *folds]) == 0
+    out = tmp_path / "eval" / "ensemble_report.json"
+    assert main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out),
+                 "--predecoded-dir", str(pd), "--device", "cpu", "--hyperopt-results", f"mamba2={results_path}"]) == 0
+    sym = load_report(out).symbols["ES.FUT"]
+    row = sym.models["mamba2"]
+    assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
+    sharpes = [t["val_sharpe"] for t in results["trials"]]
+    var = metrics.trials_sharpe_var(sharpes)
+    for m in (row.oos, *(f.metrics for f in row.folds), *(e.oos for e in sym.ensembles.values())):
+        assert m.dsr_n_trials == 9
+        if var is None:  # every trial scored the same: the null variance
+            assert m.dsr_trials_sharpe_var == pytest.approx(1 / (m.n_sessions - 1))
+        else:
+            assert m.dsr_trials_sharpe_var == pytest.approx(var)
+        assert m.dsr < m.psr or m.psr in (0.0, 1.0)
+    assert row.hyperopt_results == [str(results_path)]
+    md = out.with_suffix(".md").read_text()
+    assert "| mamba2 | " in md and " | 9 | " in md
+
+    # a search that validated on a test file (the old single split) excludes the checkpoints it tuned
+    leaky = {**results, "val_files": [sidecars[-1].meta.source.name]}
+    leaky_path = tmp_path / "leaky.json"
+    leaky_path.write_text(json.dumps(leaky))
+    report = evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval2" / "r.json",
+                                 predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path}))
+    reasons = {(e.model, e.fold): e.reason for e in report.excluded}
+    assert reasons[("mamba2", 1)].startswith(f"hyperopt trained or validated on its test file {sidecars[-1].meta.source.name}")
+    # results from before trial Sharpes were recorded are refused, naming the file and the field
+    old = {**results, "trials": [{k: v for k, v in t.items() if k != "val_sharpe"} for t in results["trials"]]}
+    leaky_path.write_text(json.dumps(old))
+    with pytest.raises(DataError, match=r"leaky.json: trials\[0\].val_sharpe: expected a number"):
+        evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval3" / "r.json",
+                            predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path}))
+
+
+def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path):
+    """What train-rl reports (and gates and hyperopt score on) is what `alpha evaluate` computes on that file."""
+    bars_dir, pd, sidecars = bars
+    models = tmp_path / "models"
+    assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(models / "ppo" / "ES.FUT"),
+                 "--epochs", "2", "--timesteps-per-epoch", "512", "--n-envs", "4", "--predecoded-dir", str(pd),
+                 "--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0"]) == 0
+    (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
+    val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
+    pred = predict(ckpt, val, None, 0, 0.0, torch.device("cpu"))
+    assert pred.position.any()
+    assert ckpt.summary["val_sharpe"] == file_sharpe(val, pred.position) == max(ckpt.summary["val_sharpe_per_epoch"])
+    assert json.loads((ckpt.path / "env_config.json").read_text())["cost_per_turnover"] == metrics.DEFAULT_COST_TICKS
+
+
+def test_dsr_is_below_psr_whenever_there_is_more_than_one_trial():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        daily = rng.normal(rng.uniform(-0.5, 1.0), 1.0, int(rng.integers(5, 80)))
+        psr = metrics.probabilistic_sharpe_ratio(daily)
+        if not 0.0 < psr < 1.0:
+            continue
+        trials = rng.normal(1.0, 3.0, int(rng.integers(2, 40)))
+        var = metrics.trials_sharpe_var(trials)
+        for n in (2, 7, 100):
+            assert metrics.deflated_sharpe_ratio(daily, n, var) < psr
+            assert metrics.deflated_sharpe_ratio(daily, n) < psr  # null variance
+        assert metrics.deflated_sharpe_ratio(daily, 1, var) == psr
+
+
+def test_early_stopping_is_one_rule():
+    t = Trackers()
+    for epoch, sharpe in enumerate([1.0, 2.0, 1.5, 1.9]):
+        t.update_sharpe(epoch, sharpe)
+    assert (t.best_val_sharpe, t.best_val_sharpe_epoch, t.no_improvement["val_sharpe"]) == (2.0, 1, 2)
+    assert t.should_stop("val_sharpe", 2) and not t.should_stop("val_sharpe", 3) and not t.should_stop("val_sharpe", 0)
+    assert not t.update_sharpe(4, math.nan) and t.no_improvement["val_sharpe"] == 3
