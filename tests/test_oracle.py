@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from alpha_core.data.oracle import oracle_auc, oracle_probabilities
 from alpha_core.data.sidecar import ensure_sidecar
 
@@ -19,3 +21,17 @@ def test_oracle_auc_of_demo_sidecars(tiny_sidecars):
 def test_real_data_has_no_oracle(samples, tmp_path):
     sc, _ = ensure_sidecar(samples / "databento-python/GLBX.MDP3/test_data.mbp-10.dbn.zst", tmp_path)
     assert oracle_probabilities(sc) is None and oracle_auc([sc]) is None
+
+
+def test_oracle_auc_on_the_rows_a_model_was_scored_on(tiny_sidecars):
+    from alpha_core.eval.metrics import auc
+
+    sc = tiny_sidecars["bars"][0]
+    labels = np.asarray(sc.labels, dtype=np.float64)
+    scored = np.zeros(labels.shape, bool)
+    scored[len(scored) // 2 :] = True  # e.g. a model whose first window ends halfway
+    scored &= np.isfinite(labels)
+    got = oracle_auc([sc], [scored])
+    want = auc(oracle_probabilities(sc), np.where(scored, labels, np.nan))
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    assert got != oracle_auc([sc])  # other rows, another number: the comparison must use the model's rows
