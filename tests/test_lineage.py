@@ -1,7 +1,8 @@
 """The training lineage in Dagster: checkpoints per symbol x fold behind their gate, then the ensemble report.
 
 Partitionings differ, so (as in an asset backfill) every step runs in its own run on one instance. A checkpoint
-that misses its gate fails its step, is never materialized, and no later report run can use it.
+that misses its gate records a failed blocking check and stays unpromoted: no report, in that run or later,
+uses it, even when a later run under the same RUN_ID fails where an earlier one passed.
 """
 
 from __future__ import annotations
@@ -10,54 +11,85 @@ import json
 from pathlib import Path
 
 import dagster as dg
+from safetensors.torch import load_file
 
 from alpha_assets.definitions import defs
 from alpha_assets.partitions import symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
+from alpha_core import artifacts
 
 FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 512, "n_val_seqs": 256, "device": "cpu"}
+RUN_ID = {"alpha/run_id": "shared"}
 
 
-def test_checkpoints_behind_their_gates_then_the_report(tiny_data, tmp_path):
+def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     instance = dg.DagsterInstance.ephemeral()
-    resources = {"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(tmp_path / "storage"))}
+    storage = tmp_path / "storage"
+    resources = {"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(storage))}
     assets = list(defs.assets)
     by_key = {a.key.to_user_string(): a for a in assets}
 
-    def run(selection, partition, run_config=None, tags=None):
+    def run(selection, partition, run_config=None):
         return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
                               instance=instance, resources=resources, run_config=run_config, raise_on_error=False,
-                              tags=tags)
+                              tags=RUN_ID)
+
+    def train(model, fold, min_auc):
+        config = {"ops": {f"checkpoints__{model}": {"config": {**FAST, "min_val_auc": min_auc}}}}
+        return run([f"checkpoints/{model}"], symbol_fold_key("ES.FUT", fold), config)
 
     assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
-    for fold in ("0", "1"):
-        key = symbol_fold_key("ES.FUT", int(fold))
-        ok = run(["checkpoints/mamba2"], key, {"ops": {"checkpoints__mamba2": {"config": {**FAST, "min_val_auc": 0.0}}}})
+    passing = {}
+    for fold in (0, 1):
+        ok = train("mamba2", fold, 0.0)
         assert ok.success
         (check,) = ok.get_asset_check_evaluations()
         assert check.passed and check.check_name == "validation_gate"
-        gated = run(["checkpoints/kan"], key, {"ops": {"checkpoints__kan": {"config": {**FAST, "min_val_auc": 0.99}}}})
-        assert not gated.success, "a checkpoint below its gate must fail its step"
-        assert gated.get_asset_materialization_events() == []
+        assert {"metric", "value", "threshold", "partition"} <= set(check.metadata)
+        passing[fold] = ok.run_id
+        gated = train("kan", fold, 0.99)
+        assert not gated.success, "a missed gate fails the run"
+        (check,) = gated.get_asset_check_evaluations()
+        assert not check.passed and check.metadata["threshold"].value == 0.99
+        assert check.metadata["partition"].value == f"ES.FUT|{fold}"
+        assert not (storage / "shared" / "models" / "kan" / "ES.FUT" / f"fold-{fold}").exists(), "never promoted"
 
-    report = run(["ensemble_report"], "ES.FUT")
+    fold0 = storage / "shared" / "models" / "mamba2" / "ES.FUT" / "fold-0"
+    weights = load_file(str(fold0 / "model.safetensors"))
+    assert artifacts.promoted(fold0).id == passing[0]
+    # the same RUN_ID again, now below its gate: nothing a reader sees may change
+    rerun = train("mamba2", 0, 0.99)
+    assert not rerun.success
+    assert artifacts.promoted(fold0).id == passing[0]
+    assert all((load_file(str(fold0 / "model.safetensors"))[k] == v).all() for k, v in weights.items())
+
+    report = run(["ensemble_report"], "ES.FUT",
+                 {"ops": {"ensemble_report": {"config": {"models": ["mamba2", "kan", "tft"]}}}})
     assert report.success
     meta = report.get_asset_materialization_events()[0].materialization.metadata
     used = meta["checkpoints"].value
-    assert sorted(u.split(" ")[0] for u in used) == ["mamba2/fold-0", "mamba2/fold-1"], used
+    assert [(u["model"], u["fold"], u["run_id"]) for u in used] == [("mamba2", 0, passing[0]), ("mamba2", 1, passing[1])]
     path = Path(meta["path"].value)
-    assert path.parent == Path(resources["storage"].root) / report.run_id / "eval" / "ES.FUT"
     body = json.loads(path.read_text())
     assert set(body["symbols"]["ES.FUT"]["models"]) == {"mamba2"}
-    assert "| mamba2 |" in meta["report"].value
+    reasons = {(e["model"], e["fold"]): e["reason"] for e in body["excluded"]}
+    assert reasons[("tft", 0)] == "never materialized" and reasons[("mamba2", 2)] == "never materialized"
+    assert reasons[("kan", 1)].startswith("gate failed: mean validation AUC")
+    assert len(reasons) == 3 * 3 - 2, "every requested model x fold is reported or excluded"
+    (check,) = report.get_asset_check_evaluations()
+    assert check.passed and check.check_name == "report_complete"
+    assert "![ES.FUT: out-of-sample equity](data:image/png;base64," in meta["equity"].value
+    rows = {r.data["row"]: r.data for r in meta["results"].value.records}
+    assert rows["mamba2"]["dsr_n"] >= 1 and "sessions" in rows["mamba2"]
+
     for _ in range(2):  # `make demo` twice: a report re-run under the same RUN_ID rebuilds its view
-        again = run(["ensemble_report"], "ES.FUT", tags={"alpha/run_id": "rerun"})
+        again = run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["mamba2"]}}}})
         assert again.success
         assert again.get_asset_materialization_events()[0].materialization.metadata["checkpoints"].value == used
 
     summary = run(["run_summary"], None)
     assert summary.success
     meta = summary.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["steps"].value == 2 and meta["gpu_hours"].value == 0.0 and meta["compute_hours"].value > 0
-    assert meta["cost_eur"].value == 0.0 and "Full ensemble, 4 symbols" in meta["cost_table"].value
+    assert meta["steps"].value >= 2 and meta["gpu_hours"].value == 0.0 and meta["compute_hours"].value > 0
+    assert "Full ensemble, 4 symbols" in meta["cost_table"].value
     assert set(meta["symbols"].value) == {"ES.FUT"}

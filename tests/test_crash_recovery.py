@@ -1,0 +1,139 @@
+"""Kill -9 at every commit step of every writer (`ALPHA_FAULT`): a rerun or `--resume` then ends exactly like a
+run that was never interrupted, and nothing a reader looks at is ever half written or mixed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from alpha_core.artifacts import verify
+from alpha_core.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+VOLATILE = {"wall_time_s", "sequences_per_s", "env_steps_per_s", "attempt", "created"}
+
+
+def run_cli(argv: list[str], fault: str | None = None) -> int:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPHA_FAULT": fault or "", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE).returncode
+
+
+def stable(summary_path: Path) -> dict:
+    return {k: v for k, v in json.loads(summary_path.read_text()).items() if k not in VOLATILE}
+
+
+def weights(path: Path) -> dict:
+    return {k: v.tolist() for k, v in load_file(str(path)).items()}
+
+
+# --- the flagship: killed anywhere, `--resume` finishes with the same summary and weights ---------------------
+
+PERCEPTION = ["--device", "cpu", "--epochs", "3", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "64",
+              "--seq-len", "8", "--lr-warmup-steps", "2"]
+EARLY_STOP = ["--epochs", "4", "--early-stop-metric", "auc_h1000", "--early-stop-patience", "1", "--lr-cfc", "0.3",
+              "--lr-mamba2", "0.3"]  # stops after epoch 2 of 4 on the tiny data
+PERCEPTION_KILLS = ["tmp.before_commit#1", "tmp.before_commit#3", "tmp.after_commit#2", "state.after_commit#1",
+                    "state.after_commit#2", "attempt.before_complete", "attempt.before_promote", "attempt.after_promote"]
+
+
+@pytest.fixture(scope="module")
+def perception_reference(tiny_data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("perception")
+    argv = ["train", "--mbp10-data-dir", str(tiny_data / "ES.FUT" / "mbp-10"), "--predecoded-dir", str(tmp / "pd"),
+            *PERCEPTION]
+    assert run_cli([*argv, "--out", str(tmp / "straight"), "--early-stop-metric", "none"]) == 0
+    assert run_cli([*argv, "--out", str(tmp / "stopped"), *EARLY_STOP]) == 0
+    return argv, tmp
+
+
+@pytest.mark.parametrize("fault", PERCEPTION_KILLS)
+def test_perception_resumes_to_the_uninterrupted_result(perception_reference, tmp_path, fault):
+    argv, ref = perception_reference
+    out = tmp_path / "killed"
+    args = [*argv, "--out", str(out), "--early-stop-metric", "none"]
+    assert run_cli(args, fault) == -9, f"the run was not killed at {fault}"
+    if out.exists():  # promoted before the kill: what it shows is whole
+        assert verify(out) == []
+    assert run_cli([*args, "--resume"]) == 0
+    assert stable(out / "alpha_train_summary.json") == stable(ref / "straight" / "alpha_train_summary.json")
+    for name in ("trunk_best_h1000.safetensors", "model_best_mean_auc.safetensors", "model_best_val_loss.safetensors"):
+        assert weights(out / name) == weights(ref / "straight" / name), name
+    assert verify(out, deep=True) == []
+
+
+def test_a_resume_after_an_early_stop_only_finishes_the_summary(perception_reference, tmp_path):
+    argv, ref = perception_reference
+    reference = json.loads((ref / "stopped" / "alpha_train_summary.json").read_text())
+    assert reference["early_stopped"] and reference["epochs"] < 4
+    out = tmp_path / "killed"
+    args = [*argv, "--out", str(out), *EARLY_STOP]
+    # the state of the stopping epoch is committed, the summary is not
+    assert run_cli(args, f"state.after_commit#{reference['epochs']}") == -9
+    assert run_cli([*args, "--resume"]) == 0
+    assert stable(out / "alpha_train_summary.json") == stable(ref / "stopped" / "alpha_train_summary.json")
+    assert weights(out / "trunk_best_h1000.safetensors") == weights(ref / "stopped" / "trunk_best_h1000.safetensors")
+
+
+def test_resume_refuses_a_state_of_another_fold_or_config(perception_reference, tmp_path, capsys):
+    argv, _ = perception_reference
+    out = tmp_path / "killed"
+    assert run_cli([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "1"], "state.after_commit#1") == -9
+    assert main([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "0", "--resume"]) == 2
+    assert "cv_fold=1" in capsys.readouterr().err
+    assert main([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "1", "--seq-len", "16", "--resume"]) == 2
+    assert "seq_len=8" in capsys.readouterr().err
+
+
+# --- walk-forward members: a killed run or rerun never changes or mixes what `fold-<k>` shows ---------------
+
+SUPERVISED_KILLS = ["tmp.before_commit#4", "tmp.after_commit#5", "attempt.before_complete", "attempt.before_promote",
+                    "attempt.after_promote"]
+
+
+@pytest.fixture(scope="module")
+def supervised_reference(tiny_data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("supervised")
+    argv = ["train-supervised", "--model", "tft", "--data-dir", str(tiny_data / "ES.FUT"), "--predecoded-dir",
+            str(tmp / "pd"), "--epochs", "2", "--cv-n-folds", "2", "--cv-train-window", "2", "--cv-fold", "0",
+            "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "128", "--device", "cpu",
+            "--param", "d_model=16"]
+    assert run_cli([*argv, "--output-dir", str(tmp / "straight")]) == 0
+    return argv, tmp / "straight" / "fold-0"
+
+
+@pytest.mark.parametrize("fault", SUPERVISED_KILLS)
+def test_a_killed_rerun_keeps_the_completed_fold_and_a_rerun_matches(supervised_reference, tmp_path, fault):
+    argv, reference = supervised_reference
+    out = tmp_path / "models"
+    assert run_cli([*argv, "--output-dir", str(out)]) == 0
+    first = stable(out / "fold-0" / "summary.json")
+    assert run_cli([*argv, "--output-dir", str(out)], fault) == -9, f"the run was not killed at {fault}"
+    assert verify(out / "fold-0", deep=True) == []  # the completed fold is untouched, or wholly the new one
+    assert stable(out / "fold-0" / "summary.json") == first
+    assert run_cli([*argv, "--output-dir", str(out)]) == 0
+    assert stable(out / "fold-0" / "summary.json") == stable(reference / "summary.json")
+    assert weights(out / "fold-0" / "model.safetensors") == weights(reference / "model.safetensors")
+
+
+# --- sidecars: a killed build leaves no sidecar and the rebuild is identical ---------------------------------
+
+
+@pytest.mark.parametrize("fault", ["tmp.before_commit#1", "tmp.after_commit#1"])
+def test_a_killed_predecode_rebuilds_the_same_sidecar(tiny_data, tmp_path, fault):
+    argv = ["predecode", "--data-dir", str(tiny_data), "--symbols", "ES.FUT"]
+    assert run_cli([*argv, "--predecoded-dir", str(tmp_path / "straight")]) == 0
+    assert run_cli([*argv, "--predecoded-dir", str(tmp_path / "killed")], fault) == -9
+    assert run_cli([*argv, "--predecoded-dir", str(tmp_path / "killed")]) == 0
+
+    def arrays(root: Path) -> dict:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.npy"))
+                if not p.parent.name.startswith(".")}
+
+    assert arrays(tmp_path / "killed") == arrays(tmp_path / "straight")
