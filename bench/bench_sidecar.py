@@ -115,23 +115,21 @@ def worker_decode_chunked(a: argparse.Namespace) -> dict:
 
 STAGES = (  # (key, label); "  " marks a part of the stage above
     ("sha256", "sha256 of the file (sidecar key)"),
-    ("read_book", "read_book: decode + extract + front month"),
-    ("decode", "  zstd + DBN decode (may overlap the extraction)"),
-    ("extract", "  per-chunk extraction (_chunk_book)"),
-    ("sessions", "  session days + choose_front"),
-    ("features", "book features (computed and written to .npy)"),
-    ("labels", "labels"),
-    ("save", "np.save of the other arrays"),
-    ("other", "other (finite check, meta, rename, load)"),
+    ("pass1", "pass 1 (read_book): decode, time order, activity per session"),
+    ("pass2", "pass 2 (BookSource.chunks): decode + front-month snapshots"),
+    ("decode", "  zstd + DBN decode, both passes (may overlap the rest)"),
+    ("features", "book features (BookFeatures)"),
+    ("labels", "labels (LabelStream)"),
+    ("write", "appending to the .npy files"),
+    ("other", "other (meta, fsync, rename, load)"),
 )
 
 
 def _stage_timers() -> dict[str, float]:
-    """Time the build's stages by wrapping module functions (only in the `--stages` run)."""
+    """Time the build's stages by wrapping module functions and methods (only in the `--stages` run)."""
     import functools
 
-    import numpy as np
-
+    import alpha_core.data.build as build
     import alpha_core.data.features as features
     import alpha_core.data.labels as labels
     import alpha_core.data.series as series
@@ -142,12 +140,8 @@ def _stage_timers() -> dict[str, float]:
     def add(key: str, seconds: float) -> None:
         spent[key] = spent.get(key, 0.0) + seconds
 
-    def wrap(mod, name: str, key: str) -> None:
-        fn = getattr(mod, name, None)
-        if fn is None:
-            return
-        if mod is not sidecar and getattr(sidecar, name, None) is fn:  # also imported into sidecar by name
-            wrap(sidecar, name, key)
+    def wrap(owner, name: str, key: str) -> None:
+        fn = getattr(owner, name)
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
@@ -157,32 +151,35 @@ def _stage_timers() -> dict[str, float]:
             finally:
                 add(key, time.perf_counter() - t0)
 
-        setattr(mod, name, timed)
+        setattr(owner, name, timed)
+
+    def wrap_iter(owner, name: str, key: str) -> None:
+        """Time every step of the iterator `owner.name(...)` returns."""
+        fn = getattr(owner, name)
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            items = fn(*args, **kwargs)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                finally:
+                    add(key, time.perf_counter() - t0)
+                yield item
+
+        setattr(owner, name, timed)
 
     wrap(sidecar, "file_sha256", "sha256")
-    wrap(series, "read_book", "read_book")
-    wrap(series, "_chunk_book", "extract")
-    for name in ("_session_days", "session_days", "choose_front"):
-        wrap(series, name, "sessions")
-    for name in ("write_book_features", "book_features"):
-        wrap(features, name, "features")
-    wrap(labels, "make_labels", "labels")
-    wrap(np, "save", "save")
-    iter_records = series.iter_records
-
-    def timed_iter_records(*args, **kwargs):
-        records = iter_records(*args, **kwargs)
-        while True:
-            t0 = time.perf_counter()
-            try:
-                chunk = next(records)
-            except StopIteration:
-                break
-            finally:
-                add("decode", time.perf_counter() - t0)
-            yield chunk
-
-    series.iter_records = timed_iter_records
+    wrap(build, "read_book", "pass1")
+    wrap_iter(series.BookSource, "chunks", "pass2")
+    wrap_iter(series, "iter_records", "decode")
+    wrap(features.BookFeatures, "__call__", "features")
+    wrap(labels.LabelStream, "push", "labels")
+    wrap(labels.LabelStream, "finish", "labels")
+    wrap(build.NpyAppender, "write", "write")
     return spent
 
 
@@ -205,8 +202,8 @@ def worker_build(a: argparse.Namespace) -> dict:
         "features_shape": list(sc.features.shape),
     }
     if spent is not None:
-        spent["other"] = seconds - sum(v for k, v in spent.items() if k in ("sha256", "read_book", "features",
-                                                                           "labels", "save"))
+        spent["other"] = seconds - sum(v for k, v in spent.items() if k in ("sha256", "pass1", "pass2", "features",
+                                                                           "labels", "write"))
         out["stages"] = {k: round(spent.get(k, 0.0), 4) for k, _ in STAGES}
     return out
 
@@ -269,9 +266,10 @@ WORKERS = {
 
 
 # --- parent -----------------------------------------------------------------------------------------------
-def run_child(phase: str, **kw) -> dict:
-    """Run one phase in a fresh interpreter; return its JSON result plus its kernel-measured peak RSS."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", phase]
+def run_child(phase: str, script: str | None = None, **kw) -> dict:
+    """Run one phase of `script` (this file) in a fresh interpreter; return its JSON result plus its
+    kernel-measured peak RSS."""
+    cmd = [sys.executable, str(Path(script or __file__).resolve()), "--worker", phase]
     for k, v in kw.items():
         if v is True:
             cmd.append(f"--{k}")

@@ -35,6 +35,7 @@ NO_TRADE = -1  # trade_ts before the file's first front-month trade
 
 BOOK_CHUNK_RECORDS = 8_192  # ~3 MB of MBP-10 per decoded chunk: decode and extraction stay in cache
 PREFETCH_CHUNKS = 4  # decoded chunks the background decoder may run ahead of the extraction
+BAR_CHUNK_RECORDS = 1 << 16  # OHLCV-1m records per decoded chunk (3.5 MB)
 BAR_BLOCK_ROWS = 1 << 18  # front-month bars per yielded block (half a year of minutes): see features.BarFeatures
 _PAIR_FIELDS = ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")
 _PAIR_DTYPE = np.dtype([("px", "<i8", 2), ("q", "<u4", 4)])  # DBN BidAskPair: bid/ask px, then sz, ct
@@ -386,7 +387,7 @@ class BarSource:
         id_array = np.fromiter(self.ids, dtype=np.uint32)
         parts: list[np.ndarray] = []
         n_parts = n = 0
-        for chunk in iter_records(self.info):
+        for chunk in iter_records(self.info, BAR_CHUNK_RECORDS):
             bars = chunk[np.isin(chunk["instrument_id"], id_array)]
             bars = bars[self.front.mask(session_days(bars["ts_event"].astype(np.int64)), bars["instrument_id"])]
             bad = (bars["low"] > bars["high"]) | (bars["open"] == UNDEF_PRICE) | (bars["close"] == UNDEF_PRICE)
@@ -427,7 +428,7 @@ def read_bars(info: DbnFile, root: str) -> BarSource:
     id_array = np.fromiter(ids, dtype=np.uint32)
     order = _TimeOrder(info, "ts_event")
     activity = _Activity(2)  # volume, bars
-    for chunk in iter_records(info):
+    for chunk in iter_records(info, BAR_CHUNK_RECORDS):
         bars = chunk[np.isin(chunk["instrument_id"], id_array)]
         ts = bars["ts_event"].astype(np.int64)
         order(ts)
