@@ -137,3 +137,26 @@ def test_a_killed_predecode_rebuilds_the_same_sidecar(tiny_data, tmp_path, fault
                 if not p.parent.name.startswith(".")}
 
     assert arrays(tmp_path / "killed") == arrays(tmp_path / "straight")
+
+
+# --- the report: its JSON is the commit point of the whole set -----------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["report.before_json", "tmp.before_commit#2"])
+def test_a_killed_report_leaves_no_report_and_a_rerun_is_whole(supervised_reference, tiny_data, tmp_path, fault):
+    from alpha_core.eval.report import load_report
+
+    _, fold0 = supervised_reference
+    models = tmp_path / "models" / "tft"
+    models.mkdir(parents=True)
+    (models / "ES.FUT").symlink_to(fold0.parent, target_is_directory=True)
+    argv = ["evaluate", "--models-dir", str(tmp_path / "models"), "--data-dir", str(tiny_data),
+            "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu"]
+    out = tmp_path / "eval" / "ensemble_report.json"
+    assert run_cli([*argv, "--output", str(tmp_path / "straight.json")]) == 0
+    assert run_cli([*argv, "--output", str(out)]) == 0
+    assert run_cli([*argv, "--output", str(out)], fault) == -9
+    assert not out.exists(), "a report whose set was being replaced must not be readable"
+    assert run_cli([*argv, "--output", str(out)]) == 0
+    report, straight = load_report(out), load_report(tmp_path / "straight.json")
+    assert report.symbols == straight.symbols and report.excluded == straight.excluded

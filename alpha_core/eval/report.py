@@ -11,6 +11,7 @@ horizons it was scored on. Files written beside `ensemble_report.json`: `ensembl
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json
+from alpha_core.errors import DataError
+from alpha_core.faults import crash_point
 
 
 class Strict(BaseModel):
@@ -109,6 +112,7 @@ class EnsembleReport(Strict):
     cost_ticks: float
     symbols: dict[str, SymbolReport]
     excluded: list[Excluded]
+    files: dict[str, str] = {}  # the Markdown and plots written with this report -> sha256
 
 
 COLUMNS = ("max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades", "hit_rate", "total_pnl")
@@ -216,10 +220,23 @@ def _save(fig, path: Path) -> Path:
 
 
 def write_report(report: EnsembleReport, path: Path) -> None:
-    atomic_write_json(path, report.model_dump(mode="json"))
-    atomic_write_bytes(path.with_suffix(".md"), markdown(report).encode())
-    plot(report, path.parent)
+    """The report's files appear as one set. The JSON is the commit point: the old one goes first, the new one
+    is written last and lists the Markdown and plots with their checksums, so a crash in between leaves no
+    report at all (never a new plot beside an old JSON), and `load_report` can prove the set is one run's."""
+    path.unlink(missing_ok=True)
+    markdown_path = atomic_write_bytes(path.with_suffix(".md"), markdown(report).encode())
+    companions = [markdown_path, *plot(report, path.parent)]
+    crash_point("report.before_json")
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in companions}
+    atomic_write_json(path, report.model_copy(update={"files": files}).model_dump(mode="json"))
 
 
 def load_report(path: str | Path) -> EnsembleReport:
-    return EnsembleReport.model_validate_json(Path(path).read_text())
+    """A report whose Markdown and plots are exactly those written with it (DataError otherwise)."""
+    path = Path(path)
+    report = EnsembleReport.model_validate_json(path.read_text())
+    for name, digest in report.files.items():
+        companion = path.parent / name
+        if not companion.is_file() or hashlib.sha256(companion.read_bytes()).hexdigest() != digest:
+            raise DataError(companion, "missing or not the one written with this report (a mixed or partial set)")
+    return report
