@@ -1,70 +1,122 @@
-"""Jobs, per-symbol retraining schedules and the sensor that reacts to newly landed DBN files.
+"""Automation: new DBN files -> sidecars -> fold plans; retraining and the report on the weekly retrain cron.
 
-A run has one partitioning, so the lineage is three jobs: `symbol_data` (sidecars, fold plans, hyperopt)
-[symbol], `fold_training` (checkpoints) [symbol x fold] and `symbol_report` [symbol]. Each symbol gets its own
-weekly schedule (cron from ALPHA_RETRAIN_CRON, America/Chicago). The sensor compares the DBN files under
-ALPHA_DATA_DIR with its cursor and, for a symbol with new files, requests its data run and the training run
-of every fold (a new quarter moves every walk-forward window).
+- `new_dbn_files` (sensor) compares the DBN files under the data root with its cursor and requests, for a symbol
+  whose folder gained files, one `symbol_data` run: its sidecars, then its fold plans in the same run. It never
+  requests training, so nothing trains on a fold plan that is being rewritten.
+- Declarative automation (`automation_conditions` sensor): fold plans follow any new sidecars (`eager`);
+  hyperopt and checkpoints retrain once per RETRAIN_CRON period, after all their inputs have been refreshed since
+  the tick and their blocking checks passed (`TRAINING_AUTOMATION`); the report follows once every checkpoint
+  has been retrained or has failed since the tick (`REPORT_AUTOMATION`).
+- `retrain_<symbol>` (one per symbol) retrains that symbol END TO END at each RETRAIN_CRON tick, whether or not
+  new data came: one asset backfill of sidecars, fold plans, hyperopt, every fold's checkpoints and the report,
+  the same backfill `alpha run` launches. These are sensors that watch the cron, because in Dagster 1.13 a
+  schedule cannot launch a backfill (the schedule daemon ignores `RunRequest.for_asset_graph_subset`; only
+  sensors and declarative automation create backfills).
+
+Everything starts stopped: turn it on in the UI (Automation) or with `dagster sensor start`.
 """
 
+from __future__ import annotations
+
+import datetime as dt
 import json
-import os
-from pathlib import Path
 
 import dagster as dg
 
-from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans
-from alpha_assets.partitions import SYMBOLS, symbol_fold_partitions
-from alpha_assets.training_assets import checkpoint_assets, ensemble_report, hyperopt_assets
+from alpha_assets.partitions import SYMBOLS
+from alpha_assets.resources import TRIGGER_TAG, DataRoot
 from alpha_core.data.dbn import DBN_SUFFIXES
 
-RETRAIN_CRON = os.environ.get("ALPHA_RETRAIN_CRON", "0 2 * * 6")  # Saturday 02:00 CT, after the week's last session
+RETRAIN_CRON = "0 2 * * 6"  # Saturday 02:00, after the week's last CME session
+RETRAIN_TIMEZONE = "America/Chicago"
 
-# partitioning is inferred from the selected assets
-symbol_data_job = dg.define_asset_job("symbol_data", selection=[book_sidecars, bar_sidecars, fold_plans, *hyperopt_assets])
-fold_training_job = dg.define_asset_job("fold_training", selection=checkpoint_assets)
-symbol_report_job = dg.define_asset_job("symbol_report", selection=[ensemble_report])
+_tick = dg.AutomationCondition.cron_tick_passed(RETRAIN_CRON, RETRAIN_TIMEZONE)
+
+FOLD_PLANS_AUTOMATION = dg.AutomationCondition.eager()
+TRAINING_AUTOMATION = (
+    dg.AutomationCondition.on_cron(RETRAIN_CRON, RETRAIN_TIMEZONE)
+    & dg.AutomationCondition.all_deps_blocking_checks_passed()
+    & ~dg.AutomationCondition.in_progress()  # e.g. inside a retrain backfill: that backfill trains it
+).with_label("retrain on the weekly cron")
+REPORT_AUTOMATION = (
+    dg.AutomationCondition.in_latest_time_window()
+    & _tick.since_last_handled()
+    & dg.AutomationCondition.all_deps_match(
+        dg.AutomationCondition.newly_updated().since(_tick)
+        | dg.AutomationCondition.will_be_requested()
+        | dg.AutomationCondition.execution_failed()  # a checkpoint below its gate must not hold the report back
+    ).with_label("every checkpoint retrained or failed since the tick")
+    & ~dg.AutomationCondition.any_deps_in_progress()
+    & ~dg.AutomationCondition.in_progress()
+).with_label("report after the weekly retrain")
+
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "automation_conditions", target=dg.AssetSelection.all(), run_tags={TRIGGER_TAG: "automation"},
+    description="Evaluates the assets' automation conditions: fold plans after new sidecars, retraining and the "
+                f"report once per `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}) period")
+
+symbol_data_job = dg.define_asset_job("symbol_data", selection=dg.AssetSelection.assets(
+    "book_sidecars", "bar_sidecars", "fold_plans"), description="A symbol's sidecars, then its fold plans")
+fold_training_job = dg.define_asset_job("fold_training", selection=dg.AssetSelection.key_prefixes("checkpoints"),
+                                        description="Every model's checkpoint of one symbol x fold")
 
 
-def _symbol_schedule(symbol: str) -> dg.ScheduleDefinition:
-    @dg.schedule(name=f"retrain_{symbol.replace('.', '_').lower()}", cron_schedule=RETRAIN_CRON,
-                 execution_timezone="America/Chicago", job=symbol_data_job,
-                 description=f"Weekly retraining of {symbol}: sidecars, fold plans and hyperopt")
-    def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        return dg.RunRequest(partition_key=symbol, tags={"alpha/trigger": "schedule"})
-
-    return _schedule
-
-
-def dbn_files(data_root: Path, symbol: str) -> list[str]:
-    folder = data_root / symbol
+def dbn_files(data: DataRoot, symbol: str) -> list[str]:
+    folder = data.symbol_dir(symbol)
     if not folder.is_dir():
         return []
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.endswith(DBN_SUFFIXES))
 
 
-@dg.sensor(name="new_dbn_files", jobs=[symbol_data_job, fold_training_job], minimum_interval_seconds=300,
-           description="Requests the sidecars and every fold of a symbol whose DBN folder gained files")
-def new_dbn_files(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-    data_root = Path(os.environ.get("ALPHA_DATA_DIR", "data/demo"))
+@dg.sensor(name="new_dbn_files", job=symbol_data_job, minimum_interval_seconds=300,
+           description="A symbol whose DBN folder gained files gets its sidecars and then its fold plans (one run)")
+def new_dbn_files(context: dg.SensorEvaluationContext, data: DataRoot) -> dg.SensorResult | dg.SkipReason:
     seen = json.loads(context.cursor) if context.cursor else {}
-    now = {symbol: dbn_files(data_root, symbol) for symbol in SYMBOLS}
+    now = {symbol: dbn_files(data, symbol) for symbol in SYMBOLS}
     requests = []
     for symbol, files in now.items():
         new = sorted(set(files) - set(seen.get(symbol, [])))
-        if not new:
-            continue
-        tag = {"alpha/trigger": "new-dbn-files", "alpha/new-files": ",".join(new)[:200]}
-        requests.append(dg.RunRequest(job_name="symbol_data", partition_key=symbol, tags=tag,
-                                      run_key=f"data-{symbol}-{len(files)}-{new[-1]}"))
-        for key in symbol_fold_partitions.get_partition_keys():
-            if symbol_fold_partitions.get_partition_key_from_str(key).keys_by_dimension["symbol"] == symbol:
-                requests.append(dg.RunRequest(job_name="fold_training", partition_key=key, tags=tag,
-                                              run_key=f"train-{key}-{len(files)}-{new[-1]}"))
+        if new:
+            tags = {TRIGGER_TAG: "new-dbn-files", "alpha/new-files": ",".join(new)[:200]}
+            requests.append(dg.RunRequest(partition_key=symbol, tags=tags, run_key=f"{symbol}-{len(files)}-{new[-1]}"))
     if not requests:
         return dg.SkipReason("no new DBN files")
     return dg.SensorResult(run_requests=requests, cursor=json.dumps(now))
 
 
-schedules = [_symbol_schedule(s) for s in SYMBOLS]
-jobs = [symbol_data_job, fold_training_job, symbol_report_job]
+def latest_tick(now: dt.datetime) -> dt.datetime:
+    from dagster._utils.schedules import get_latest_completed_cron_tick
+
+    return get_latest_completed_cron_tick(RETRAIN_CRON, now, RETRAIN_TIMEZONE)
+
+
+def retrain_request(symbol: str, tick: dt.datetime, asset_graph) -> dg.RunRequest:
+    """One backfill of the symbol's whole lineage, every model, with the spec's EPOCHS and HYPEROPT_TRIALS."""
+    from alpha_assets import run
+
+    plan = run.plan([symbol], "all", "full", run.EPOCHS, run.HYPEROPT_TRIALS,
+                    run_id=f"retrain-{symbol.lower()}-{tick:%Y%m%d}", trigger="schedule")
+    request = dg.RunRequest.for_asset_graph_subset(run.asset_graph_subset(plan.targets, asset_graph), tags=plan.tags)
+    return request.with_replaced_attrs(run_config=plan.run_config)
+
+
+def _retrain_sensor(symbol: str) -> dg.SensorDefinition:
+    @dg.sensor(name=f"retrain_{symbol.replace('.', '_').lower()}", minimum_interval_seconds=60,
+               description=f"Every `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}): retrain {symbol} end to end as one backfill "
+                           "(sidecars, fold plans, hyperopt, every fold's checkpoints, the report)")
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        tick = latest_tick(dt.datetime.now(dt.UTC))
+        if context.cursor is None:  # turned on: start with the next tick, never retrain for past ones
+            return dg.SensorResult(skip_reason=f"first retrain after the next {RETRAIN_CRON} tick",
+                                   cursor=str(tick.timestamp()))
+        if tick.timestamp() <= float(context.cursor):
+            return dg.SkipReason(f"retrained for the {tick:%Y-%m-%d %H:%M %Z} tick")
+        return dg.SensorResult(run_requests=[retrain_request(symbol, tick, context.repository_def.asset_graph)],
+                               cursor=str(tick.timestamp()))
+
+    return _sensor
+
+
+retrain_sensors = [_retrain_sensor(s) for s in SYMBOLS]
+sensors = [new_dbn_files, automation_sensor, *retrain_sensors]
+jobs = [symbol_data_job, fold_training_job]

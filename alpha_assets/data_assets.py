@@ -1,9 +1,12 @@
-"""Data assets per symbol: book and bar sidecars, and the walk-forward fold plans, with their gates."""
+"""Data assets per symbol: book and bar sidecars, and the walk-forward fold plans, with their gates.
 
-
+They hold slots of the `cpu` pool (dagster.yaml's default limit); fold plans follow new sidecars by themselves
+(`FOLD_PLANS_AUTOMATION`), so whatever rebuilds the sidecars also refreshes the folds the training reads.
+"""
 
 import dagster as dg
 
+from alpha_assets.automation import FOLD_PLANS_AUTOMATION
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
@@ -16,6 +19,7 @@ from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
 
 INTEGRITY = "sidecar_integrity"
 LEAKAGE = "fold_leakage"
+CPU_POOL = "cpu"  # every step that needs no GPU
 
 
 class SidecarConfig(dg.Config):
@@ -64,6 +68,7 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         group_name="data",
         kinds={"databento", "numpy"},
         code_version=FEATURE_VERSION,
+        pool=CPU_POOL,
         check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True)],
     )
     def _asset(
@@ -134,6 +139,8 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     kinds={"json"},
     deps=[book_sidecars, bar_sidecars],
     code_version="1",
+    pool=CPU_POOL,
+    automation_condition=FOLD_PLANS_AUTOMATION,
     check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True)],
     description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
 )

@@ -1,6 +1,11 @@
-"""The Definitions object `dg dev` / `dagster dev -w workspace.yaml` load."""
+"""The Definitions object `dg dev`, `dagster dev -w workspace.yaml`, the code server and the daemon load.
+
+The `dg` layout: everything under `alpha_assets/defs/` is loaded by `dg.load_from_defs_folder` (pyproject.toml's
+`[tool.dg]`), plus the executor, chosen by the environment (local processes or Kubernetes pods).
+"""
 
 import warnings
+from pathlib import Path
 
 import dagster as dg
 
@@ -8,22 +13,9 @@ import dagster as dg
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
-from alpha_assets.automation import jobs, new_dbn_files, schedules  # noqa: E402
-from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans  # noqa: E402
 from alpha_assets.execution import executor  # noqa: E402
-from alpha_assets.resources import default_resources  # noqa: E402
-from alpha_assets.training_assets import (  # noqa: E402
-    checkpoint_assets,
-    ensemble_report,
-    hyperopt_assets,
-    run_summary,
-)
 
-defs = dg.Definitions(
-    assets=[book_sidecars, bar_sidecars, fold_plans, *hyperopt_assets, *checkpoint_assets, ensemble_report, run_summary],
-    jobs=jobs,
-    schedules=schedules,
-    sensors=[new_dbn_files],
-    resources=default_resources(),
-    executor=executor(),
+defs = dg.Definitions.merge(
+    dg.load_from_defs_folder(path_within_project=Path(__file__).parent),
+    dg.Definitions(executor=executor()),
 )

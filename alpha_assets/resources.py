@@ -39,7 +39,8 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
     }
 
 
-RUN_ID_TAG = "alpha/run_id"
+RUN_ID_TAG = "alpha/run_id"  # the pipeline RUN_ID: every run of one `alpha run` or retrain shares it
+TRIGGER_TAG = "alpha/trigger"  # what launched the run: alpha-run, schedule, new-dbn-files, automation
 
 
 def run_id(context) -> str:

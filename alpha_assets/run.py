@@ -1,111 +1,410 @@
-"""`alpha run`: the spec's CI trigger (SYMBOLS, MODELS, PHASE, MAX_PARALLEL, EPOCHS, HYPEROPT_TRIALS, RUN_ID) as
-Dagster runs, in this process against $DAGSTER_HOME, or with `--remote URL` on a running Dagster through GraphQL.
+"""`alpha run`: the spec's CI trigger (SYMBOLS, MODELS, PHASE, MAX_PARALLEL, EPOCHS, HYPEROPT_TRIALS, RUN_ID) as ONE
+Dagster asset backfill per RUN_ID.
 
-A run has one partitioning, so the lineage becomes ordered steps per symbol: the data assets [symbol], then
-hyperopt [symbol], one training run per fold [symbol x fold] and the report [symbol]. Every step is tagged
-with the RUN_ID, so all artifacts land under `{storage}/<RUN_ID>/` as in the spec's `/output/<RUN_ID>/`. A step
-that fails (a checkpoint below its gate) is reported and the rest goes on; the exit status is non-zero.
+The backfill targets, for the chosen symbols and models, the data assets [symbol], hyperopt [symbol], every fold's
+checkpoints [symbol x fold] and the report [symbol]. The backfill daemon runs each partition in its own run, in
+dependency order, and as many at once as the run queue and the pools allow: GPU steps hold a slot of the `gpu`
+pool, whose limit `alpha run` sets to MAX_PARALLEL (GPU steps across all runs of the instance), and the other
+steps hold slots of the `cpu` pool (dagster.yaml's default limit).
+
+Settings reach the runs through the backfill's run config: Dagster gives every run of a backfill the same run
+config, and a run ignores the entries of ops it does not contain, so one config carries the epochs and the train
+and hyperopt settings of every op. Every run is tagged `alpha/run_id` (all artifacts land under
+`{storage}/<RUN_ID>/`) and `alpha/trigger`.
+
+Locally the backfill is written to the instance of $DAGSTER_HOME and run by its daemon: the one of a running
+`dg dev` when it has a live heartbeat, else a `dagster-daemon run` started for as long as `alpha run` follows the
+backfill. With `--remote URL` it is launched through the webserver's GraphQL API. Either way `alpha run` prints one
+line per run that starts, finishes or fails, and fails itself when anything failed.
 """
+
+from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from pathlib import Path
 
 import dagster as dg
 
-from alpha_assets.partitions import symbol_fold_partitions
-from alpha_assets.resources import RUN_ID_TAG
+from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
+from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
+from alpha_core.errors import PlanError
 from alpha_core.models import registry
 
 PHASES = ("hyperopt", "train", "eval", "full")
+EPOCHS, HYPEROPT_TRIALS, MAX_PARALLEL = 50, 20, 10  # the spec's defaults
 DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
+GPU_POOL = "gpu"
+BACKFILL_TAG = "dagster/backfill"
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
+FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+RUN_WORDS = {"STARTING": "running", "STARTED": "running", "SUCCESS": "done", "FAILURE": "FAILED",
+             "CANCELING": "canceled", "CANCELED": "canceled"}  # QUEUED / NOT_STARTED print nothing
 
 
-@dataclass
-class Step:
-    name: str
-    assets: list[dg.AssetKey]
-    partition: str
+@dataclass(frozen=True)
+class Plan:
+    """One backfill: which partitions of which assets, the run config every run gets, and the tags."""
+
+    run_id: str
+    phase: str
+    symbols: list[str]
+    models: list[str]
+    max_parallel: int
+    targets: dict[str, list[str]]  # asset key (user string) -> partition keys
     run_config: dict = field(default_factory=dict)
-    tags: dict = field(default_factory=dict)
+    trigger: str = "alpha-run"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: self.trigger}
+
+    @property
+    def title(self) -> str:
+        return f"alpha run {self.run_id} ({self.phase}: {', '.join(self.symbols)})"[:100]
+
+    @property
+    def description(self) -> str:
+        return (f"alpha run {self.run_id}: phase {self.phase}, symbols {','.join(self.symbols)}, "
+                f"models {','.join(self.models)}, at most {self.max_parallel} GPU steps at once")
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.targets.values())
 
 
-def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, run_id: str,
-         train_config: dict | None = None, hyperopt_config: dict | None = None) -> list[Step]:
+def lineage(symbols: list[str], models: list[str], phase: str) -> dict[str, list[str]]:
+    """The asset partitions of a phase: data always, then hyperopt, checkpoints and the report as the phase asks."""
+    targets = {asset: list(symbols) for asset in DATA_ASSETS}
+    if phase in ("hyperopt", "full"):
+        targets |= {f"hyperopt/{m}": list(symbols) for m in models if registry.get(m).search_space is not None}
+    if phase in ("train", "full"):
+        folds = [key for symbol in symbols for key in symbol_fold_keys(symbol)]
+        targets |= {f"checkpoints/{m}": folds for m in models}
+    if phase in ("eval", "full"):
+        targets["ensemble_report"] = list(symbols)
+    return targets
+
+
+def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, run_id: str, max_parallel: int = MAX_PARALLEL,
+         train_config: dict | None = None, hyperopt_config: dict | None = None, trigger: str = "alpha-run") -> Plan:
+    """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
-        raise ValueError(f"PHASE must be one of {', '.join(PHASES)} (got {phase!r})")
+        raise PlanError(f"PHASE must be one of {', '.join(PHASES)} (got {phase!r})")
+    if not symbols:
+        raise PlanError("SYMBOLS is empty")
+    unknown = [s for s in symbols if s not in SYMBOLS]
+    if unknown:
+        raise PlanError(f"SYMBOLS: unknown symbol {', '.join(unknown)} (known: {', '.join(SYMBOLS)})")
     names = registry.select(models)
-    searchable = [m for m in names if registry.get(m).search_space is not None]
-    tags = {RUN_ID_TAG: run_id, "alpha/trigger": "alpha-run"}
-    steps = []
-    for symbol in symbols:
-        steps.append(Step(f"data {symbol}", [dg.AssetKey(a) for a in DATA_ASSETS], symbol, tags=tags))
-        if phase in ("hyperopt", "full") and searchable:
-            cfg = {f"hyperopt__{m}": {"config": {"trials": trials, **(hyperopt_config or {})}} for m in searchable}
-            steps.append(Step(f"hyperopt {symbol}", [dg.AssetKey(["hyperopt", m]) for m in searchable], symbol,
-                              {"ops": cfg}, tags))
-        if phase in ("train", "full"):
-            cfg = {f"checkpoints__{m}": {"config": {"epochs": epochs, **(train_config or {})}} for m in names}
-            for key in symbol_fold_partitions.get_partition_keys():
-                dims = symbol_fold_partitions.get_partition_key_from_str(key).keys_by_dimension
-                if dims["symbol"] == symbol:
-                    part_tags = {**tags, "dagster/partition/symbol": symbol, "dagster/partition/fold": dims["fold"]}
-                    steps.append(Step(f"train {symbol} fold {dims['fold']}",
-                                      [dg.AssetKey(["checkpoints", m]) for m in names], key, {"ops": cfg}, part_tags))
-        if phase in ("eval", "full"):
-            steps.append(Step(f"report {symbol}", [dg.AssetKey("ensemble_report")], symbol, tags=tags))
-    return steps
+    if not names:
+        raise PlanError("MODELS selects no model")
+    if not RUN_ID_RE.fullmatch(run_id):
+        raise PlanError(f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit "
+                        f"(got {run_id!r})")
+    for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
+        if value < 1:
+            raise PlanError(f"{name} must be >= 1 (got {value})")
+    targets = lineage(list(dict.fromkeys(symbols)), names, phase)
+    ops = {}
+    for key in targets:
+        kind, _, model = key.partition("/")
+        if kind == "hyperopt":
+            ops[f"hyperopt__{model}"] = {"config": {"trials": trials, **(hyperopt_config or {})}}
+        elif kind == "checkpoints":
+            ops[f"checkpoints__{model}"] = {"config": {"epochs": epochs, **(train_config or {})}}
+    result = Plan(run_id, phase, list(dict.fromkeys(symbols)), names, max_parallel, targets,
+                  {"ops": ops} if ops else {}, trigger)
+    _validate_run_config(result.run_config)
+    return result
 
 
-def run_local(steps: list[Step]) -> bool:
+def _validate_run_config(run_config: dict) -> None:
+    """Refuse a bad key or value now rather than in every run of the backfill."""
     from alpha_assets.definitions import defs
-    from alpha_assets.resources import default_resources
 
-    assets = list(defs.assets)
-    resources = default_resources()
-    by_key = {a.key: a for a in assets}
-    instance = dg.DagsterInstance.get()
-    ok = True
-    for step in steps:
-        started = time.perf_counter()
-        partition = (symbol_fold_partitions.get_partition_key_from_str(step.partition) if "|" in step.partition
-                     else step.partition)
-        result = dg.materialize(assets, selection=[by_key[k] for k in step.assets], partition_key=partition,
-                                instance=instance, resources=resources, run_config=step.run_config, tags=step.tags,
-                                raise_on_error=False)
-        ok &= result.success
-        print(f"{'ok    ' if result.success else 'FAILED'} {step.name} ({time.perf_counter() - started:.0f} s, "
-              f"run {result.run_id})", flush=True)
-    return ok
+    try:
+        dg.validate_run_config(defs.resolve_implicit_global_asset_job_def(), run_config)
+    except dg.DagsterInvalidConfigError as exc:  # the same error repeats for every model: name the first
+        error = exc.errors[0]
+        flag = "--hyperopt-config" if ":hyperopt__" in str(error.stack) + error.message else "--train-config"
+        raise PlanError(f"{flag}: {error.message}") from None
 
 
-def run_remote(url: str, steps: list[Step], poll_s: float = 2.0, location: str = "alpha") -> bool:
-    from dagster_graphql import DagsterGraphQLClient
-
-    parsed = urlparse(url if "//" in url else f"http://{url}")
-    client = DagsterGraphQLClient(parsed.hostname, port_number=parsed.port, use_https=parsed.scheme == "https")
-    ok = True
-    for step in steps:
-        run_id = client.submit_job_execution(
-            "__ASSET_JOB", repository_location_name=location, run_config=step.run_config or None,
-            asset_selection=[k.path for k in step.assets], tags={**step.tags, "dagster/partition": step.partition},
-        )
-        started = time.perf_counter()
-        while (status := client.get_run_status(run_id)) not in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE,
-                                                               dg.DagsterRunStatus.CANCELED):
-            time.sleep(poll_s)
-        ok &= status == dg.DagsterRunStatus.SUCCESS
-        print(f"{'ok    ' if status == dg.DagsterRunStatus.SUCCESS else 'FAILED'} {step.name} "
-              f"({time.perf_counter() - started:.0f} s, run {run_id}, {status.value})", flush=True)
-    return ok
+def parse_json_option(flag: str, text: str | None) -> dict | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{flag}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise PlanError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def default_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
 
 
-def describe(steps: list[Step]) -> str:
-    return json.dumps([{"step": s.name, "partition": s.partition, "assets": [k.to_user_string() for k in s.assets]}
-                       for s in steps], indent=2)
+def describe(p: Plan) -> str:
+    return json.dumps({"run_id": p.run_id, "title": p.title, "description": p.description, "tags": p.tags,
+                       "max_parallel": p.max_parallel,
+                       "targets": [{"asset": a, "partitions": keys} for a, keys in p.targets.items()],
+                       "run_config": p.run_config}, indent=2)
+
+
+def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
+    """The targets as the AssetGraphSubset a backfill (or a sensor's backfill request) is made of."""
+    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+
+    subsets = {}
+    for asset, keys in targets.items():
+        key = dg.AssetKey.from_user_string(asset)
+        subsets[key] = asset_graph.get(key).partitions_def.subset_with_partition_keys(keys)
+    return AssetGraphSubset(partitions_subsets_by_asset_key=subsets)
+
+
+# --- following a backfill ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunState:
+    run_id: str
+    status: str  # DagsterRunStatus value
+    partition: str
+    assets: tuple[str, ...]
+
+
+def _run_state(run_id: str, status: str, tags: dict, assets) -> RunState:
+    return RunState(run_id, status, tags.get("dagster/partition", "-"), tuple(sorted(assets)))
+
+
+class LocalBackfill:
+    """A backfill in the local instance; the daemon that runs it is the caller's business."""
+
+    def __init__(self, instance: dg.DagsterInstance, backfill_id: str) -> None:
+        self.instance, self.backfill_id = instance, backfill_id
+
+    def status(self) -> str:
+        return self.instance.get_backfill(self.backfill_id).status.value
+
+    def runs(self) -> list[RunState]:
+        records = self.instance.get_run_records(filters=dg.RunsFilter(tags={BACKFILL_TAG: self.backfill_id}))
+        return [_run_state(r.dagster_run.run_id, r.dagster_run.status.value, r.dagster_run.tags,
+                           [k.to_user_string() for k in r.dagster_run.asset_selection or ()]) for r in records]
+
+    def failure(self, run_id: str) -> str:
+        for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+            error = record.dagster_event.step_failure_data.error
+            return f"{record.step_key}: {(error.message if error else 'failed').strip().splitlines()[0]}"
+        return ""
+
+    def cancel(self) -> None:
+        from dagster._core.execution.backfill import BulkActionStatus
+
+        backfill = self.instance.get_backfill(self.backfill_id)
+        if backfill.status.value not in FINISHED:
+            self.instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
+
+
+def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout) -> bool:
+    """Print one line per run that starts, finishes or fails until the backfill is finished; True if all succeeded.
+
+    `check()` returns a reason to give up (the daemon died), or None."""
+    started, seen, failed = time.monotonic(), {}, 0
+    while True:
+        status = backfill.status()  # before the runs: a finished backfill has launched all of its runs
+        for run in sorted(backfill.runs(), key=lambda r: r.run_id):
+            word = RUN_WORDS.get(run.status)
+            if word is None or seen.get(run.run_id) == word:
+                continue
+            seen[run.run_id] = word
+            reason = backfill.failure(run.run_id) if word == "FAILED" else ""
+            failed += word in ("FAILED", "canceled")
+            print(f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
+                  f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}", file=out, flush=True)
+        if status in FINISHED:
+            done = sum(w == "done" for w in seen.values())
+            print(f"backfill {backfill.backfill_id}: {status}, {done} runs done, {failed} failed or canceled "
+                  f"({time.monotonic() - started:.0f} s)", file=out, flush=True)
+            return status in ("COMPLETED_SUCCESS", "COMPLETED") and not failed
+        problem = check() if check else None
+        if problem:
+            raise PlanError(problem)
+        time.sleep(poll_s)
+
+
+# --- local: the instance of $DAGSTER_HOME and its daemon ---------------------------------------------
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def daemon_alive(instance: dg.DagsterInstance, tolerance_s: float = 15.0) -> bool:
+    """A daemon that runs backfills (and dequeues runs) has posted a heartbeat within its interval + tolerance."""
+    from dagster._daemon.controller import get_daemon_statuses
+
+    needed = [t for t in ("BACKFILL", "QUEUED_RUN_COORDINATOR") if t in instance.get_required_daemon_types()]
+    statuses = get_daemon_statuses(instance, needed, ignore_errors=True, heartbeat_tolerance_seconds=tolerance_s)
+    return all(s.healthy for s in statuses.values())
+
+
+class Daemon:
+    """`dagster-daemon run` for as long as `alpha run` needs one, unless a live daemon (e.g. `dg dev`'s) exists."""
+
+    def __init__(self, instance: dg.DagsterInstance, env: dict[str, str]) -> None:
+        self.instance, self.env, self.proc, self.log = instance, env, None, None
+
+    def ensure(self) -> str | None:
+        """Start a daemon if none is alive; returns why following cannot go on, or None."""
+        if self.proc is not None:
+            if self.proc.poll() is not None:
+                return f"dagster-daemon exited with status {self.proc.returncode}; its log: {self.log}"
+            return None
+        if not daemon_alive(self.instance):
+            self.start()
+        return None
+
+    def start(self) -> None:
+        home = Path(self.instance.root_directory)
+        folder = Path(tempfile.mkdtemp(prefix="alpha-run-"))
+        workspace = folder / "workspace.yaml"  # the location name `dg dev` uses, wherever `alpha run` is called from
+        workspace.write_text(json.dumps({"load_from": [{"python_module": {
+            "module_name": "alpha_assets.definitions", "attribute": "defs", "location_name": "alpha",
+            "working_directory": str(project_root())}}]}))
+        self.log = home / "alpha-run" / f"daemon-{os.getpid()}.log"  # not logs/: Dagster's telemetry moves that
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
+                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        print(f"started dagster-daemon (pid {self.proc.pid}) for this run; log {self.log}", flush=True)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)  # its code server and any run worker are in its session
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.instance.wipe_daemon_heartbeats()  # so the next `alpha run` does not count on this daemon
+
+
+def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0) -> bool:
+    """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end."""
+    from dagster._core.execution.backfill import PartitionBackfill
+    from dagster._core.utils import make_new_backfill_id
+
+    from alpha_assets.definitions import defs
+
+    if instance is None:
+        if not os.environ.get("DAGSTER_HOME"):
+            raise PlanError("DAGSTER_HOME is not set: point it at the instance folder (e.g. dagster_home/)")
+        instance = dg.DagsterInstance.get()
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, p.max_parallel)
+    backfill = PartitionBackfill.from_asset_graph_subset(
+        backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
+        dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset(p.targets, defs.resolve_asset_graph()),
+        title=p.title, description=p.description, run_config=p.run_config)
+    instance.add_backfill(backfill)
+    print(f"backfill {backfill.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
+          f"gpu pool limit {p.max_parallel}", flush=True)
+    source = LocalBackfill(instance, backfill.backfill_id)
+    daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel)})
+    try:
+        return follow(source, poll_s, check=daemon.ensure)
+    except KeyboardInterrupt:
+        source.cancel()
+        raise
+    finally:
+        daemon.stop()
+
+
+# --- remote: the webserver's GraphQL API -----------------------------------------------------------
+
+LAUNCH = """mutation Launch($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on RunConfigValidationInvalid { errors { message } }
+  ... on Error { message } } }"""
+STATUS = """query Status($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
+  ... on PartitionBackfill { status runs { runId status tags { key value } assetSelection { path } } }
+  ... on Error { message } } }"""
+SET_POOL = "mutation Pool($key: String!, $limit: Int!) { setConcurrencyLimit(concurrencyKey: $key, limit: $limit) }"
+CANCEL = """mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename
+  ... on Error { message } } }"""
+
+
+class RemoteBackfill:
+    """A backfill on a running Dagster, through its GraphQL API (`{url}/graphql`)."""
+
+    def __init__(self, url: str, backfill_id: str | None = None) -> None:
+        self.url, self.backfill_id = url.rstrip("/") if "//" in url else f"http://{url.rstrip('/')}", backfill_id
+
+    def query(self, text: str, variables: dict) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": text, "variables": variables})
+                                         .encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                body = json.loads(response.read())
+        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+            raise PlanError(f"{self.url}/graphql: {getattr(exc, 'reason', exc)}") from None
+        if body.get("errors"):
+            raise PlanError(f"{self.url}/graphql: {body['errors'][0].get('message')}")
+        return body["data"]
+
+    def launch(self, p: Plan) -> str:
+        self.query(SET_POOL, {"key": GPU_POOL, "limit": p.max_parallel})
+        params = {"partitionsByAssets": [{"assetKey": {"path": asset.split("/")},
+                                          "partitions": {"ranges": [{"start": k, "end": k} for k in keys]}}
+                                         for asset, keys in p.targets.items()],
+                  "tags": [{"key": k, "value": v} for k, v in p.tags.items()], "title": p.title,
+                  "description": p.description, "runConfigData": p.run_config}
+        result = self.query(LAUNCH, {"params": params})["launchPartitionBackfill"]
+        if result["__typename"] != "LaunchBackfillSuccess":
+            messages = [e["message"] for e in result.get("errors", [])] or [result.get("message", result["__typename"])]
+            raise PlanError(f"{self.url}: the backfill was refused: {'; '.join(messages)}")
+        self.backfill_id = result["backfillId"]
+        return self.backfill_id
+
+    def _backfill(self) -> dict:
+        result = self.query(STATUS, {"id": self.backfill_id})["partitionBackfillOrError"]
+        if result["__typename"] != "PartitionBackfill":
+            raise PlanError(f"{self.url}: backfill {self.backfill_id}: {result.get('message', result['__typename'])}")
+        return result
+
+    def status(self) -> str:
+        return self._backfill()["status"]
+
+    def runs(self) -> list[RunState]:
+        return [_run_state(r["runId"], r["status"], {t["key"]: t["value"] for t in r["tags"]},
+                           ["/".join(a["path"]) for a in r["assetSelection"] or ()]) for r in self._backfill()["runs"]]
+
+    def failure(self, run_id: str) -> str:
+        return f"{self.url}/runs/{run_id}"
+
+    def cancel(self) -> None:
+        self.query(CANCEL, {"id": self.backfill_id})
+
+
+def launch_remote(p: Plan, url: str, poll_s: float = 5.0) -> bool:
+    remote = RemoteBackfill(url)
+    backfill_id = remote.launch(p)
+    print(f"backfill {backfill_id} ({p.size} asset partitions): {remote.url}/runs/b/{backfill_id}; "
+          f"gpu pool limit {p.max_parallel}", flush=True)
+    try:
+        return follow(remote, poll_s)
+    except KeyboardInterrupt:
+        remote.cancel()
+        raise

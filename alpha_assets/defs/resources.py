@@ -1,0 +1,10 @@
+"""Where data is read and artifacts are written (ALPHA_DATA_DIR, ALPHA_STORAGE_ROOT; see resources.py)."""
+
+import dagster as dg
+
+from alpha_assets.resources import default_resources
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(resources=default_resources())
