@@ -332,21 +332,20 @@ def add_evaluate_parser(sub) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """The spec's CI trigger; the one command that needs Dagster, so it lives in alpha_assets."""
-    import os
-
+    """The spec's CI trigger as one Dagster asset backfill; the one command that needs Dagster (alpha_assets.run)."""
     from alpha_assets import run
 
-    os.environ["MAX_PARALLEL"] = str(args.max_parallel)
-    run_id = args.run_id or run.default_run_id()
-    steps = run.plan(_symbols(args.symbols), args.models, args.phase, args.epochs, args.hyperopt_trials, run_id,
-                     json.loads(args.train_config) if args.train_config else None,
-                     json.loads(args.hyperopt_config) if args.hyperopt_config else None)
-    print(f"RUN_ID {run_id}: {len(steps)} steps ({args.phase}) for {args.symbols}, models {args.models}", flush=True)
+    plan = run.plan(_symbols(args.symbols) or [], args.models, args.phase, args.epochs, args.hyperopt_trials,
+                    args.run_id or run.default_run_id(), args.max_parallel,
+                    run.parse_json_option("--train-config", args.train_config),
+                    run.parse_json_option("--hyperopt-config", args.hyperopt_config))
+    print(f"RUN_ID {plan.run_id}: one backfill of {plan.size} asset partitions ({plan.phase}) for "
+          f"{','.join(plan.symbols)}, models {','.join(plan.models)}, at most {plan.max_parallel} GPU steps at once",
+          flush=True)
     if args.dry_run:
-        print(run.describe(steps))
+        print(run.describe(plan))
         return 0
-    ok = run.run_remote(args.remote, steps) if args.remote else run.run_local(steps)
+    ok = run.launch_remote(plan, args.remote) if args.remote else run.launch_local(plan)
     return 0 if ok else 1
 
 
@@ -354,18 +353,21 @@ def add_run_parser(sub) -> None:
     import os
 
     env = os.environ.get
-    p = sub.add_parser("run", help="the CI trigger: SYMBOLS/MODELS/PHASE/... as Dagster runs (local or --remote)")
+    p = sub.add_parser("run", help="the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)")
     p.add_argument("--symbols", default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS)")
     p.add_argument("--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS)")
-    p.add_argument("--phase", default=env("PHASE", "full"), choices=["hyperopt", "train", "eval", "full"])
-    p.add_argument("--max-parallel", type=int, default=int(env("MAX_PARALLEL", "10")))
-    p.add_argument("--epochs", type=int, default=int(env("EPOCHS", "50")))
-    p.add_argument("--hyperopt-trials", type=int, default=int(env("HYPEROPT_TRIALS", "20")))
+    p.add_argument("--phase", default=env("PHASE", "full"), help="hyperopt | train | eval | full (env PHASE)")
+    # argparse converts string defaults with `type`, so a bad environment value is a clean usage error
+    p.add_argument("--max-parallel", type=int, default=env("MAX_PARALLEL", "10"),
+                   help="GPU steps at once across the instance: the `gpu` pool limit (env MAX_PARALLEL)")
+    p.add_argument("--epochs", type=int, default=env("EPOCHS", "50"), help="per walk-forward fold (env EPOCHS)")
+    p.add_argument("--hyperopt-trials", type=int, default=env("HYPEROPT_TRIALS", "20"),
+                   help="PSO trials per model (env HYPEROPT_TRIALS)")
     p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
     p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
     p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")
-    p.add_argument("--dry-run", action="store_true", help="print the steps only")
+    p.add_argument("--dry-run", action="store_true", help="print the backfill only")
     p.set_defaults(func=cmd_run)
 
 
