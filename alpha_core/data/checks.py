@@ -114,7 +114,7 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
             break
     inner = sorted(sessions)[1:-1]
     if inner:
-        typical = float(np.median([sessions[d] for d in inner]))
+        typical = float(np.median(list(sessions.values())))
         few = [d for d in inner if sessions[d] < FEW_ROWS_SHARE * typical]
         if few:
             problems.append(f"{name}: session {_day(few[0])} has {sessions[few[0]]} rows, under "

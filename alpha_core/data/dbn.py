@@ -115,10 +115,7 @@ def read_info(path: str | Path) -> DbnFile:
         for raw, intervals in meta.mappings.items()
     }
     end = None if meta.end is None or int(meta.end) == dbn.UNDEF_TIMESTAMP else int(meta.end)
-    if end is not None and end <= int(meta.start):
-        start = validate.iso(int(meta.start))
-        raise DataError(path, f"metadata.end {validate.iso(end)} is not after metadata.start {start}")
-    return DbnFile(
+    info = DbnFile(
         path=path,
         schema=str(meta.schema),
         dataset=str(meta.dataset),
@@ -129,6 +126,8 @@ def read_info(path: str | Path) -> DbnFile:
         end=end,
         mappings=mappings,
     )
+    validate.check_metadata(info)
+    return info
 
 
 def _instrument_id(path: Path, raw: str, value: str) -> int:

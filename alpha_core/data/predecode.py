@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +47,28 @@ def predecode(
     schema: str | None = None,
     label_config: LabelConfig | None = None,
 ) -> list[Predecoded]:
-    """Sidecars of every DBN file under `directory` (optionally one schema), in chronological order."""
+    """Sidecars of every DBN file under `directory` (optionally one schema), in chronological order.
+
+    All or nothing: when a file fails (a hostile record is only found while its sidecar is built), the
+    sidecars this call built and the folders it created are removed again, so a failed step leaves the
+    cache as it found it.
+    """
     files = discover(directory, schema, symbol)
-    return [
-        Predecoded(*ensure_sidecar(f.path, predecoded_dir, symbol=symbol, label_config=label_config))
-        for f in files
-    ]
+    cache = Path(predecoded_dir)
+    new_dirs = [p for p in (cache, *cache.parents) if not p.exists()]  # deepest first
+    items: list[Predecoded] = []
+    try:
+        for f in files:
+            items.append(Predecoded(*ensure_sidecar(f.path, cache, symbol=symbol, label_config=label_config)))
+    except BaseException:
+        for item in items:
+            if item.status != "reused":
+                shutil.rmtree(item.sidecar.path, ignore_errors=True)
+        for d in new_dirs:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only if empty: a concurrent writer's sidecar stays
+        raise
+    return items
 
 
 def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None) -> dict[str, list[FileRef]]:

@@ -26,7 +26,7 @@ import alpha_core
 from alpha_core.atomic import atomic_directory, remove_stale_temporaries
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
 from alpha_core.data.products import Product, product
-from alpha_core.data.validate import CHECKS_VERSION, check_dataset, file_sha256
+from alpha_core.data.validate import CHECKS_VERSION, file_sha256
 from alpha_core.errors import DataError
 
 FEATURE_VERSION = "2"  # bump whenever a feature or label changes: old sidecars become stale
@@ -141,13 +141,11 @@ def resolve_product(info: DbnFile, symbol: str | None) -> Product:
         if prod.root not in roots:
             found = ", ".join(sorted(roots)) or "none"
             raise DataError(info.path, f"metadata maps no {prod.symbol} contracts (products found: {found})")
-    elif len(roots) != 1:
+        return prod
+    if len(roots) != 1:
         found = ", ".join(sorted(roots)) or "none"
         raise DataError(info.path, f"metadata maps several or no products ({found}); pass a symbol")
-    else:
-        prod = product(next(iter(roots)))
-    check_dataset(info, prod)
-    return prod
+    return product(next(iter(roots)))
 
 
 def sidecar_key(sha256: str, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> str:

@@ -40,12 +40,12 @@ from alpha_core.bounds import (
     UnitFloat,
     check_batch_fits,
 )
-from alpha_core.data.dbn import MBP10, discover
+from alpha_core.data.dbn import MBP10
 from alpha_core.data.folds import plan_folds
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
-from alpha_core.data.predecode import file_ref
-from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
+from alpha_core.data.predecode import file_ref, predecode
+from alpha_core.data.sidecar import LabelConfig
 from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
@@ -238,9 +238,8 @@ class PerceptionTrainer:
 
     def _prepare_data(self) -> None:
         cfg = self.cfg
-        files = discover(cfg.mbp10_data_dir, MBP10)
         labels = LabelConfig(outcome_label_cost=cfg.outcome_label_cost)
-        sidecars = [ensure_sidecar(f.path, cfg.predecoded_dir, label_config=labels)[0] for f in files]
+        sidecars = [p.sidecar for p in predecode(cfg.mbp10_data_dir, cfg.predecoded_dir, None, MBP10, labels)]
         if cfg.cv_n_folds == 1 and len(sidecars) < 2:
             raise PlanError(
                 f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}"
