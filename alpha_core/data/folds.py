@@ -139,7 +139,10 @@ def hyperopt_files(plan: FoldPlan) -> tuple[list[FileRef], list[FileRef]]:
 
 def hyperopt_leakage(plan: FoldPlan, results: dict) -> list[str]:
     """Problems with a hyperopt `results.json` (a dict) against a fold plan: a file it trained or validated on
-    that is a test file of any fold, or a results file that does not say which files it used."""
+    that is a test file of any fold, or a results file that does not say which files it used.
+
+    Every fold is checked because one results file serves every fold's checkpoint; a nested search's results
+    (`cv_fold=k`, fold k's own files) pass only for k = 0, and must only ever be used for their own fold."""
     used = {split: results.get(f"{split}_files") for split in ("train", "val")}
     missing = [f"{split}_files" for split, names in used.items() if not isinstance(names, list)]
     if missing:
