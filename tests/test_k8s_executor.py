@@ -85,6 +85,8 @@ def cluster(tmp_path, tiny_data):
     with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
                      config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO) as standin:
         (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
+        # create the SQLite databases before any other process opens them (concurrent creation corrupts alembic_version)
+        instance = dg.DagsterInstance.from_config(str(home))
         target, socket, server_log = _workspace_target(), tmp_path / "grpc.sock", tmp_path / "code-server.log"
         env = standin.local_env(LOCATION_ENV, [], {"/data": data, "/output": output})
         env.update(DAGSTER_HOME=str(home), DAGSTER_CURRENT_IMAGE=IMAGE, DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
@@ -102,7 +104,7 @@ def cluster(tmp_path, tiny_data):
             return socket
 
         try:
-            yield standin, home, data, output, ready
+            yield standin, instance, data, output, ready
         finally:
             server.kill()
             server.wait()
@@ -112,8 +114,7 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     from alpha_assets.definitions import defs
     from alpha_assets.resources import DataRoot, StorageRoot
 
-    standin, home, data, output, code_server = cluster
-    instance = dg.DagsterInstance.from_config(str(home))
+    standin, instance, data, output, code_server = cluster
     upstream = [a for a in defs.assets if a.key.to_user_string() in ("book_sidecars", "bar_sidecars", "fold_plans")]
     assert dg.materialize(upstream, partition_key="ES.FUT", instance=instance, resources={
         "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success  # while the server loads
@@ -126,8 +127,8 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
                              "-o", op, "--config-json", json.dumps({"ops": {op: {"config": FAST}}}),
                              "--tags", json.dumps(tags), "--run-id", run_id],
-                            env={**_no_proxy(os.environ), "DAGSTER_HOME": str(home)}, capture_output=True, text=True,
-                            timeout=120)
+                            env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory}, capture_output=True,
+                            text=True, timeout=120)
     assert launch.returncode == 0, launch.stderr[-4000:]
 
     run = _wait("the run did not finish", lambda: (r := instance.get_run_by_id(run_id)) and r.is_finished and r, 240)
