@@ -235,7 +235,7 @@ def _truncated(tiny: Path) -> bytes:
 def _duplicate(tiny: Path, folder: Path):
     copy = folder / "again" / "copy.dbn.zst"
     copy.parent.mkdir()
-    shutil.copy(source(tiny, BOOK, 1), copy)
+    shutil.copy(source(tiny, folder.name, 1), copy)  # the folder is named after its schema
     return [copy], ["same content (sha256", "ES.FUT_2024-Q1.dbn.zst"]
 
 
@@ -407,6 +407,35 @@ def test_trainers_refuse_hostile_input_before_training(name, tiny_data, symbol_d
     assert nothing_left(cache)
 
 
+@pytest.fixture(scope="module")
+def checkpoint(tiny_data, tmp_path_factory) -> Path:
+    """A TFT checkpoint trained (one tiny epoch) on the first two bar files: `alpha evaluate` has something to
+    evaluate, so it reads the symbol's data."""
+    root = tmp_path_factory.mktemp("evaluate")
+    (root / "data" / "ES.FUT" / BARS).mkdir(parents=True)
+    for quarter in (1, 2):
+        shutil.copy(source(tiny_data, BARS, quarter), root / "data" / "ES.FUT" / BARS)
+    code = main(["train-supervised", "--model", "tft", "--data-dir", str(root / "data" / "ES.FUT"), "--epochs", "1",
+                 "--output-dir", str(root / "models" / "tft" / "ES.FUT"), "--predecoded-dir", str(root / "pd"),
+                 "--n-train-seqs", "16", "--n-val-seqs", "16", "--batch-size", "16", "--device", "cpu"])
+    assert code == 0
+    return root
+
+
+@pytest.mark.filterwarnings("ignore:--cv-n-folds 1 is the single")  # the checkpoint's fold has no test file
+@pytest.mark.parametrize("name", ["bar-zero-close", "bar-ts-in-2200", "duplicate-content"])
+def test_evaluate_refuses_hostile_input(name, checkpoint, tiny_data, tmp_path, capsys):
+    data = tmp_path / "data"
+    shutil.copytree(checkpoint / "data", data)
+    case = HOSTILE[name]
+    files, needles = case.build(tiny_data, data / "ES.FUT" / (BARS if name == "duplicate-content" else case.schema))
+    cache = tmp_path / "predecoded"
+    code, err = run(capsys, "evaluate", "--models-dir", checkpoint / "models", "--data-dir", data,
+                    "--output", tmp_path / "report" / "ensemble_report.json", "--predecoded-dir", cache)
+    assert_refused(code, err, files, needles)
+    assert nothing_left(cache)
+
+
 # --- legal but suspicious: a failed integrity check, not an error ---------------------------------------------
 
 
@@ -498,6 +527,7 @@ def test_files_named_alike_in_two_folders_keep_their_own_sidecars(tiny_data, tmp
     assert len(sidecars) == 2 and all(p.startswith("same.ES.book.") for p in sidecars), sidecars
 
 
+@pytest.mark.filterwarnings("ignore:--cv-n-folds 1 is the single")  # the plain train/validation split
 def test_file_order_follows_the_records_not_the_metadata(tiny_data, tmp_path, capsys):
     """Q2's metadata starts before Q1's (a wide request range), but its records come after Q1's."""
     folder = tmp_path / "data" / "ES.FUT"
@@ -536,3 +566,29 @@ def test_an_unusable_cache_is_one_line(tiny_data, tmp_path):
         ensure_sidecar(source(tiny_data, BOOK, 1), blocker)
     with pytest.raises(DataError, match=r"cannot write the sidecar of ES.FUT_2024-Q1.dbn.zst: not a directory"):
         ensure_sidecar(source(tiny_data, BOOK, 1), blocker / "below")
+
+
+def test_dagster_fails_the_step_with_the_message_and_blocks_on_suspicious_data(tiny_data, symbol_dir, tmp_path):
+    import dagster as dg
+
+    from alpha_assets.data_assets import INTEGRITY, book_sidecars
+    from alpha_assets.resources import DataRoot, StorageRoot
+
+    resources = {"data": DataRoot(root=str(tmp_path / "data")), "storage": StorageRoot(root=str(tmp_path / "storage"))}
+    files, needles = HOSTILE["book-zero-bid"].build(tiny_data, symbol_dir / BOOK)
+    result = dg.materialize([book_sidecars], partition_key="ES.FUT", resources=resources, raise_on_error=False)
+    assert not result.success
+    (failure,) = result.get_step_failure_events()
+    error, chain = failure.step_failure_data.error, []
+    while error is not None:  # Dagster wraps the op's exception: ours is the cause, shown under the step
+        chain.append(error.message)
+        error = error.cause
+    assert any(m.startswith(f"alpha_core.errors.DataError: {files[0]}: {needles[0]}") for m in chain), chain
+    assert nothing_left(tmp_path / "storage" / "predecoded")
+
+    meta, r = load(source(tiny_data, BOOK, 2))
+    odd = write(files[0], meta, _wide_spread(meta, r))  # legal, but a spread of 20,000 ticks
+    result = dg.materialize([book_sidecars], partition_key="ES.FUT", resources=resources, raise_on_error=False)
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == INTEGRITY and not check.passed
+    assert any(odd.name in p and "spread_ticks" in p for p in check.metadata["problems"].value)
