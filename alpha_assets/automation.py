@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import dagster as dg
 
 from alpha_assets.partitions import SYMBOLS
-from alpha_assets.resources import TRIGGER_TAG, DataRoot
+from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG, DataRoot
 from alpha_core.data.dbn import DBN_SUFFIXES
 
 RETRAIN_CRON = "0 2 * * 6"  # Saturday 02:00, after the week's last CME session
@@ -38,14 +39,14 @@ TRAINING_AUTOMATION = (
     & dg.AutomationCondition.all_deps_blocking_checks_passed()
     & ~dg.AutomationCondition.in_progress()  # e.g. inside a retrain backfill: that backfill trains it
 ).with_label("retrain on the weekly cron")
+_attempted = (dg.AutomationCondition.newly_updated().since(_tick)
+              | dg.AutomationCondition.execution_failed())  # a checkpoint below its gate must not hold the report back
 REPORT_AUTOMATION = (
     dg.AutomationCondition.in_latest_time_window()
     & _tick.since_last_handled()
-    & dg.AutomationCondition.all_deps_match(
-        dg.AutomationCondition.newly_updated().since(_tick)
-        | dg.AutomationCondition.will_be_requested()
-        | dg.AutomationCondition.execution_failed()  # a checkpoint below its gate must not hold the report back
-    ).with_label("every checkpoint retrained or failed since the tick")
+    # all_deps_match would accept ANY fold of a checkpoint asset (the fold -> symbol mapping fans in): say "no fold
+    # is still waiting" instead
+    & ~dg.AutomationCondition.any_deps_match(~_attempted).with_label("a checkpoint not retrained since the tick")
     & ~dg.AutomationCondition.any_deps_in_progress()
     & ~dg.AutomationCondition.in_progress()
 ).with_label("report after the weekly retrain")
@@ -62,7 +63,7 @@ fold_training_job = dg.define_asset_job("fold_training", selection=dg.AssetSelec
 
 
 def dbn_files(data: DataRoot, symbol: str) -> list[str]:
-    folder = data.symbol_dir(symbol)
+    folder = Path(data.root) / symbol  # a symbol without a folder yet simply has no files
     if not folder.is_dir():
         return []
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.endswith(DBN_SUFFIXES))
@@ -91,13 +92,16 @@ def latest_tick(now: dt.datetime) -> dt.datetime:
 
 
 def retrain_request(symbol: str, tick: dt.datetime, asset_graph) -> dg.RunRequest:
-    """One backfill of the symbol's whole lineage, every model, with the spec's EPOCHS and HYPEROPT_TRIALS."""
-    from alpha_assets import run
+    """One backfill of the symbol's whole lineage, every model, the same targets as `alpha run --phase full`.
 
-    plan = run.plan([symbol], "all", "full", run.EPOCHS, run.HYPEROPT_TRIALS,
-                    run_id=f"retrain-{symbol.lower()}-{tick:%Y%m%d}", trigger="schedule")
-    request = dg.RunRequest.for_asset_graph_subset(run.asset_graph_subset(plan.targets, asset_graph), tags=plan.tags)
-    return request.with_replaced_attrs(run_config=plan.run_config)
+    Dagster drops the run config of a sensor's backfill request (`for_asset_graph_subset` sets it to {}), so its
+    runs train with the assets' config defaults; `alpha run` is the way to set EPOCHS and the other settings."""
+    from alpha_assets import run
+    from alpha_core.models import registry
+
+    targets = run.lineage([symbol], registry.select("all"), "full")
+    tags = {RUN_ID_TAG: f"retrain-{symbol.lower()}-{tick:%Y%m%d}", TRIGGER_TAG: "schedule"}
+    return dg.RunRequest.for_asset_graph_subset(run.asset_graph_subset(targets, asset_graph), tags=tags)
 
 
 def _retrain_sensor(symbol: str) -> dg.SensorDefinition:

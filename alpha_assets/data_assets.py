@@ -69,7 +69,7 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         kinds={"databento", "numpy"},
         code_version=FEATURE_VERSION,
         pool=CPU_POOL,
-        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True)],
+        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True, partitions_def=symbol_partitions)],
     )
     def _asset(
         context: dg.AssetExecutionContext, config: SidecarConfig, data: DataRoot, storage: StorageRoot
@@ -141,7 +141,7 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     code_version="1",
     pool=CPU_POOL,
     automation_condition=FOLD_PLANS_AUTOMATION,
-    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True)],
+    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True, partitions_def=symbol_partitions)],
     description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
 )
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:

@@ -42,7 +42,7 @@ from alpha_core.errors import PlanError
 from alpha_core.models import registry
 
 PHASES = ("hyperopt", "train", "eval", "full")
-EPOCHS, HYPEROPT_TRIALS, MAX_PARALLEL = 50, 20, 10  # the spec's defaults
+MAX_PARALLEL = 10  # the spec's default GPU concurrency cap
 DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
 GPU_POOL = "gpu"
 BACKFILL_TAG = "dagster/backfill"
@@ -63,11 +63,10 @@ class Plan:
     max_parallel: int
     targets: dict[str, list[str]]  # asset key (user string) -> partition keys
     run_config: dict = field(default_factory=dict)
-    trigger: str = "alpha-run"
 
     @property
     def tags(self) -> dict[str, str]:
-        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: self.trigger}
+        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: "alpha-run"}
 
     @property
     def title(self) -> str:
@@ -97,7 +96,7 @@ def lineage(symbols: list[str], models: list[str], phase: str) -> dict[str, list
 
 
 def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, run_id: str, max_parallel: int = MAX_PARALLEL,
-         train_config: dict | None = None, hyperopt_config: dict | None = None, trigger: str = "alpha-run") -> Plan:
+         train_config: dict | None = None, hyperopt_config: dict | None = None) -> Plan:
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
         raise PlanError(f"PHASE must be one of {', '.join(PHASES)} (got {phase!r})")
@@ -124,7 +123,7 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, 
         elif kind == "checkpoints":
             ops[f"checkpoints__{model}"] = {"config": {"epochs": epochs, **(train_config or {})}}
     result = Plan(run_id, phase, list(dict.fromkeys(symbols)), names, max_parallel, targets,
-                  {"ops": ops} if ops else {}, trigger)
+                  {"ops": ops} if ops else {})
     _validate_run_config(result.run_config)
     return result
 

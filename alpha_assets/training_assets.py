@@ -114,7 +114,8 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
               automation_condition=TRAINING_AUTOMATION, owners=OWNERS,
               description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
                           f"{spec.description}",
-              check_specs=[dg.AssetCheckSpec(HYPEROPT_CHECK, asset=key, blocking=True, description=(
+              check_specs=[dg.AssetCheckSpec(HYPEROPT_CHECK, asset=key, blocking=True, partitions_def=symbol_partitions,
+                                             description=(
                   "Every trial completed with a finite score, and no file the search trained or validated on is a "
                   "test file of any fold (the search never sees the data it is evaluated on)."))])
     def _asset(context: dg.AssetExecutionContext, config: HyperoptAssetConfig, data: DataRoot,
@@ -164,7 +165,8 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
               op_tags=GPU_STEP_TAGS, retry_policy=GPU_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
               owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
               description=f"{name}, one walk-forward fold: {spec.description}",
-              check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True, description=(
+              check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
+                                             description=(
                   "The validation gate: mean validation AUC (supervised, book) or validation Sharpe (RL) above its "
                   "minimum. A failed gate leaves the attempt unpromoted: nothing downstream, now or later, uses it."))])
     def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
@@ -240,7 +242,8 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
     deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
           for m in MODELS],
     description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate).",
-    check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, description=(
+    check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, partitions_def=symbol_partitions,
+                                 description=(
         "Every requested model x fold is in the report or under Excluded with its reason, and every row has a DSR."))],
 )
 def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot,
