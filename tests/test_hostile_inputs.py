@@ -271,6 +271,12 @@ def _not_utf8(tiny: Path, folder: Path):
     return [path], ["file name is not valid UTF-8"]
 
 
+def _newline_name(tiny: Path, folder: Path):
+    path = folder / "ES.FUT_2024\nQ2.dbn.zst"
+    shutil.copy(source(tiny, BOOK, 2), path)
+    return [path], ["file name holds control characters"]
+
+
 def _fifo(tiny: Path, folder: Path):
     path = folder / "pipe.dbn.zst"
     os.mkfifo(path)
@@ -328,14 +334,16 @@ HOSTILE: dict[str, Case] = {
     "partly-overlapping-files": Case(BOOK, _partial_overlap, per_file=False),
     # names and kinds of file
     "non-utf8-file-name": Case(BOOK, _not_utf8),
+    "newline-in-file-name": Case(BOOK, _newline_name),
     "fifo-named-dbn": Case(BOOK, _fifo),
     "broken-symlink": Case(BOOK, _broken_link),
 }
 
 
 def shown(path: Path) -> str:
-    """A file name as the messages print it (bytes that are not UTF-8 escaped)."""
-    return os.fsencode(path.name).decode("utf-8", "backslashreplace")
+    """A file name as the messages print it (bytes that are not UTF-8, and control characters, escaped)."""
+    text = os.fsencode(path.name).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -477,7 +485,15 @@ def _session_nearly_empty(meta, r):
     return np.delete(r, inside[10:])
 
 
+def _locked_books(meta, r):
+    snapshots = np.flatnonzero(np.isin(r["instrument_id"], outright_ids(meta)) & (r["flags"] & dbn.F_LAST != 0))
+    locked = snapshots[::3]  # a third of the snapshots: bid = ask, a locked book (legal, but no mid to trade at)
+    r["bid_px_00"][locked] = r["ask_px_00"][locked]
+    return r
+
+
 SUSPICIOUS = {
+    "a-third-of-the-books-locked": (BOOK, _locked_books, "have no valid best bid and ask"),
     "spread-of-20000-ticks": (BOOK, _wide_spread, "spread_ticks is"),
     "price-jump-of-20-percent": (BARS, _price_jump, "price jumps 20.0%"),
     "four-hours-missing-in-a-session": (BOOK, _hours_missing, "inside session"),

@@ -19,6 +19,7 @@ GAP_SPACINGS = 30  # ... this many times the session's mean row spacing (sparse 
 SESSION_NS = 23 * 60 * 60 * 1_000_000_000  # a CME session: 17:00 to 16:00 CT
 MAX_BREAK_NS = 5 * NS_PER_DAY  # no rows at all for this long: sessions are missing (Easter is 3 days)
 FEW_ROWS_SHARE = 0.05  # a session (not the file's first or last) with fewer rows than this share of the median
+MAX_INVALID_SHARE = 0.05  # snapshots dropped for a crossed, locked or one-sided top of book (pre-open auctions)
 
 
 def expected_label_tail(sc: Sidecar) -> np.ndarray:
@@ -57,12 +58,17 @@ def sidecar_problems(sc: Sidecar) -> list[str]:
 
 
 def suspicious_rows(sc: Sidecar) -> list[str]:
-    """Legal but suspicious data, which the record checks let through: a spread of over MAX_SPREAD_TICKS,
-    a price jump of over MAX_JUMP between rows of one contract, a gap inside a session much longer than the
-    session's spacing, sessions missing for days, or a session (not the file's first or last) with very few
-    rows. Each is reported once, at its first row, naming the file and the field."""
+    """Legal but suspicious data, which the record checks let through: many snapshots without a valid top
+    of book, a spread of over MAX_SPREAD_TICKS, a price jump of over MAX_JUMP between rows of one contract,
+    a gap inside a session much longer than the session's spacing, sessions missing for days, or a session
+    (not the file's first or last) with very few rows. Each is reported once, at its first row, naming the
+    file and the field."""
     name = sc.meta.source.name
     problems = []
+    invalid = sc.meta.dropped.get("snapshots_without_valid_top_of_book", 0)
+    if invalid > MAX_INVALID_SHARE * (sc.rows + invalid):
+        problems.append(f"{name}: {invalid} of {sc.rows + invalid} front-month snapshots have no valid best bid and "
+                        f"ask (crossed, locked or one-sided: over {100 * MAX_INVALID_SHARE:.0f}%) and were dropped")
     if sc.meta.kind == BOOK:
         col = sc.meta.feature_names.index("spread_ticks")
         for lo in range(0, sc.rows, BLOCK_ROWS):

@@ -53,16 +53,20 @@ def iso(ts_ns: int) -> str:
 
 
 def display_path(path: Path) -> Path:
-    """`path` with any byte that is not UTF-8 shown as an escape (\\xff), so the message can always be printed."""
-    return Path(os.fsencode(path).decode("utf-8", "backslashreplace"))
+    """`path` with bytes that are not UTF-8 and control characters escaped (\\xff, \\n): always one printable line."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return Path("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text))
 
 
 def check_path(path: Path) -> None:
-    """A readable name and a regular file: a pipe would block the reader, and a surrogate name breaks JSON."""
+    """A readable name and a regular file: a pipe would block the reader, a surrogate name breaks JSON, and a
+    newline in a name would split the one-line message."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
         raise DataError(display_path(path), "file name is not valid UTF-8; rename the file") from None
+    if not path.name.isprintable():
+        raise DataError(display_path(path), "file name holds control characters (a newline, tab, ...); rename the file")
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
