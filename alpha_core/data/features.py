@@ -212,9 +212,8 @@ class BarFeatures:
             first_of_session[0] = True
 
         tail = self._tail.shape[1]
-        frame = pl.DataFrame(
-            {"r": np.concatenate((self._tail[0], log_return)), "logv": np.concatenate((self._tail[1], np.log1p(bars.volume)))},
-        ).with_columns(
+        r, logv = np.concatenate((self._tail[0], log_return)), np.concatenate((self._tail[1], np.log1p(bars.volume)))
+        frame = pl.DataFrame({"r": r, "logv": logv}).with_columns(
             pl.col("r").rolling_sum(5, min_samples=1).alias("r5"),
             pl.col("r").rolling_sum(15, min_samples=1).alias("r15"),
             (pl.col("r") ** 2).rolling_sum(30, min_samples=1).sqrt().alias("rv30"),
@@ -242,5 +241,5 @@ class BarFeatures:
         dt = ((bars.ts - _previous(bars.ts, ts_0)) / 1e9).astype(np.float32)
         self._last = (int(bars.ts[-1]), int(bars.instrument_id[-1]), float(log_close[-1]), int(minutes[-1]),
                       int(session_day[-1]))
-        self._tail = np.stack([frame["r"].to_numpy(), frame["logv"].to_numpy()])[:, -BAR_WINDOW_TAIL:]
+        self._tail = np.stack([r, logv])[:, -BAR_WINDOW_TAIL:]
         return Features(BAR_FEATURES, values, bars.ts, close, FIXED, dt)

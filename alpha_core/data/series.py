@@ -307,9 +307,8 @@ class BookSource:
             for chunk in decoded:
                 kept, last, is_trade = _book_rows(chunk, id_array)
                 ts = chunk["ts_recv"][kept].astype(np.int64)
-                iid = chunk["instrument_id"][kept]
-                on_front = self.front.mask(_session_days(ts), iid)
-                kept, last, is_trade, ts, iid = kept[on_front], last[on_front], is_trade[on_front], ts[on_front], iid[on_front]
+                on_front = self.front.mask(_session_days(ts), chunk["instrument_id"][kept])
+                kept, last, is_trade, ts = kept[on_front], last[on_front], is_trade[on_front], ts[on_front]
                 if len(kept) == 0:
                     continue
                 side = chunk["side"].view(np.uint8)[kept]
@@ -333,7 +332,7 @@ class BookSource:
                     raise _changed(self.info)
                 yield BookChunk(
                     ts=ts[snap],
-                    instrument_id=iid[snap],
+                    instrument_id=chunk["instrument_id"][rows],
                     bid_px=chunk["bid_px_00"][rows].astype(np.int64),
                     ask_px=chunk["ask_px_00"][rows].astype(np.int64),
                     levels=_levels(chunk, rows),
