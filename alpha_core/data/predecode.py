@@ -98,12 +98,13 @@ class FoldData:
 
 
 def walk_forward(directory: str | Path, schema: str, predecoded_dir: str | Path, symbol: str | None,
-                 cv_n_folds: int, cv_train_window: int, cv_fold: int | None) -> list[FoldData]:
+                 cv_n_folds: int, cv_train_window: int, cv_fold: int | None,
+                 allow_untested_folds: bool = False) -> list[FoldData]:
     """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's files."""
     from alpha_core.data.folds import plan_folds
 
     sidecars = [item.sidecar for item in predecode(directory, predecoded_dir, symbol, schema)]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window)
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds)
     by_path = {sc.meta.source.path: sc for sc in sidecars}
     folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
     return [FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val],

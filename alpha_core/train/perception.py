@@ -89,6 +89,7 @@ class TrainConfig(BaseModel):
     cv_fold: NonNegInt = 0
     cv_n_folds: int = 1  # validate() and plan_folds check the folds with the spec's messages
     cv_train_window: int = 0
+    allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     smoothness_base_lambda: NonNegFloat = 0.0
     kernel_step_trace: Path | None = None
     bucket_warmup_cap_steps: NonNegInt | None = None
@@ -244,7 +245,8 @@ class PerceptionTrainer:
             raise PlanError(
                 f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}"
             )
-        plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window)
+        plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window,
+                          cfg.allow_untested_folds)
         fold = plan.fold(cfg.cv_fold)
         by_path = {sc.meta.source.path: sc for sc in sidecars}
         self.train_files = [by_path[r.path] for r in fold.train]

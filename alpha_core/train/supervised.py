@@ -89,7 +89,7 @@ class FoldSummary(BaseModel):
 
 def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
                      explicit_params: dict | None = None, attempt_id: str | None = None,
-                     promote: bool = True) -> list[FoldSummary]:
+                     promote: bool = True, folds: list[FoldData] | None = None) -> list[FoldSummary]:
     """Train every requested fold; precedence: defaults < params file < explicit (CLI) values.
 
     Each fold is written as attempt `attempt_id` (a new id when None) and promoted to `fold-<k>` if `promote`.
@@ -100,9 +100,9 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
     device = resolve_device(cfg.device)
-    folds = walk_forward(cfg.data_dir, SCHEMA_OF_INPUT[spec.input],
-                         default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol, cfg.cv_n_folds,
-                         cfg.cv_train_window, cfg.cv_fold)
+    folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
+        cfg.data_dir, SCHEMA_OF_INPUT[spec.input], default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+        cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
     model_cfg, train_overrides = resolve(spec.config_class(), data_fields, load_params_file(params_file),
