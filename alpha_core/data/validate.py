@@ -108,9 +108,9 @@ class RecordChecks:
     - prices that must exist are real: the best bid/ask where the level has size, trade prices, OHLC.
       Outright futures must be > 0; spreads may be 0 or negative, but never UNDEF_PRICE.
 
-    Speed: the checked fields sit in the first few 8-byte words of a record. One transposing copy turns
-    those words into contiguous columns, so every check after it streams through cache instead of
-    touching one cache line per record and field; the offending record is looked for only on failure.
+    Speed: the checked fields sit in a few 8-byte words of a record. Each such word is copied once into a
+    contiguous column, so every check after it streams through cache instead of touching one cache line
+    per record and field (and runs vectorised); the offending record is looked for only on failure.
     """
 
     def __init__(self, info: DbnFile, dtype: np.dtype) -> None:
@@ -133,8 +133,7 @@ class RecordChecks:
         self.ohlc = [f for f in ("open", "high", "low", "close") if f in fields]
         self.layout = {"header": (0, np.dtype("<u2"))}  # name -> (byte offset, dtype); `action` read as a byte
         self.layout |= {f: (fields[f][1], np.dtype("u1") if f == "action" else fields[f][0]) for f in _CHECKED if f in fields}
-        end_byte = max(offset + ftype.itemsize for offset, ftype in self.layout.values())
-        self.words = -(-end_byte // 8) if dtype.itemsize % 8 == 0 else None
+        self.words = dtype.itemsize % 8 == 0  # every checked field then lies inside one 8-byte word
         self._symbology(info)
         self.count = 0
         self.first_ts: int | None = None
@@ -169,8 +168,8 @@ class RecordChecks:
         ts = col[self.index_field]
         t_min, t_max = int(ts.min()), int(ts.max())
         self._time(col, ts, t_min, t_max)
-        outright = self._ids(col, ts, t_min, t_max)
-        self._prices(col, outright)
+        pos = self._ids(col, ts, t_min, t_max)
+        self._prices(col, pos)
         if self.first_ts is None:
             self.first_ts = int(ts[0])
         self.last_ts = int(ts[-1])
@@ -184,17 +183,20 @@ class RecordChecks:
     def _columns(self, chunk: np.ndarray) -> dict[str, np.ndarray]:
         """Each checked field as a contiguous array over the chunk (sub-word fields widened to uint64)."""
         n = len(chunk)
-        if self.words is None:  # a record size that is not whole words: read the fields in place
+        if not self.words:  # a record size that is not whole words: read the fields in place
             raw = chunk.view(np.uint8).reshape(n, self.itemsize)
             return {name: raw[:, at : at + ftype.itemsize].view(ftype)[:, 0] for name, (at, ftype) in self.layout.items()}
-        words = chunk.view(np.uint64).reshape(n, self.itemsize // 8)[:, : self.words].T.copy()
+        records = chunk.view(np.uint64).reshape(n, self.itemsize // 8)
+        words = {w: records[:, w].copy() for w in sorted({at // 8 for at, _ in self.layout.values()})}
         col = {}
         for name, (at, ftype) in self.layout.items():
             word = words[at // 8]
-            if ftype.itemsize == 8:
+            shift, bits = 8 * (at % 8), 8 * ftype.itemsize
+            if bits == 64:
                 col[name] = word.view(ftype)
-            else:  # shift and mask on whole words: contiguous, vectorised (a strided narrow view is not)
-                col[name] = (word >> np.uint64(8 * (at % 8))) & np.uint64((1 << 8 * ftype.itemsize) - 1)
+            else:  # shift and mask whole words: contiguous and vectorised (a strided narrow view is neither)
+                value = word >> np.uint64(shift) if shift else word
+                col[name] = value if shift + bits == 64 else value & np.uint64((1 << bits) - 1)
         return col
 
     def _header(self, col: dict[str, np.ndarray]) -> None:
@@ -240,10 +242,10 @@ class RecordChecks:
             return f"is {iso(t)}, before metadata.start {iso(start)}"
         return f"is {iso(t)}, at or after metadata.end {iso(end)}"
 
-    def _ids(self, col: dict[str, np.ndarray], ts: np.ndarray, t_min: int, t_max: int) -> np.ndarray | bool:
-        """Outright future (price > 0 required) per record, or for all; an unmapped id is an error."""
+    def _ids(self, col: dict[str, np.ndarray], ts: np.ndarray, t_min: int, t_max: int) -> np.ndarray | None:
+        """Each record's index into the known ids (None when the file maps none); an unmapped id is an error."""
         if not self.mapped:  # e.g. stype_in=instrument_id: nothing to check against, no outright known
-            return False
+            return None
         iid = col["instrument_id"]
         pos = np.searchsorted(self.ids, iid)
         np.minimum(pos, len(self.ids) - 1, out=pos)
@@ -251,21 +253,22 @@ class RecordChecks:
         if not known.all():
             i = int(np.argmax(~known))
             raise self.fail(i, f"instrument_id {int(iid[i])} maps to no symbol in metadata.mappings")
-        present = np.flatnonzero(np.bincount(pos, minlength=len(self.ids)))
-        if (self.id_lo[present] > t_min // NS_PER_DAY).any() or (self.id_hi[present] <= t_max // NS_PER_DAY).any():
-            day = (ts // NS_PER_DAY).astype(np.int64)
-            outside = (day < self.id_lo[pos]) | (day >= self.id_hi[pos])
-            if outside.any():
-                i = int(np.argmax(outside))
-                k = int(pos[i])
-                lo = _date(int(self.id_lo[k]) + MAPPING_SLACK_DAYS)
-                hi = _date(int(self.id_hi[k]) - MAPPING_SLACK_DAYS)
-                raise self.fail(i, f"instrument_id {int(iid[i])} ({self.id_raw[k]}) at {iso(int(ts[i]))} is outside "
-                                   f"its metadata.mappings dates [{lo}, {hi})")
-        outright = self.id_outright[present]
-        return bool(outright[0]) if outright.all() or not outright.any() else self.id_outright[pos]
+        d0, d1 = t_min // NS_PER_DAY, t_max // NS_PER_DAY
+        if (self.id_lo > d0).any() or (self.id_hi <= d1).any():  # some mapping does not cover this chunk's days
+            present = np.flatnonzero(np.bincount(pos, minlength=len(self.ids)))
+            if (self.id_lo[present] > d0).any() or (self.id_hi[present] <= d1).any():
+                day = (ts // NS_PER_DAY).astype(np.int64)
+                outside = (day < self.id_lo[pos]) | (day >= self.id_hi[pos])
+                if outside.any():
+                    i = int(np.argmax(outside))
+                    k = int(pos[i])
+                    lo = _date(int(self.id_lo[k]) + MAPPING_SLACK_DAYS)
+                    hi = _date(int(self.id_hi[k]) - MAPPING_SLACK_DAYS)
+                    raise self.fail(i, f"instrument_id {int(iid[i])} ({self.id_raw[k]}) at {iso(int(ts[i]))} is "
+                                       f"outside its metadata.mappings dates [{lo}, {hi})")
+        return pos
 
-    def _prices(self, col: dict[str, np.ndarray], outright: np.ndarray | bool) -> None:
+    def _prices(self, col: dict[str, np.ndarray], pos: np.ndarray | None) -> None:
         checks = []  # (price field, where it must be real (None: everywhere), what it is)
         if self.levels:
             checks += [(f"{side}_px_00", col[f"{side}_sz_00"] > 0, "at a level with size > 0") for side in ("bid", "ask")]
@@ -274,7 +277,7 @@ class RecordChecks:
         checks += [(f, None, "for a bar") for f in self.ohlc]
         first = None  # (record, field, what) of the earliest bad price
         for name, where, what in checks:
-            i = _first_bad_price(col[name], where, outright)
+            i = self._first_bad_price(col[name], where, pos)
             if i is not None and (first is None or i < first[0]):
                 first = (i, name, what)
         if first is not None:
@@ -296,28 +299,26 @@ class RecordChecks:
                     raise self.fail(i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, "
                                        f"high {_price(int(h[i]))}]")
 
+    def _first_bad_price(self, px: np.ndarray, where: np.ndarray | None, pos: np.ndarray | None) -> int | None:
+        """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real.
+        Spreads, and ids the metadata does not map, may be zero or negative: only UNDEF_PRICE is bad for them."""
+        invalid = (px.view(np.uint64) - np.uint64(1)) >= np.uint64(UNDEF_PRICE - 1)
+        if where is not None:
+            invalid &= where
+        if not invalid.any():
+            return None
+        idx = np.flatnonzero(invalid)
+        keep = px[idx] == UNDEF_PRICE
+        if pos is not None:
+            keep |= self.id_outright[pos[idx]]
+        idx = idx[keep]
+        return int(idx[0]) if len(idx) else None
+
     def _raw(self, col: dict[str, np.ndarray], i: int) -> str:
         iid = int(col["instrument_id"][i])
         if not self.mapped:
             return f"instrument_id {iid}"
         return self.id_raw[int(np.searchsorted(self.ids, iid))]
-
-
-def _first_bad_price(px: np.ndarray, where: np.ndarray | None, outright: np.ndarray | bool) -> int | None:
-    """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real;
-    spreads (not outright) may be zero or negative: only UNDEF_PRICE is bad for them."""
-    invalid = (px.view(np.uint64) - np.uint64(1)) >= np.uint64(UNDEF_PRICE - 1)
-    if where is not None:
-        invalid &= where
-    if not invalid.any():
-        return None
-    idx = np.flatnonzero(invalid)
-    if outright is not True:
-        keep = px[idx] == UNDEF_PRICE
-        if outright is not False:
-            keep |= outright[idx]
-        idx = idx[keep]
-    return int(idx[0]) if len(idx) else None
 
 
 _EPOCH = dt.date(1970, 1, 1).toordinal()
