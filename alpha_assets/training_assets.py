@@ -16,6 +16,7 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 import math
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -27,6 +28,7 @@ from alpha_assets.metadata import clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
+from alpha_core.errors import DataError, PlanError
 from alpha_core.gates import GateThresholds, check_gate
 from alpha_core.models import registry
 
@@ -98,6 +100,16 @@ def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: st
     return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
 
 
+@contextmanager
+def fail_without_retry():
+    """Bad input or an impossible plan fails the step at once: a retry (for pre-empted GPU nodes) would only fail
+    again after training for nothing."""
+    try:
+        yield
+    except (DataError, PlanError) as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
+
+
 def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
     plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
     if plans is None:
@@ -128,10 +140,11 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         plans = _plan_metadata(context, symbol)
         out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
         started = time.perf_counter()
-        results = hyperopt(HyperoptConfig(
-            model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
-            symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
-            **config.model_dump()))
+        with fail_without_retry():
+            results = hyperopt(HyperoptConfig(
+                model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
+                symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
+                **config.model_dump()))
         scores = [t["score"] for t in results["trials"]]
         problems = [f"trial {t['trial']}: score {t['score']} is not finite" for t in results["trials"]
                     if not math.isfinite(t["score"])]
@@ -177,8 +190,9 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         params_file = hyper["path"] if hyper else None
         dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
-        summary, value, loss, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage,
-                                                attempt)
+        with fail_without_retry():
+            summary, value, loss, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data,
+                                                    storage, attempt)
         gate = check_gate(spec.trainer, value, GateThresholds(min_val_auc=config.min_val_auc,
                                                                min_val_sharpe=config.min_val_sharpe), loss)
         if gate.passed:
