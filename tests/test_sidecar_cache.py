@@ -97,14 +97,14 @@ def test_killed_build_leaves_no_half_sidecar(tmp_path):
     cache = tmp_path / "pd"
     proc = subprocess.Popen([sys.executable, "-c", BUILD, str(source), str(cache)])
     deadline = time.monotonic() + 60
-    while not (list(cache.glob(".*.tmp-*/*.npy")) if cache.exists() else []):
+    while not (list(cache.glob(".*.tmp~*/*.npy")) if cache.exists() else []):
         assert proc.poll() is None, "the build finished before it could be killed mid-write"
         assert time.monotonic() < deadline
         time.sleep(0.0005)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert visible(cache) == [], "a killed build must not leave a sidecar"
-    assert list(cache.glob(".*.tmp-*")), "the killed writer's temporary should still be there"
+    assert list(cache.glob(".*.tmp~*")), "the killed writer's temporary should still be there"
 
     sc, status = ensure_sidecar(source, cache)
     assert status == "built"
