@@ -27,6 +27,8 @@ UnitFloat = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # fraction
 Dropout = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(ge=-MAX_FLOAT, le=MAX_FLOAT, allow_inf_nan=False)]
+Device = Annotated[str, Field(pattern=r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")]  # a torch device name
 
 
 def check_batch_fits(batch_size: int, seq_len: int, n_features: int) -> None:

@@ -1,15 +1,31 @@
-"""`alpha` command line: the same functions the Dagster assets call, usable without Dagster."""
+"""`alpha` command line: the same functions the Dagster assets call, usable without Dagster.
+
+Options of the training, hyperopt and evaluation commands are generated from their pydantic configs, so each
+default is written once (in the config) and `--help` shows it. Errors are one line on stderr, exit 2 for bad
+input (the file, path or key named) and 1 for anything unexpected; `--debug` (or ALPHA_DEBUG=1) re-raises
+with the traceback. Output paths are checked before any work starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
+import inspect
 import json
+import os
+import re
 import sys
-from collections.abc import Sequence
+import types
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Annotated, Literal, Union, get_args, get_origin
 
-from alpha_core.errors import DataError, PlanError
+from pydantic import BaseModel, ValidationError
+
+from alpha_core import progress
+from alpha_core.errors import DataError, PlanError, describe_validation_error
 
 
 def _iso(ts_ns: int | None) -> str | None:
@@ -17,12 +33,153 @@ def _iso(ts_ns: int | None) -> str | None:
 
 
 def _given(args: argparse.Namespace, *skip: str) -> dict:
-    """The options the user set (argparse defaults of None mean: let the config's default apply)."""
-    return {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", *skip)}
+    """The options the user set (absent ones are left to the config's default)."""
+    return {k: v for k, v in vars(args).items()
+            if v is not None and k not in ("func", "command", "debug", "quiet", *skip)}
 
 
 def _symbols(value: str | None) -> list[str] | None:
     return None if not value else [s.strip() for s in value.split(",") if s.strip()]
+
+
+def _pairs(value: str) -> dict[str, str]:
+    """KEY=VALUE[,KEY=VALUE...] (e.g. --hyperopt-results tft=runs/hyperopt/tft/ES.FUT/results.json)."""
+    out = {}
+    for item in _symbols(value) or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def _int(value: str) -> int:
+    """An integer in any Python notation (the spec's seed is 0x4242)."""
+    return int(value, 0)
+
+
+# --- options generated from a config ---------------------------------------------------------------
+
+
+def _option_type(annotation) -> tuple[Callable | None, list | None]:
+    """argparse `type` and `choices` of a config field (Optional and Annotated unwrapped; lists comma-separated)."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        (inner,) = [a for a in get_args(annotation) if a is not type(None)]
+        return _option_type(inner)
+    if origin is Annotated:
+        return _option_type(get_args(annotation)[0])
+    if origin is Literal:
+        return str, list(get_args(annotation))
+    if origin is list:
+        return _symbols, None
+    if origin is dict:
+        return _pairs, None
+    return (_int if annotation is int else annotation), None
+
+
+def add_config_options(p: argparse.ArgumentParser, config: type[BaseModel], help: dict[str, str],
+                       flags: dict[str, Sequence[str]] | None = None) -> None:
+    """One option per field of `config`: its type, choices and whether it is required come from the field, and
+    its default is shown in --help but left to the config (an option not given is absent from the namespace).
+    A bool defaulting to True becomes `--no-<name>`. `flags` renames options (the first name is shown)."""
+    for name, field in config.model_fields.items():
+        kind, choices = _option_type(field.annotation)
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
+        text = help.get(name, "")
+        if kind is bool:
+            names = (flags or {}).get(name) or [f"--{'no-' if default else ''}{name.replace('_', '-')}"]
+            p.add_argument(*names, dest=name, action="store_false" if default else "store_true",
+                           default=argparse.SUPPRESS, help=text or None)
+            continue
+        if default is not None and "default:" not in text:
+            text = f"{text} (default: {default})" if text else f"default: {default}"
+        names = (flags or {}).get(name) or [f"--{name.replace('_', '-')}"]
+        p.add_argument(*names, dest=name, type=kind, choices=choices, required=field.is_required(),
+                       default=argparse.SUPPRESS, help=text or None,
+                       metavar=None if choices else names[0][2:].upper().replace("-", "_"))
+
+
+def _default_of(func: Callable, name: str):
+    """A function's own default, so an option of a command without a config still writes it once."""
+    return inspect.signature(func).parameters[name].default
+
+
+# --- checks before any work ------------------------------------------------------------------------
+
+OUTPUT_DIRS = ("out", "output_dir", "predecoded_dir")  # options naming a folder the command writes into
+OUTPUT_FILES = ("output", "kernel_step_trace")  # options naming a file the command writes
+
+
+def _outputs(args: argparse.Namespace) -> Iterator[tuple[Path, bool]]:
+    """(path, is a directory) of every output option given."""
+    for names, is_dir in ((OUTPUT_DIRS, True), (OUTPUT_FILES, False)):
+        for name in names:
+            if getattr(args, name, None) is not None:
+                yield Path(getattr(args, name)), is_dir
+
+
+def check_output_path(path: Path, is_dir: bool) -> None:
+    """An output must be (or be creatable as) a directory or a file where this process may write."""
+    if is_dir and path.exists() and not path.is_dir():
+        raise DataError(path, "exists and is not a directory")
+    if not is_dir and path.is_dir():
+        raise DataError(path, "is a directory; expected a file name")
+    for where in (path.parent, path) if is_dir else (path.parent,):
+        existing = next((p for p in (where, *where.parents) if p.exists()), Path.cwd())
+        if not existing.is_dir():
+            raise DataError(path, f"cannot be created: {existing} is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise DataError(path, f"cannot be written: {existing} is not writable (permission denied or read-only)")
+
+
+def check_symbols(args: argparse.Namespace) -> None:
+    """Every command's --symbol/--symbols must name known products (the error lists them)."""
+    from alpha_core.data.products import product
+
+    for name in ("symbols", "symbol"):
+        value = getattr(args, name, None)
+        for symbol in value if isinstance(value, list) else (_symbols(value) or []):
+            product(symbol)
+
+
+# --- errors: one line each -------------------------------------------------------------------------
+
+# what a full disk looks like from Python (ENOSPC), numpy ("9831 requested and 8160 written") and Rust
+# libraries such as safetensors ("IoError(Os { code: 28, kind: StorageFull, ... })")
+_NO_SPACE = re.compile(r"no space left|storagefull|code: 28\b|\d+ requested and \d+ written|quota exceeded", re.I)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
+    """(exit code, one-line message) for an exception that reached the command line."""
+    if isinstance(exc, ValidationError):
+        return 2, describe_validation_error(exc)
+    if isinstance(exc, DataError | PlanError):
+        return 2, _one_line(exc)
+    chain = list(_chain(exc))
+    os_errors = [e for e in chain if isinstance(e, OSError)]
+    named = next((Path(e.filename) for e in os_errors if e.filename), None)
+    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or _NO_SPACE.search(str(e))
+           for e in chain):
+        path = named or next((p for p, _ in _outputs(args)), None)
+        return 2, f"{path or 'output'}: no space left on device ({_one_line(exc)})"
+    if os_errors:
+        e = os_errors[0]
+        reason = (e.strerror or _one_line(e)).lower()
+        return 2, f"{named}: {reason}" if named else reason
+    return 1, f"{type(exc).__name__}: {_one_line(exc)} (run with --debug for the traceback)"
 
 
 # --- inspect ---------------------------------------------------------------------------------------
@@ -103,19 +260,13 @@ def cmd_predecode(args: argparse.Namespace) -> int:
 
 
 def cmd_folds(args: argparse.Namespace) -> int:
-    from alpha_core.data.dbn import SUPPORTED_SCHEMAS, discover
-    from alpha_core.data.folds import FileRef, plan_folds
+    from alpha_core.data.dbn import SUPPORTED_SCHEMAS
+    from alpha_core.data.folds import plan_folds
+    from alpha_core.data.predecode import record_refs
 
-    files = discover(args.data_dir, args.schema)
-    plans = {}
-    for schema in SUPPORTED_SCHEMAS:
-        refs = [
-            FileRef(path=str(f.path), name=f.name, start=f.start, end=(f.end - 1) if f.end else f.start)
-            for f in files
-            if f.schema == schema
-        ]
-        if refs:
-            plans[schema] = plan_folds(refs, args.cv_n_folds, args.cv_train_window)
+    refs = record_refs(args.data_dir, args.schema)  # every record checked; ordered by the records' time
+    plans = {s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
+             for s in SUPPORTED_SCHEMAS if s in refs}
     if args.json:
         print(json.dumps({s: p.model_dump() for s, p in plans.items()}, indent=2))
         return 0
@@ -143,57 +294,58 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_demo_data_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.data.demo import SCALES, generate_demo_data
+
+    p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, help="data root to write into")
+    p.add_argument("--scale", choices=list(SCALES), default=_default_of(generate_demo_data, "scale"),
+                   help="tiny (tests), small (the demo) or full (benchmarks) (default: %(default)s)")
+    p.add_argument("--seed", type=_int, default=_default_of(generate_demo_data, "seed"), help="default: %(default)s")
+    p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
+    p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
+
+
 # --- train (the flagship perception trainer) ------------------------------------------------------
+
+TRAIN_HELP = {
+    "mbp10_data_dir": "directory containing MBP-10 .dbn.zst files",
+    "predecoded_dir": "predecoded sidecar caches (created on miss)",
+    "out": "output directory for weights + summary JSON",
+    "seq_len": "snapshots per training sequence",
+    "lr_aux": "aux AdamW group (default: --lr-cfc)",
+    "seed": "(hex works: 0x4242)",
+    "lr_warmup_steps": "linear warm-up steps; 0 disables",
+    "lr_min_factor": "final LR = lr * this; 1.0 disables decay",
+    "early_stop_patience": "epochs without improvement; 0 disables",
+    "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none",
+    "horizon_weights": "per-horizon BCE weights, e.g. 1.0,1.0,0.5",
+    "auto_horizon_weights": "the canonical schedule (uniform)",
+    "kernel_step_trace": "write one JSON line per step here",
+    "outcome_label_cost": "round-trip cost in price units (default: 2 ticks; 0.5 for ES)",
+    "device": "cpu | cuda | cuda:N (default: cuda when available)",
+    "resume": "continue from the training state in --output-dir",
+    "cuda_graph": "capture the whole training step in one CUDA graph",
+    "compile": "torch.compile forward + loss (GPU; slow first step)",
+    "fused_scan": "on cuda, run the CfC recurrence in torch instead of the fused Triton kernel",
+}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from alpha_core.train.perception import TrainConfig, train
 
-    values = {k: v for k, v in vars(args).items() if k not in ("func", "command")}
-    summary = train(TrainConfig(**values))
-    print(f"wrote {Path(args.out) / 'alpha_train_summary.json'}: best mean AUC {summary.best_mean_auc:.4f} "
+    cfg = TrainConfig(**_given(args))
+    summary = train(cfg)
+    print(f"wrote {cfg.out / 'alpha_train_summary.json'}: best mean AUC {summary.best_mean_auc:.4f} "
           f"(epoch {summary.best_mean_auc_epoch}), {summary.sequences_per_s:.0f} sequences/s on {summary.device}")
     return 0
 
 
-def add_train_parser(sub) -> None:
-    """Every flag of the spec's `alpha_train` with its name and default, plus --device/--resume/--precision."""
-    p = sub.add_parser("train", help="train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars")
-    p.add_argument("--mbp10-data-dir", required=True, type=Path, help="directory containing MBP-10 .dbn.zst files")
-    p.add_argument("--predecoded-dir", required=True, type=Path, help="predecoded sidecar caches (created on miss)")
-    p.add_argument("--out", required=True, type=Path, help="output directory for weights + summary JSON")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--seq-len", type=int, default=64, help="snapshots per training sequence")
-    p.add_argument("--mamba2-state-dim", type=int, default=16)
-    p.add_argument("--lr-cfc", type=float, default=3e-3)
-    p.add_argument("--lr-mamba2", type=float, default=1e-3)
-    p.add_argument("--lr-aux", type=float, default=None, help="aux AdamW group (default: --lr-cfc)")
-    p.add_argument("--n-train-seqs", type=int, default=8000)
-    p.add_argument("--n-val-seqs", type=int, default=1000)
-    p.add_argument("--seed", type=lambda v: int(v, 0), default=0x4242)
-    p.add_argument("--lr-warmup-steps", type=int, default=200, help="linear warm-up steps; 0 disables")
-    p.add_argument("--lr-min-factor", type=float, default=0.1, help="final LR = lr * this; 1.0 disables decay")
-    p.add_argument("--early-stop-patience", type=int, default=5, help="epochs without improvement; 0 disables")
-    p.add_argument("--early-stop-metric", default="mean_auc", help="val_loss | mean_auc | auc_h1000 | none")
-    p.add_argument("--horizon-weights", default=None, help="per-horizon BCE weights, e.g. 1.0,1.0,0.5")
-    p.add_argument("--auto-horizon-weights", action="store_true", help="the canonical schedule (uniform)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--cv-fold", type=int, default=0)
-    p.add_argument("--cv-n-folds", type=int, default=1)
-    p.add_argument("--cv-train-window", type=int, default=0)
-    p.add_argument("--smoothness-base-lambda", type=float, default=0.0)
-    p.add_argument("--kernel-step-trace", type=Path, default=None, help="write one JSON line per step here")
-    p.add_argument("--bucket-warmup-cap-steps", type=int, default=None)
-    p.add_argument("--outcome-label-cost", type=float, default=None,
-                   help="round-trip cost in price units (default: 2 ticks; 0.5 for ES)")
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda when available)")
-    p.add_argument("--resume", action="store_true", help="continue from the training state in --out")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--cuda-graph", action="store_true", help="capture the whole training step in one CUDA graph")
-    p.add_argument("--compile", action="store_true", help="torch.compile forward + loss (GPU; slow first step)")
-    p.add_argument("--no-fused-scan", dest="fused_scan", action="store_false",
-                   help="on cuda, run the CfC recurrence in torch instead of the fused Triton kernel")
-    p.set_defaults(func=cmd_train)
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    """Every flag of the spec's `alpha_train` with its name and default (`--out` as an alias of the
+    `--output-dir` every command now uses), plus --device/--resume/--precision and the GPU switches."""
+    from alpha_core.train.perception import TrainConfig
+
+    add_config_options(p, TrainConfig, TRAIN_HELP, flags={"out": ["--output-dir", "--out"]})
 
 
 # --- the model zoo ---------------------------------------------------------------------------------
@@ -231,104 +383,98 @@ def _explicit_params(pairs: list[str] | None) -> dict:
     return out
 
 
+WALK_FORWARD_HELP = {
+    "data_dir": "one symbol's DBN folder",
+    "output_dir": "fold-<k>/ folders are written here",
+    "predecoded_dir": "sidecar cache (default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded)",
+    "symbol": "product to extract when a file maps several (e.g. ES.FUT)",
+    "early_stop_patience": "epochs without improvement; 0 disables",
+    "cv_fold": "train this fold only (default: every fold)",
+    "cv_train_window": "files per training window; 0: n_files - cv_n_folds",
+    "seed": "(hex works: 0x4242)",
+    "device": "cpu | cuda | cuda:N (default: cuda when available)",
+}
+
+
+def _add_params_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help=f"explicit {what} parameter (wins)")
+
+
 def cmd_train_supervised(args: argparse.Namespace) -> int:
     from alpha_core.train.params import TRAIN_KEYS
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
     values = _given(args, "params_file", "param")
-    explicit = {k: values.pop(k) for k in TRAIN_KEYS if k in values}
+    cfg = SupervisedTrainConfig(**values)  # flags are validated before any work
+    explicit = {k: values[k] for k in TRAIN_KEYS if k in values}  # flags win over the params file
     explicit.update(_explicit_params(args.param))
-    summaries = train_supervised(SupervisedTrainConfig(**values), args.params_file, explicit)
-    for s in summaries:
+    for s in train_supervised(cfg, args.params_file, explicit):
         print(f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, "
-              f"val AUC {' '.join(f'{a:.3f}' for a in s.val_auc)} -> {Path(args.output_dir) / f'fold-{s.fold}'}")
+              f"val AUC {' '.join(f'{a:.3f}' for a in s.val_auc)} -> {cfg.output_dir / f'fold-{s.fold}'}")
     return 0
 
 
-def add_train_supervised_parser(sub) -> None:
-    p = sub.add_parser("train-supervised", help="walk-forward training of a supervised registry model")
-    p.add_argument("--model", required=True, help="a supervised model of `alpha models`")
-    p.add_argument("--data-dir", required=True, type=Path, help="one symbol's DBN folder")
-    p.add_argument("--output-dir", required=True, type=Path, help="fold-<k>/ folders are written here")
-    p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="explicit model/training parameter (wins)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--cv-fold", type=int, help="train this fold only (default: every fold)")
-    p.add_argument("--cv-n-folds", type=int)
-    p.add_argument("--cv-train-window", type=int)
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--n-train-seqs", type=int)
-    p.add_argument("--n-val-seqs", type=int)
-    p.add_argument("--early-stop-patience", type=int)
-    p.add_argument("--early-stop-metric", help="val_loss | mean_auc | auc_h1000 | none")
-    p.add_argument("--predecoded-dir", type=Path)
-    p.add_argument("--symbol", help="product to extract when a file maps several (e.g. ES.FUT)")
-    p.add_argument("--seed", type=lambda v: int(v, 0))
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_train_supervised)
+def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.train.supervised import SupervisedTrainConfig
+
+    _add_params_options(p, "model/training")
+    add_config_options(p, SupervisedTrainConfig, {
+        **WALK_FORWARD_HELP, "model": "a supervised model of `alpha models`",
+        "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none"})
 
 
 def cmd_train_rl(args: argparse.Namespace) -> int:
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
-    values = _given(args, "params_file", "param")
-    for s in train_rl(RLTrainConfig(**values), args.params_file, _explicit_params(args.param)):
+    cfg = RLTrainConfig(**_given(args, "params_file", "param"))
+    for s in train_rl(cfg, args.params_file, _explicit_params(args.param)):
         print(f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
-              f"turnover {s.val_turnover:.3f} -> {Path(args.output_dir) / f'fold-{s.fold}'}")
+              f"turnover {s.val_turnover:.3f} -> {cfg.output_dir / f'fold-{s.fold}'}")
     return 0
 
 
-def add_train_rl_parser(sub) -> None:
-    p = sub.add_parser("train-rl", help="walk-forward training of the DQN / PPO members")
-    p.add_argument("--model", required=True, choices=["dqn", "ppo"])
-    p.add_argument("--data-dir", required=True, type=Path, help="one symbol's DBN folder (OHLCV-1m files are used)")
-    p.add_argument("--output-dir", required=True, type=Path)
-    p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="explicit agent parameter (wins)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--timesteps-per-epoch", type=int)
-    p.add_argument("--early-stop-patience", type=int)
-    p.add_argument("--cv-fold", type=int)
-    p.add_argument("--cv-n-folds", type=int)
-    p.add_argument("--cv-train-window", type=int)
-    p.add_argument("--window", type=int)
-    p.add_argument("--episode-len", type=int)
-    p.add_argument("--n-envs", type=int)
-    p.add_argument("--cost-per-turnover", type=float, help="ticks per unit of position change")
-    p.add_argument("--predecoded-dir", type=Path)
-    p.add_argument("--symbol")
-    p.add_argument("--seed", type=lambda v: int(v, 0))
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_train_rl)
+def add_train_rl_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.train.rl import RLTrainConfig
+
+    _add_params_options(p, "agent")
+    add_config_options(p, RLTrainConfig, {
+        **WALK_FORWARD_HELP, "data_dir": "one symbol's DBN folder (OHLCV-1m files are used)",
+        "timesteps_per_epoch": "environment steps per epoch", "window": "bars of features in each observation",
+        "episode_len": "acting bars per episode", "n_envs": "parallel episodes",
+        "cost_per_turnover": "ticks per unit of position change"})
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
 
-    values = _given(args)
-    if "symbols" in values:
-        values["symbols"] = _symbols(values["symbols"])
-    report = evaluate(EvalConfig(**values))
-    print(Path(args.output).with_suffix(".md").read_text())
+    cfg = EvalConfig(**_given(args))
+    if not cfg.models_dir.is_dir():
+        raise DataError(cfg.models_dir, "no such models directory")
+    if not any(cfg.models_dir.glob("*/*/fold-*")):
+        raise DataError(cfg.models_dir, "no checkpoints (expected <model>/<symbol>/fold-<k>/ folders)")
+    report = evaluate(cfg)
+    print(cfg.output.with_suffix(".md").read_text())
     for e in report.excluded:
         print(f"excluded: {e.model} {e.symbol} fold {e.fold}: {e.reason}", file=sys.stderr)
     return 0
 
 
-def add_evaluate_parser(sub) -> None:
-    p = sub.add_parser("evaluate", help="out-of-sample backtests of every checkpoint and the ensemble report")
-    p.add_argument("--models-dir", required=True, type=Path, help="models/<model>/<symbol>/fold-<k>/ checkpoints")
-    p.add_argument("--data-dir", required=True, type=Path, help="data root with one folder per symbol")
-    p.add_argument("--output", required=True, type=Path, help="ensemble_report.json (.md and PNGs beside it)")
-    p.add_argument("--symbols", help="comma-separated (default: every symbol with checkpoints)")
-    p.add_argument("--horizon", type=int, help="horizon index the positions follow (default 0, the shortest)")
-    p.add_argument("--band", type=float, help="flat while |P(up) - 0.5| <= band (default 0.05)")
-    p.add_argument("--cost-ticks", type=float, help="cost per unit of position change in ticks (default 1)")
-    p.add_argument("--predecoded-dir", type=Path)
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_evaluate)
+def add_evaluate_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.eval.evaluate import EvalConfig
+
+    add_config_options(p, EvalConfig, {
+        "models_dir": "models/<model>/<symbol>/fold-<k>/ checkpoints",
+        "data_dir": "data root with one folder per symbol",
+        "output": "ensemble_report.json (.md and PNGs beside it)",
+        "symbols": "comma-separated (default: every symbol with checkpoints)",
+        "horizon": "horizon index the positions follow (0: the shortest)",
+        "band": "flat while |P(up) - 0.5| <= band",
+        "cost_ticks": "cost per unit of position change in ticks",
+        "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
+        "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
+        "predecoded_dir": "sidecar cache (default: .predecoded beside --output)",
+        "device": "cpu | cuda | cuda:N (default: cuda when available)"})
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -374,88 +520,124 @@ def add_run_parser(sub) -> None:
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
-    values = _given(args)
-    results = hyperopt(HyperoptConfig(**values))
-    print(f"best validation mean AUC {results['best_score']:.4f} with {results['best_params']} -> {args.output}")
+    cfg = HyperoptConfig(**_given(args))
+    results = hyperopt(cfg)
+    print(f"best {results['metric']}: {results['best_score']:.4f} with {results['best_params']} -> {cfg.output}")
     return 0
 
 
-def add_hyperopt_parser(sub) -> None:
-    p = sub.add_parser("hyperopt", help="particle swarm search over a registry model's hyperparameters")
-    p.add_argument("--model", required=True)
-    p.add_argument("--data-dir", required=True, type=Path)
-    p.add_argument("--output", required=True, type=Path, help="results.json (loadable as --params-file)")
-    p.add_argument("--trials", type=int, help="PSO trials (default 20, the spec's HYPEROPT_TRIALS)")
-    p.add_argument("--epochs", type=int, help="epochs per trial (default 3)")
-    p.add_argument("--timesteps-per-epoch", type=int, help="RL trials: environment steps per epoch (default 5000)")
-    p.add_argument("--workers", type=int, help="particles evaluated concurrently per generation (default 1)")
-    p.add_argument("--seed", type=lambda v: int(v, 0))
-    p.add_argument("--cv-n-folds", type=int)
-    p.add_argument("--cv-train-window", type=int)
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--n-train-seqs", type=int)
-    p.add_argument("--n-val-seqs", type=int)
-    p.add_argument("--predecoded-dir", type=Path)
-    p.add_argument("--symbol")
-    p.add_argument("--device")
-    p.set_defaults(func=cmd_hyperopt)
+def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.hyperopt.pso import HyperoptConfig
+
+    add_config_options(p, HyperoptConfig, {
+        "model": "a registry model with a search space (`alpha models`)",
+        "data_dir": "one symbol's DBN folder", "output": "results.json (loadable as --params-file)",
+        "trials": "PSO trials (the spec's HYPEROPT_TRIALS)", "epochs": "epochs per trial",
+        "timesteps_per_epoch": "RL trials: environment steps per epoch",
+        "workers": "particles evaluated concurrently per generation", "seed": "(hex works: 0x4242)",
+        "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"], "symbol": WALK_FORWARD_HELP["symbol"],
+        "device": WALK_FORWARD_HELP["device"]})
 
 
 # --- entry point -----------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="alpha", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("inspect", help="show schema, dataset, version, symbols, counts and time range of DBN files")
+def add_inspect_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("predecode", help="build or reuse the predecoded sidecars of every DBN file")
+
+def add_predecode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, help="data root ({SYMBOL}/... folders) or one symbol's folder")
-    p.add_argument("--predecoded-dir", required=True, help="sidecar cache directory (created on miss)")
+    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path,
+                   help="sidecar cache directory (created on miss)")
     p.add_argument("--symbols", help="comma-separated, e.g. ES.FUT,NQ.FUT (default: every symbol folder)")
-    p.set_defaults(func=cmd_predecode)
 
-    p = sub.add_parser("folds", help="print the walk-forward fold plan of a folder of DBN files")
+
+def add_folds_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.data.folds import plan_folds
+
     p.add_argument("--data-dir", required=True)
-    p.add_argument("--cv-n-folds", type=int, default=1)
-    p.add_argument("--cv-train-window", type=int, default=0)
+    p.add_argument("--cv-n-folds", type=int, default=_default_of(plan_folds, "cv_n_folds"), help="default: %(default)s")
+    p.add_argument("--cv-train-window", type=int, default=_default_of(plan_folds, "cv_train_window"),
+                   help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)")
+    p.add_argument("--allow-untested-folds", action="store_true",
+                   help="allow folds without a test file (trained, never evaluated; warns)")
     p.add_argument("--schema", choices=["mbp-10", "ohlcv-1m"], help="only this schema (default: each found)")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_folds)
 
-    p = sub.add_parser("demo-data", help="write synthetic DBN files with a planted, learnable signal")
-    p.add_argument("--out", required=True)
-    p.add_argument("--scale", choices=["tiny", "small", "full"], default="small")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
-    p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
-    p.set_defaults(func=cmd_demo_data)
 
-    add_train_parser(sub)
-    add_train_supervised_parser(sub)
-    add_train_rl_parser(sub)
-    add_hyperopt_parser(sub)
-    add_evaluate_parser(sub)
-    add_run_parser(sub)
-
-    p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
+def add_models_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
+
+
+# name: (help, options, handler); a command's options are added only when it is the one parsed, so
+# `alpha inspect` does not import torch to read the training configs' defaults
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "inspect": ("show schema, dataset, version, symbols, counts and time range of DBN files", add_inspect_options,
+                cmd_inspect),
+    "predecode": ("build or reuse the predecoded sidecars of every DBN file", add_predecode_options, cmd_predecode),
+    "folds": ("print the walk-forward fold plan of a folder of DBN files", add_folds_options, cmd_folds),
+    "demo-data": ("write synthetic DBN files with a planted, learnable signal", add_demo_data_options, cmd_demo_data),
+    "train": ("train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars", add_train_options, cmd_train),
+    "train-supervised": ("walk-forward training of a supervised registry model", add_train_supervised_options,
+                         cmd_train_supervised),
+    "train-rl": ("walk-forward training of the DQN / PPO members", add_train_rl_options, cmd_train_rl),
+    "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
+    "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options,
+                 cmd_evaluate),
+}
+
+
+def _add_global_options(p: argparse.ArgumentParser) -> None:
+    """--debug and --quiet, accepted before or after the command."""
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="on error, show the full traceback (or set ALPHA_DEBUG=1)")
+    p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars on stderr")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `alpha` parser; with `command`, only that command's options are built (None: all of them)."""
+    parser = argparse.ArgumentParser(prog="alpha", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_options, handler) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if command in (None, name):
+            add_options(p)
+        p.set_defaults(func=handler)
+    add_run_parser(sub)
+    p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
+    add_models_options(p)
     p.set_defaults(func=cmd_models)
+    for p in (parser, *sub.choices.values()):
+        _add_global_options(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
+    debug = getattr(args, "debug", False) or os.environ.get("ALPHA_DEBUG", "") not in ("", "0")
+    progress.set_quiet(getattr(args, "quiet", False))
     try:
-        return args.func(args)
-    except (DataError, PlanError) as exc:
-        print(f"alpha {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        with warnings.catch_warnings():
+            if not debug:  # a library warning is one line too
+                warnings.showwarning = lambda message, *_, **__: print(
+                    f"alpha {args.command}: warning: {_one_line(message)}", file=sys.stderr)
+            check_symbols(args)
+            for path, is_dir in _outputs(args):
+                check_output_path(path, is_dir)
+            return args.func(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        code, message = describe_error(exc, args)
+        print(f"alpha {args.command}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from alpha_core import progress
 from alpha_core.data.dbn import discover, scan
 from alpha_core.data.folds import FileRef
 from alpha_core.data.products import PRODUCTS, product
@@ -58,7 +59,7 @@ def predecode(
     new_dirs = [p for p in (cache, *cache.parents) if not p.exists()]  # deepest first
     items: list[Predecoded] = []
     try:
-        for f in files:
+        for f in progress.bar(files, desc=f"predecode {symbol or Path(directory).name}", unit="file"):
             items.append(Predecoded(*ensure_sidecar(f.path, cache, symbol=symbol, label_config=label_config)))
     except BaseException:
         for item in items:

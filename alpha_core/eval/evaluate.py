@@ -30,7 +30,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from alpha_core import artifacts, progress
-from alpha_core.bounds import NonNegFloat, NonNegInt
+from alpha_core.bounds import Device, NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
@@ -74,7 +74,7 @@ class EvalConfig(BaseModel):
     band: float = Field(DEFAULT_BAND, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
     cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
     predecoded_dir: Path | None = None
-    device: str | None = None
+    device: Device | None = None
     # model (or "model/SYMBOL") -> the hyperopt results.json behind its checkpoints: the DSR's N and V
     hyperopt_results: dict[str, Path] = {}
     # (model, fold) pairs that were requested for every evaluated symbol: one without a checkpoint is listed

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import alpha_core
 from alpha_core import progress
 from alpha_core.atomic import atomic_write_json
-from alpha_core.bounds import Count, NonNegInt, Seed
+from alpha_core.bounds import Count, Device, NonNegInt, Seed
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode
@@ -108,7 +108,7 @@ class HyperoptConfig(BaseModel):
     n_val_seqs: Count = 5_000
     predecoded_dir: Path | None = None
     symbol: str | None = None
-    device: str | None = None
+    device: Device | None = None
 
 
 def hyperopt(cfg: HyperoptConfig) -> dict:

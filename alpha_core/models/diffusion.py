@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
-from alpha_core.bounds import Count, Dim, PositiveFloat
+from alpha_core.bounds import Count, Dim, NonNegFloat, PositiveFloat
 from alpha_core.data.loader import WindowBatch
 
 
@@ -69,7 +69,7 @@ class DiffusionConfig(BaseModel):
     d_hidden: Dim = 64  # denoiser MLP width
     d_time: Dim = 32  # sinusoidal time embedding size
     clip_x0: PositiveFloat | None = 6.0  # clip the predicted y0 (in scaled units) while sampling; None: no clip
-    up_threshold_ticks: float = 0.5  # a sampled move counts as "up" above this many ticks
+    up_threshold_ticks: NonNegFloat = 0.5  # a sampled move counts as "up" above this many ticks
     scale_momentum: float = Field(0.01, gt=0, le=1)  # floor of the running-scale update weight (a cumulative mean before that)
     train_draws: Dim = 1  # (t, eps) draws per position and training step (the encoder runs once)
     reverse_variance: Literal["analytic", "posterior"] = "analytic"  # sampler's step variance, see GaussianDiffusion

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from pydantic import ConfigDict, Field
 from torch import Tensor, nn
 
-from alpha_core.bounds import Count, Dim, PositiveFloat
+from alpha_core.bounds import Count, Dim, FiniteFloat, NonNegFloat, PositiveFloat
 
 __all__ = ["KANConfig", "KANLinear", "KANModel", "b_spline_bases", "extended_grid"]
 
@@ -149,11 +149,11 @@ class KANConfig(pydantic.BaseModel):
     hidden: Dim = 32  # width of the hidden KAN layer
     grid_size: Dim = 5  # G: spline intervals on grid_range
     spline_order: int = Field(3, ge=0, le=16)  # k: cubic splines
-    grid_range: tuple[float, float] = (-2.0, 2.0)  # inputs are LayerNormed, so most mass lands here
+    grid_range: tuple[FiniteFloat, FiniteFloat] = (-2.0, 2.0)  # inputs are LayerNormed, so most mass lands here
     ema_half_lives: tuple[PositiveFloat, ...] = (2.0, 8.0, 32.0)  # initial half-lives (bars) of the learnable EMAs
-    scale_noise: float = 0.1
-    scale_base: float = 1.0
-    scale_spline: float = 1.0
+    scale_noise: NonNegFloat = 0.1
+    scale_base: NonNegFloat = 1.0
+    scale_spline: NonNegFloat = 1.0
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> KANConfig:

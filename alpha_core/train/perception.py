@@ -32,6 +32,7 @@ from alpha_core.atomic import atomic_directory, atomic_file, atomic_write_json
 from alpha_core.bounds import (
     MAX_COUNT,
     Count,
+    Device,
     Dim,
     LearningRate,
     NonNegFloat,
@@ -49,6 +50,7 @@ from alpha_core.data.sidecar import LabelConfig
 from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
@@ -87,14 +89,14 @@ class TrainConfig(BaseModel):
     auto_horizon_weights: bool = False
     batch_size: Count = 1
     cv_fold: NonNegInt = 0
-    cv_n_folds: int = 1  # validate() and plan_folds check the folds with the spec's messages
-    cv_train_window: int = 0
+    cv_n_folds: int = Field(1, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
+    cv_train_window: int = Field(0, le=MAX_COUNT)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     smoothness_base_lambda: NonNegFloat = 0.0
     kernel_step_trace: Path | None = None
     bucket_warmup_cap_steps: NonNegInt | None = None
     outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
-    device: str | None = None  # None: cuda when available
+    device: Device | None = None  # None: cuda when available
     resume: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
     cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
@@ -138,6 +140,7 @@ class TrainSummary(BaseModel):
     wall_time_s: float
     sequences_per_s: float
     versions: dict[str, str]
+    epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
 
 
 def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
@@ -164,6 +167,8 @@ def validate(cfg: TrainConfig) -> None:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cfg.cv_n_folds})")
     if cfg.cv_fold >= cfg.cv_n_folds:
         raise PlanError(f"--cv-fold {cfg.cv_fold} must be < --cv-n-folds {cfg.cv_n_folds}")
+    if cfg.cv_train_window < 0:
+        raise PlanError(f"--cv-train-window must be >= 0 (got {cfg.cv_train_window})")
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -320,6 +325,7 @@ class PerceptionTrainer:
             steps += 1
             t.global_step += 1
             t.train_seqs += len(batch)
+            self.report.step()
         total = float(loss_sum)  # one host sync per epoch
         t.train_loss_sum += total
         t.train_steps += steps
@@ -367,21 +373,26 @@ class PerceptionTrainer:
         if (self.out / STATE_DIR).is_dir():  # a resumed attempt (or a retried Dagster step) continues its state
             self._load_state()
         t = self.trackers
+        self.report = TrainingReporter(self.out, f"perception fold {cfg.cv_fold}", cfg.epochs,
+                                       self.total_steps // cfg.epochs, t.epoch_metrics)
         started = time.perf_counter() - t.wall_time_s
         for epoch in range(t.epochs_completed, cfg.epochs if not t.early_stopped else t.epochs_completed):
             train_loss = self.train_epoch(epoch)
             val_loss, aucs = self.validate_epoch(epoch)
             t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
             self._track(epoch, val_loss, aucs)
-            print(f"epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} "
-                  f"auc {' '.join(f'{a:.3f}' for a in aucs)}", flush=True)
+            self.report.epoch(epoch, train_loss=train_loss, val_loss=val_loss,
+                              **horizon_metrics("val_auc", self.horizons, aucs))
+            self.report.say(f"epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} "
+                            f"auc {' '.join(f'{a:.3f}' for a in aucs)}")
             t.wall_time_s = time.perf_counter() - started
             stop = self._early_stop()
             t.early_stopped = stop
             self._save_state()
             if stop:
-                print(f"early stopping at epoch {epoch} on {cfg.early_stop_metric}", flush=True)
+                self.report.say(f"early stopping at epoch {epoch} on {cfg.early_stop_metric}")
                 break
+        self.report.close()
         summary = self._summary()
         atomic_write_json(self.out / SUMMARY, summary.model_dump())
         artifacts.complete(self.attempt)
@@ -434,6 +445,7 @@ class PerceptionTrainer:
             wall_time_s=t.wall_time_s,
             sequences_per_s=t.train_seqs / max(t.wall_time_s, 1e-9),
             versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+            epoch_metrics=t.epoch_metrics,
         )
 
     # --- resumable state (safetensors for tensors, JSON for the rest: no pickle) -----------------------

@@ -32,6 +32,7 @@ from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
+from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.params import load_params_file, resolve
 from alpha_core.train.perception import resolve_device
@@ -78,6 +79,7 @@ class FoldSummary(BaseModel):
     final_train_loss: float
     final_val_loss: float
     final_val_auc: list[float]
+    epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
     params: dict
     n_train_seqs_consumed: int
     device: str
@@ -138,6 +140,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
     metric = "mean_auc" if cfg.early_stop_metric == "none" else cfg.early_stop_metric
     t = Trackers()
     checkpoint_epoch, checkpoint_auc = 0, []
+    report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, total_steps // cfg.epochs)
     started = time.perf_counter()
     for epoch in range(cfg.epochs):
         model.train()
@@ -154,6 +157,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
             steps += 1
             t.global_step += 1
             t.train_seqs += len(batch)
+            report.step()
         t.train_loss_sum += float(loss_sum)
         t.train_steps += steps
         val_loss, aucs = _validate(model, val_loader, cfg, epoch)
@@ -163,12 +167,15 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
             with atomic_file(out / "model.safetensors") as tmp:
                 save_model(model, str(tmp))
             checkpoint_epoch, checkpoint_auc = epoch, aucs
-        print(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} "
-              f"auc {' '.join(f'{a:.3f}' for a in aucs)}", flush=True)
+        report.epoch(epoch, train_loss=float(loss_sum) / max(steps, 1), val_loss=val_loss,
+                     **horizon_metrics("val_auc", train_files[0].meta.horizons, aucs))
+        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} "
+                   f"auc {' '.join(f'{a:.3f}' for a in aucs)}")
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
     wall = time.perf_counter() - started
+    report.close()
     summary = FoldSummary(
         model=cfg.model, fold=fold.fold,
         train_files=[sc.meta.source.name for sc in train_files], val_files=[sc.meta.source.name for sc in val_files],
@@ -178,7 +185,8 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
         best_val_loss=t.best_val_loss, best_mean_auc=t.best_mean_auc, best_mean_auc_epoch=t.best_mean_auc_epoch,
         best_auc_long=t.best_auc_h1000, best_auc_long_epoch=t.best_auc_h1000_epoch,
         final_train_loss=t.train_loss_sum / max(t.train_steps, 1), final_val_loss=t.final_val_loss,
-        final_val_auc=t.final_val_auc, params=params, n_train_seqs_consumed=t.train_seqs, device=str(device),
+        final_val_auc=t.final_val_auc, epoch_metrics=report.epoch_metrics, params=params,
+        n_train_seqs_consumed=t.train_seqs, device=str(device),
         wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
         attempt=attempt_id,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from alpha_core.bounds import Count, NonNegInt, Seed
+from alpha_core.bounds import Count, Device, NonNegInt, Seed
 
 
 class WalkForwardConfig(BaseModel):
@@ -23,4 +23,4 @@ class WalkForwardConfig(BaseModel):
     cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds - 1 (a test file after every fold)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     seed: Seed = 0x4242
-    device: str | None = None
+    device: Device | None = None  # None: cuda when available
