@@ -30,7 +30,7 @@ MBP10 = "mbp-10"
 OHLCV_1M = "ohlcv-1m"
 SUPPORTED_SCHEMAS = (MBP10, OHLCV_1M)
 DBN_SUFFIXES = (".dbn", ".dbn.zst")
-DEFAULT_CHUNK_RECORDS = 262_144  # ~96 MB of MBP-10 per chunk
+DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB of records per chunk (11k MBP-10, 75k OHLCV): decoding stays in cache
 
 
 @dataclass(frozen=True)
@@ -182,15 +182,16 @@ def record_dtype(info: DbnFile) -> np.dtype:
         raise DataError(info.path, f"metadata.schema {info.schema!r} has no known record layout") from exc
 
 
-def iter_records(info: DbnFile, chunk_records: int = DEFAULT_CHUNK_RECORDS,
+def iter_records(info: DbnFile, chunk_records: int | None = None,
                  checks: RecordChecks | None = None) -> Iterator[np.ndarray]:
-    """Yield the file's records as read-only structured-array chunks of at most `chunk_records` rows.
+    """Yield the file's records as structured-array chunks of at most `chunk_records` rows (default: about
+    DEFAULT_CHUNK_BYTES).
 
     Each chunk has passed `checks` (a fresh `RecordChecks` unless one is given, e.g. to read its range).
     """
     dtype = record_dtype(info)
     checks = checks or RecordChecks(info, dtype)
-    want = dtype.itemsize * max(int(chunk_records), 1)
+    want = dtype.itemsize * max(int(chunk_records or DEFAULT_CHUNK_BYTES // dtype.itemsize), 1)
     try:
         with _payload(info) as reader:
             while buffer := _read_full(reader, want):
