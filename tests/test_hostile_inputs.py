@@ -608,3 +608,35 @@ def test_dagster_fails_the_step_with_the_message_and_blocks_on_suspicious_data(t
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == INTEGRITY and not check.passed
     assert any(odd.name in p and "spread_ticks" in p for p in check.metadata["problems"].value)
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """Mount a tiny tmpfs (read-only, or 64 KiB): where mounting is not permitted, skip with the reason."""
+    import subprocess
+
+    mounted = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_a_read_only_or_full_cache_is_one_line_and_leaves_nothing(tiny_data, small_mount):
+    book = source(tiny_data, BOOK, 1)
+    read_only = small_mount("ro,size=1m")
+    with pytest.raises(DataError, match=rf"{read_only}: cannot write the sidecar of {book.name}: read-only file system"):
+        ensure_sidecar(book, read_only)
+    full = small_mount("size=64k")
+    with pytest.raises(DataError, match=rf"{full}: cannot write the sidecar of {book.name}: no space left on device"):
+        ensure_sidecar(book, full)
+    assert list(full.iterdir()) == []  # the temporary directory went with the error
