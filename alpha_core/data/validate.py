@@ -37,7 +37,6 @@ MAPPING_SLACK_DAYS = 1  # mapping dates may be trading dates (a session opens th
 UNDEF_PRICE = dbn.UNDEF_PRICE
 UNDEF_TIMESTAMP = dbn.UNDEF_TIMESTAMP
 PRICE_SCALE = dbn.FIXED_PRICE_SCALE
-_TRADE = ord("T")
 _OHLCV_DEPRECATED = dbn.RType.OHLCV_DEPRECATED.value
 
 
@@ -93,8 +92,7 @@ class RecordRange:
     last_ts: int
 
 
-_CHECKED = ("instrument_id", "ts_event", "ts_recv", "price", "action", "bid_px_00", "ask_px_00", "bid_sz_00",
-            "ask_sz_00", "open", "high", "low", "close")
+_CHECKED = ("instrument_id", "ts_event", "ts_recv", "price", "bid_px_00", "ask_px_00", "open", "high", "low", "close")
 
 
 class RecordChecks:
@@ -128,11 +126,11 @@ class RecordChecks:
         self.future = time.time_ns() + FUTURE_SLACK_NS
         self.lo = max(self.start, EARLIEST_NS)
         self.hi = self.future if self.end is None else min(self.end, self.future)
-        self.levels = "bid_px_00" in fields and "ask_sz_00" in fields
+        self.levels = "bid_px_00" in fields and "ask_sz_00" in fields  # sizes read only where a price is off
         self.trades = "price" in fields and "action" in fields
         self.ohlc = [f for f in ("open", "high", "low", "close") if f in fields]
         self.layout = {"header": (0, np.dtype("<u2"))}  # name -> (byte offset, dtype); `action` read as a byte
-        self.layout |= {f: (fields[f][1], np.dtype("u1") if f == "action" else fields[f][0]) for f in _CHECKED if f in fields}
+        self.layout |= {f: (fields[f][1], fields[f][0]) for f in _CHECKED if f in fields}
         self.words = dtype.itemsize % 8 == 0  # every checked field then lies inside one 8-byte word
         self._symbology(info)
         self.count = 0
@@ -169,7 +167,7 @@ class RecordChecks:
         t_min, t_max = int(ts.min()), int(ts.max())
         self._time(col, ts, t_min, t_max)
         pos = self._ids(col, ts, t_min, t_max)
-        self._prices(col, pos)
+        self._prices(chunk, col, pos)
         if self.first_ts is None:
             self.first_ts = int(ts[0])
         self.last_ts = int(ts[-1])
@@ -268,12 +266,13 @@ class RecordChecks:
                                        f"outside its metadata.mappings dates [{lo}, {hi})")
         return pos
 
-    def _prices(self, col: dict[str, np.ndarray], pos: np.ndarray | None) -> None:
-        checks = []  # (price field, where it must be real (None: everywhere), what it is)
+    def _prices(self, chunk: np.ndarray, col: dict[str, np.ndarray], pos: np.ndarray | None) -> None:
+        checks = []  # (price field, where it must be real: a test of the flagged records, what it is)
         if self.levels:
-            checks += [(f"{side}_px_00", col[f"{side}_sz_00"] > 0, "at a level with size > 0") for side in ("bid", "ask")]
+            checks += [(f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0,
+                        "at a level with size > 0") for side in ("bid", "ask")]
         if self.trades:
-            checks.append(("price", col["action"] == _TRADE, "for a trade"))
+            checks.append(("price", lambda idx: chunk["action"][idx] == b"T", "for a trade"))
         checks += [(f, None, "for a bar") for f in self.ohlc]
         first = None  # (record, field, what) of the earliest bad price
         for name, where, what in checks:
@@ -299,15 +298,16 @@ class RecordChecks:
                     raise self.fail(i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, "
                                        f"high {_price(int(h[i]))}]")
 
-    def _first_bad_price(self, px: np.ndarray, where: np.ndarray | None, pos: np.ndarray | None) -> int | None:
+    def _first_bad_price(self, px: np.ndarray, where, pos: np.ndarray | None) -> int | None:
         """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real.
-        Spreads, and ids the metadata does not map, may be zero or negative: only UNDEF_PRICE is bad for them."""
+        Spreads, and ids the metadata does not map, may be zero or negative: only UNDEF_PRICE is bad for them.
+        Where a price must be real (a level with size, a trade) is only read for the few records flagged."""
         invalid = (px.view(np.uint64) - np.uint64(1)) >= np.uint64(UNDEF_PRICE - 1)
-        if where is not None:
-            invalid &= where
         if not invalid.any():
             return None
         idx = np.flatnonzero(invalid)
+        if where is not None:
+            idx = idx[where(idx)]
         keep = px[idx] == UNDEF_PRICE
         if pos is not None:
             keep |= self.id_outright[pos[idx]]
