@@ -111,10 +111,14 @@ def _break_stale_lock(lock: Path) -> None:
 def complete(attempt: Attempt) -> None:
     """Seal the attempt: the manifest of every file it holds, written last and atomically."""
     crash_point("attempt.before_complete")
-    files = {str(p.relative_to(attempt.path)): {"size": p.stat().st_size, "sha256": _sha256(p)}
-             for p in _files(attempt.path)}
-    atomic_write_json(attempt.path / MANIFEST, {"attempt": attempt.id, "completed": dt.datetime.now(dt.UTC).isoformat(),
-                                                "files": files})
+    seal(attempt.path, attempt.id)
+
+
+def seal(folder: Path, attempt_id: str) -> None:
+    """Write `folder`'s manifest: every file with its size and sha256 (what `verify` checks)."""
+    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(folder)}
+    atomic_write_json(folder / MANIFEST, {"attempt": attempt_id, "completed": dt.datetime.now(dt.UTC).isoformat(),
+                                          "files": files})
 
 
 def promote(attempt: Attempt) -> None:
