@@ -129,7 +129,7 @@ class RecordChecks:
         self.levels = "bid_px_00" in fields and "ask_sz_00" in fields  # sizes read only where a price is off
         self.trades = "price" in fields and "action" in fields
         self.ohlc = [f for f in ("open", "high", "low", "close") if f in fields]
-        self.layout = {"header": (0, np.dtype("<u2"))}  # name -> (byte offset, dtype); `action` read as a byte
+        self.layout = {"header": (0, np.dtype("<u2"))}  # name -> (byte offset, dtype) of the columns checked
         self.layout |= {f: (fields[f][1], fields[f][0]) for f in _CHECKED if f in fields}
         self.words = dtype.itemsize % 8 == 0  # every checked field then lies inside one 8-byte word
         self._symbology(info)
