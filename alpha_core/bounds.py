@@ -6,6 +6,7 @@ out of range (NaN, -1, 1e308, a zero batch) fails in one place with a message na
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from pydantic import Field
@@ -31,9 +32,10 @@ FiniteFloat = Annotated[float, Field(ge=-MAX_FLOAT, le=MAX_FLOAT, allow_inf_nan=
 Device = Annotated[str, Field(pattern=r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")]  # a torch device name
 
 
-def check_batch_fits(batch_size: int, seq_len: int, n_features: int) -> None:
-    """Refuse a batch tensor that cannot be allocated sensibly, before any work (known once the data is)."""
-    elements = batch_size * seq_len * n_features
+def check_batch_fits(**sizes: int) -> None:
+    """Refuse a batch tensor that cannot be allocated sensibly, before any work (known once the data is), e.g.
+    `check_batch_fits(batch_size=256, seq_len=64, n_features=40)`; the message names the keys to lower."""
+    elements = math.prod(sizes.values())
     if elements > MAX_BATCH_ELEMENTS:
-        raise PlanError(f"batch_size x seq_len x n_features = {batch_size} x {seq_len} x {n_features} = {elements:,} "
-                        f"elements in one batch (limit 2**31): lower batch_size or seq_len")
+        raise PlanError(f"{' x '.join(sizes)} = {' x '.join(str(v) for v in sizes.values())} = {elements:,} elements "
+                        f"in one batch (limit 2**31): lower {' or '.join(list(sizes)[:-1])}")

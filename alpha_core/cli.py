@@ -451,8 +451,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = EvalConfig(**_given(args))
     if not cfg.models_dir.is_dir():
         raise DataError(cfg.models_dir, "no such models directory")
-    if not any(cfg.models_dir.glob("*/*/fold-*")):
-        raise DataError(cfg.models_dir, "no checkpoints (expected <model>/<symbol>/fold-<k>/ folders)")
+    if not any(any(cfg.models_dir.glob(f"*/{symbol}/fold-*")) for symbol in cfg.symbols or ["*"]):
+        which = f" for {', '.join(cfg.symbols)}" if cfg.symbols else ""
+        raise DataError(cfg.models_dir, f"no checkpoints{which} (expected <model>/<symbol>/fold-<k>/ folders)")
     report = evaluate(cfg)
     print(cfg.output.with_suffix(".md").read_text())
     for e in report.excluded:

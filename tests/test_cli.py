@@ -178,15 +178,19 @@ def test_an_output_path_that_is_a_file_is_one_line_before_any_work(capsys, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # nothing written
 
 
-@pytest.mark.parametrize("exists", [False, True])
-def test_evaluate_fails_on_a_missing_or_empty_models_directory(capsys, tmp_path, tiny_data, exists):
+@pytest.mark.parametrize("layout, symbols, message", [
+    (None, [], "no such models directory"),
+    ("tft/ES.FUT", [], "no checkpoints (expected <model>/<symbol>/fold-<k>/ folders)"),  # folders, no fold-<k>
+    ("tft/ES.FUT/fold-0", ["--symbols", "NQ.FUT"], "no checkpoints for NQ.FUT (expected <model>/<symbol>/fold-<k>/ folders)"),
+])
+def test_evaluate_fails_on_a_missing_or_empty_models_directory(capsys, tmp_path, tiny_data, layout, symbols, message):
     models = tmp_path / "models"
-    if exists:
-        (models / "tft" / "ES.FUT").mkdir(parents=True)  # folders, but no fold-<k> checkpoint
+    if layout:
+        (models / layout).mkdir(parents=True)
     code = main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output",
-                 str(tmp_path / "eval" / "report.json")])
+                 str(tmp_path / "eval" / "report.json"), *symbols])
     err = capsys.readouterr().err
-    assert code == 2 and str(models) in err and ("no checkpoints" if exists else "no such models directory") in err
+    assert code == 2 and err == f"alpha evaluate: error: {models}: {message}\n"
     assert not (tmp_path / "eval").exists()
 
 

@@ -196,7 +196,7 @@ class PerceptionTrainer:
         self.attempt = self._choose_attempt(attempt_id)
         self.out = self.attempt.path
         self._prepare_data()
-        check_batch_fits(cfg.batch_size, cfg.seq_len, len(self.norm.feature_names))
+        check_batch_fits(batch_size=cfg.batch_size, seq_len=cfg.seq_len, n_features=len(self.norm.feature_names))
         n_h = len(self.horizons)
         self.model_cfg = model_cfg = PerceptionConfig(
             n_features=len(self.norm.feature_names),

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import alpha_core
 from alpha_core import artifacts
 from alpha_core.atomic import atomic_write_json
-from alpha_core.bounds import Count, NonNegFloat
+from alpha_core.bounds import Count, NonNegFloat, check_batch_fits
 from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
@@ -89,6 +89,7 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
     folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
         cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol,
         cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
+    check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
     return [artifacts.run_attempt(
         cfg.output_dir / f"fold-{fold.fold}", attempt_id,

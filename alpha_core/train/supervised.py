@@ -113,7 +113,7 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
         cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **train_overrides})
     except ValidationError as exc:
         raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
-    check_batch_fits(cfg.batch_size, cfg.seq_len, data_fields["n_features"])
+    check_batch_fits(batch_size=cfg.batch_size, seq_len=cfg.seq_len, n_features=data_fields["n_features"])
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     attempt_id = attempt_id or artifacts.new_attempt_id()
     return [artifacts.run_attempt(
