@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Literal
@@ -226,7 +227,12 @@ class PerceptionTrainer:
                                    else self.model.update_controllers)
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
-        self.trace = StepTrace(cfg.kernel_step_trace) if cfg.kernel_step_trace else None
+        self.trace = StepTrace(self._inside_attempt(cfg.kernel_step_trace)) if cfg.kernel_step_trace else None
+
+    def _inside_attempt(self, path: Path) -> Path:
+        """A file asked for under `--out` goes into the attempt, so it is promoted (and sealed) with the rest."""
+        out, path = Path(os.path.abspath(self.cfg.out)), Path(os.path.abspath(path))
+        return self.out / path.relative_to(out) if path.is_relative_to(out) else path
 
     def _choose_attempt(self, attempt_id: str | None) -> artifacts.Attempt:
         """`attempt_id` as given (Dagster: the run id, so a retried step continues it); with `--resume`, the
