@@ -29,12 +29,14 @@ COMMON = ["--device", "cuda", "--epochs", "1", "--cv-n-folds", "2", "--cv-fold",
 
 @pytest.fixture(scope="module")
 def gpu_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
     prebuilt = os.environ.get("ALPHA_GPU_TEST_DATA")
-    if prebuilt:
-        return Path(prebuilt) / "data", Path(prebuilt) / "pd"
+    if prebuilt:  # bench/prepare_gpu_carry.sh: ES.FUT's files in data/ES.FUT, their sidecars in pd
+        (root / "pd").mkdir()
+        (root / "pd" / "ES.FUT").symlink_to(Path(prebuilt, "pd").resolve(), target_is_directory=True)
+        return Path(prebuilt) / "data", root / "pd"
     from alpha_core.data.demo import generate_demo_data
 
-    root = tmp_path_factory.mktemp("gpu")
     generate_demo_data(root / "data", "tiny", seed=7, symbols=["ES.FUT"])
     return root / "data", root / "pd"
 
