@@ -94,4 +94,5 @@ def executor() -> dg.ExecutorDefinition:
         if os.environ.get("ALPHA_TRAINING_IMAGE"):  # otherwise the code location's image (module docstring)
             config["job_image"] = pinned_image(os.environ["ALPHA_TRAINING_IMAGE"])
         return k8s_job_executor.configured(config)
-    return dg.multiprocess_executor.configured({"max_concurrent": MAX_PARALLEL})
+    # forkserver: each step forks from a process that imported the code once, instead of importing it again
+    return dg.multiprocess_executor.configured({"max_concurrent": MAX_PARALLEL, "start_method": {"forkserver": {}}})
