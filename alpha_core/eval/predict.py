@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_model
 
 from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.models import registry
+from alpha_core.weights import load_weights
 
 BATCH = 4096
 
@@ -141,7 +141,7 @@ def supervised_probs(ckpt: Checkpoint, bars: Sidecar, device: torch.device) -> n
     """[N, H] up-probabilities per bar (NaN before the first full window)."""
     spec = registry.get(ckpt.model)
     model = spec.builder()(spec.config_class()(**_load_json(ckpt.path / "model_config.json"))).to(device).eval()
-    load_model(model, str(ckpt.weights), device=str(device))
+    load_weights(model, ckpt.weights, device)
     seq_len = _load_json(ckpt.path / "train_config.json")["seq_len"]
     norm = NormStats.load(ckpt.path / "norm_stats.json")
     probs = np.full((bars.rows, len(bars.meta.horizons)), np.nan, dtype=np.float32)
@@ -155,7 +155,7 @@ def perception_snapshot_probs(ckpt: Checkpoint, book: Sidecar, device: torch.dev
     from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 
     model = PerceptionModel(PerceptionConfig(**_load_json(ckpt.path / "model_config.json"))).to(device).eval()
-    load_model(model, str(ckpt.weights), device=str(device))
+    load_weights(model, ckpt.weights, device)
     seq_len = ckpt.summary["seq_len"]
     norm = NormStats.load(ckpt.path / "norm_stats.json")
     snap = np.full((book.rows, len(book.meta.horizons)), np.nan, dtype=np.float32)

@@ -6,8 +6,8 @@ instead runs an encoder over the [B, window, F] feature window and appends the p
 mapping [B, window, F] -> [B, d] (or per-position [B, window, d], of which the last position is used, as the
 causal sequence models of `alpha_core.models` produce) can be reused this way.
 
-Weights are saved with `safetensors.torch.save_model` on `agent.policy` (SB3 policies alias one extractor
-under several names, which a raw `save_file(state_dict)` rejects). SB3's own `.zip` (cloudpickle) is not used.
+Weights are saved with `alpha_core.weights.save_weights` on `agent.policy` (SB3 policies alias one extractor
+under several names: it keeps each alias once). SB3's own `.zip` (cloudpickle) is not used.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
-from safetensors.torch import load_model, save_model
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -148,19 +147,20 @@ def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOCo
 
 
 def save_policy(agent: BaseAlgorithm, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
-    """The policy's weights as safetensors (`save_model`: handles SB3's shared extractor tensors; no pickle)."""
-    from alpha_core.atomic import atomic_file
+    """The policy's weights as safetensors (SB3's shared extractor tensors kept once; no pickle)."""
+    from alpha_core.weights import save_weights
 
     path = Path(path)
     meta = {"algo": type(agent).__name__, "policy": type(agent.policy).__name__, **(metadata or {})}
-    with atomic_file(path) as tmp:
-        save_model(agent.policy, str(tmp), metadata=meta)
+    save_weights(agent.policy, path, metadata=meta)
     return path
 
 
-def load_policy(agent: BaseAlgorithm, path: str | Path, strict: bool = True) -> BaseAlgorithm:
+def load_policy(agent: BaseAlgorithm, path: str | Path) -> BaseAlgorithm:
     """Load weights saved by `save_policy` into an agent built with the same config (architecture must match)."""
-    load_model(agent.policy, str(path), strict=strict, device=str(agent.device))  # strict: raises on a mismatch
+    from alpha_core.weights import load_weights
+
+    load_weights(agent.policy, path, agent.device)  # raises on a mismatch
     return agent
 
 

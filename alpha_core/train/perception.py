@@ -25,11 +25,11 @@ from typing import Literal
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_file, save_file
 
 import alpha_core
 from alpha_core import artifacts
-from alpha_core.atomic import atomic_directory, atomic_file, atomic_write_json
+from alpha_core.atomic import atomic_directory, atomic_write_json
 from alpha_core.bounds import (
     MAX_COUNT,
     Count,
@@ -56,6 +56,7 @@ from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
+from alpha_core.weights import save_weights
 
 VAL_SEED_OFFSET = 0xC0FFEE
 SUMMARY = "alpha_train_summary.json"
@@ -410,8 +411,7 @@ class PerceptionTrainer:
             self.trackers.best_h1000_ckpt_path = CHECKPOINTS["auc_h1000"]
         for metric, better in improved.items():
             if better:
-                with atomic_file(self.out / CHECKPOINTS[metric]) as tmp:
-                    save_model(self.model, str(tmp))
+                save_weights(self.model, self.out / CHECKPOINTS[metric])
 
     def _early_stop(self) -> bool:
         return self.trackers.should_stop(self.cfg.early_stop_metric, self.cfg.early_stop_patience)

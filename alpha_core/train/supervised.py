@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
-from safetensors.torch import save_model
 
 import alpha_core
 from alpha_core import artifacts
-from alpha_core.atomic import atomic_file, atomic_write_json
+from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
@@ -39,6 +38,7 @@ from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 from alpha_core.train.walk_forward import WalkForwardConfig
+from alpha_core.weights import save_weights
 
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
 
@@ -164,8 +164,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
         t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
         improved = t.update(epoch, val_loss, aucs)
         if improved[metric]:
-            with atomic_file(out / "model.safetensors") as tmp:
-                save_model(model, str(tmp))
+            save_weights(model, out / "model.safetensors")
             checkpoint_epoch, checkpoint_auc = epoch, aucs
         report.epoch(epoch, train_loss=float(loss_sum) / max(steps, 1), val_loss=val_loss,
                      **horizon_metrics("val_auc", train_files[0].meta.horizons, aucs))
