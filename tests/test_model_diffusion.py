@@ -232,3 +232,18 @@ def test_learns_the_planted_bar_signal(tiny_sidecars):
     ok = np.isfinite(y[:, 0])
     auc = roc_auc_score(y[ok, 0], p[ok, 0])
     assert auc > 0.55, auc
+
+
+def test_evaluation_of_a_sampling_model_is_reproducible():
+    """Two `alpha evaluate` runs of one Diffusion checkpoint give the same probabilities, whatever the global RNG."""
+    from alpha_core.data.norm import NormStats
+    from alpha_core.eval.predict import _window_probs
+
+    model = small_model().eval()
+    features = np.random.default_rng(0).normal(size=(300, 5)).astype(np.float32)
+    norm = NormStats(feature_names=[f"f{i}" for i in range(5)], mean=[0.0] * 5, std=[1.0] * 5, rows=300, sources=[])
+    runs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        runs.append(_window_probs(model, features, None, 16, norm, torch.device("cpu")))
+    np.testing.assert_array_equal(runs[0], runs[1])

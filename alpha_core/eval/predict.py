@@ -29,6 +29,7 @@ from alpha_core.models import registry
 from alpha_core.weights import load_weights
 
 BATCH = 4096
+SAMPLING_SEED = 0x5EED  # the noise of sampling models in evaluation: the same report for the same checkpoint
 
 
 NO_DECISION = -1  # decision_ts of a bar whose (flat) position uses no data
@@ -123,10 +124,12 @@ def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: i
     feats = torch.from_numpy(np.array(features)).to(device).sub_(mean).div_(std).unfold(0, seq_len, 1)  # [W, F, K]
     times = None if dt is None else torch.from_numpy(np.array(dt)).to(device).unfold(0, seq_len, 1)  # [W, K]
     out = []
+    sampling = hasattr(model, "forward_last")  # a sampling model (Diffusion): its own seeded noise, so reruns agree
+    generator = torch.Generator(device=device).manual_seed(SAMPLING_SEED) if sampling else None
     for lo in range(0, feats.shape[0], BATCH):
         x = feats[lo : lo + BATCH].transpose(1, 2).contiguous()
         if times is None:
-            last = model.forward_last(x) if hasattr(model, "forward_last") else model(x)[:, -1]
+            last = model.forward_last(x, generator=generator) if sampling else model(x)[:, -1]
         else:
             last = model(x, times[lo : lo + BATCH].contiguous())["logits"][:, -1]
         out.append(torch.sigmoid(last.float()))
