@@ -38,7 +38,7 @@ import dagster as dg
 
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
-from alpha_core.errors import PlanError
+from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 
 PHASES = ("hyperopt", "train", "eval", "full")
@@ -100,12 +100,13 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, 
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
         raise PlanError(f"PHASE must be one of {', '.join(PHASES)} (got {phase!r})")
+    symbols = list(dict.fromkeys(symbols))
     if not symbols:
         raise PlanError("SYMBOLS is empty")
     unknown = [s for s in symbols if s not in SYMBOLS]
     if unknown:
         raise PlanError(f"SYMBOLS: unknown symbol {', '.join(unknown)} (known: {', '.join(SYMBOLS)})")
-    names = registry.select(models)
+    names = list(dict.fromkeys(registry.select(models)))
     if not names:
         raise PlanError("MODELS selects no model")
     if not RUN_ID_RE.fullmatch(run_id):
@@ -114,7 +115,7 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, 
     for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
         if value < 1:
             raise PlanError(f"{name} must be >= 1 (got {value})")
-    targets = lineage(list(dict.fromkeys(symbols)), names, phase)
+    targets = lineage(symbols, names, phase)
     ops = {}
     for key in targets:
         kind, _, model = key.partition("/")
@@ -122,22 +123,36 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, 
             ops[f"hyperopt__{model}"] = {"config": {"trials": trials, **(hyperopt_config or {})}}
         elif kind == "checkpoints":
             ops[f"checkpoints__{model}"] = {"config": {"epochs": epochs, **(train_config or {})}}
-    result = Plan(run_id, phase, list(dict.fromkeys(symbols)), names, max_parallel, targets,
-                  {"ops": ops} if ops else {})
+        elif kind == "ensemble_report":  # the models the report must account for
+            ops[kind] = {"config": {"models": names}}
+    result = Plan(run_id, phase, symbols, names, max_parallel, targets, {"ops": ops} if ops else {})
     _validate_run_config(result.run_config)
     return result
 
 
 def _validate_run_config(run_config: dict) -> None:
-    """Refuse a bad key or value now rather than in every run of the backfill."""
+    """Refuse a bad key, type or value now rather than in every run of the backfill: Dagster's schema check
+    (keys, types), then the config classes themselves (their bounds)."""
+    import pydantic
+
     from alpha_assets.definitions import defs
+    from alpha_assets.training_assets import HyperoptAssetConfig, TrainAssetConfig
+
+    def flag(where: str) -> str:
+        return "--hyperopt-config" if "hyperopt__" in where else "--train-config"
 
     try:
         dg.validate_run_config(defs.resolve_implicit_global_asset_job_def(), run_config)
     except dg.DagsterInvalidConfigError as exc:  # the same error repeats for every model: name the first
         error = exc.errors[0]
-        flag = "--hyperopt-config" if ":hyperopt__" in str(error.stack) + error.message else "--train-config"
-        raise PlanError(f"{flag}: {error.message}") from None
+        raise PlanError(f"{flag(str(error.stack) + error.message)}: {error.message}") from None
+    for op, entry in run_config.get("ops", {}).items():
+        kind = op.split("__")[0]
+        if kind in ("hyperopt", "checkpoints"):
+            try:
+                (HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig)(**entry["config"])
+            except pydantic.ValidationError as exc:
+                raise PlanError(f"{flag(op)}: {describe_validation_error(exc)}") from None
 
 
 def parse_json_option(flag: str, text: str | None) -> dict | None:
@@ -206,6 +221,8 @@ class LocalBackfill:
     def failure(self, run_id: str) -> str:
         for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
             error = record.dagster_event.step_failure_data.error
+            while error is not None and error.cause is not None:  # the user code's error, not Dagster's wrapper
+                error = error.cause
             return f"{record.step_key}: {(error.message if error else 'failed').strip().splitlines()[0]}"
         return ""
 
@@ -287,7 +304,8 @@ class Daemon:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
-                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         print(f"started dagster-daemon (pid {self.proc.pid}) for this run; log {self.log}", flush=True)
 
     def stop(self) -> None:
@@ -300,6 +318,18 @@ class Daemon:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.instance.wipe_daemon_heartbeats()  # so the next `alpha run` does not count on this daemon
+
+
+def _die_with_parent() -> None:
+    """In the daemon's process, before exec: Linux sends it SIGTERM if `alpha run` is killed outright."""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM (CI timeouts, `kill`) cancels and cleans up like Ctrl-C
 
 
 def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0) -> bool:
@@ -323,6 +353,7 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
           f"gpu pool limit {p.max_parallel}", flush=True)
     source = LocalBackfill(instance, backfill.backfill_id)
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel)})
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return follow(source, poll_s, check=daemon.ensure)
     except KeyboardInterrupt:
@@ -330,6 +361,7 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
         raise
     finally:
         daemon.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --- remote: the webserver's GraphQL API -----------------------------------------------------------
