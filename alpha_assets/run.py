@@ -27,7 +27,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -234,9 +233,11 @@ class LocalBackfill:
             self.instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
 
 
-def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout) -> bool:
+def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate_failures: bool = False) -> bool:
     """Print one line per run that starts, finishes or fails until the backfill is finished; True if all succeeded.
 
+    A run that failed only because a checkpoint missed its (blocking) gate prints `GATE`; with
+    `allow_gate_failures` it does not count as a failure (the report lists the checkpoint as excluded).
     `check()` returns a reason to give up (the daemon died), or None."""
     started, seen, failed = time.monotonic(), {}, 0
     while True:
@@ -247,7 +248,9 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout) -> bool:
                 continue
             seen[run.run_id] = word
             reason = backfill.failure(run.run_id) if word == "FAILED" else ""
-            failed += word in ("FAILED", "canceled")
+            if word == "FAILED" and "blocking asset check" in reason:
+                word = "GATE"
+            failed += word in ("FAILED", "canceled") or (word == "GATE" and not allow_gate_failures)
             print(f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
                   f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}", file=out, flush=True)
         if status in FINISHED:
@@ -294,14 +297,13 @@ class Daemon:
         return None
 
     def start(self) -> None:
-        home = Path(self.instance.root_directory)
-        folder = Path(tempfile.mkdtemp(prefix="alpha-run-"))
-        workspace = folder / "workspace.yaml"  # the location name `dg dev` uses, wherever `alpha run` is called from
+        folder = Path(self.instance.root_directory) / "alpha-run"  # not logs/: Dagster's telemetry moves that
+        folder.mkdir(parents=True, exist_ok=True)
+        workspace = folder / f"workspace-{os.getpid()}.yaml"  # the location name `dg dev` uses, from any directory
         workspace.write_text(json.dumps({"load_from": [{"python_module": {
             "module_name": "alpha_assets.definitions", "attribute": "defs", "location_name": "alpha",
             "working_directory": str(project_root())}}]}))
-        self.log = home / "alpha-run" / f"daemon-{os.getpid()}.log"  # not logs/: Dagster's telemetry moves that
-        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = folder / f"daemon-{os.getpid()}.log"
         with self.log.open("w") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
                                          env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -332,7 +334,8 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt  # SIGTERM (CI timeouts, `kill`) cancels and cleans up like Ctrl-C
 
 
-def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0) -> bool:
+def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0,
+                 allow_gate_failures: bool = False) -> bool:
     """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end."""
     from dagster._core.execution.backfill import PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
@@ -355,7 +358,7 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel)})
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return follow(source, poll_s, check=daemon.ensure)
+        return follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)
     except KeyboardInterrupt:
         source.cancel()
         raise

@@ -492,7 +492,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(run.describe(plan))
         return 0
-    ok = run.launch_remote(plan, args.remote) if args.remote else run.launch_local(plan)
+    ok = (run.launch_remote(plan, args.remote) if args.remote
+          else run.launch_local(plan, allow_gate_failures=args.allow_gate_failures))
     return 0 if ok else 1
 
 
@@ -515,6 +516,8 @@ def add_run_parser(sub) -> None:
     p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
     p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
+    p.add_argument("--allow-gate-failures", action="store_true",
+                   help="a checkpoint below its gate is reported (excluded, gate failed) instead of failing the command")
     p.set_defaults(func=cmd_run)
 
 
