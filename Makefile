@@ -26,7 +26,7 @@ DEMO_HYPEROPT := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 1000, "n_val_
 demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
 	$(BIN)/alpha run --symbols $(SYMBOL) --models perception,tft,ppo --phase full --epochs 2 --hyperopt-trials 3 \
-		--allow-gate-failures --run-id demo --train-config '$(DEMO_TRAIN)' --hyperopt-config '$(DEMO_HYPEROPT)'
+		--allow-gate-failures --max-parallel 2 --run-id demo --train-config '$(DEMO_TRAIN)' --hyperopt-config '$(DEMO_HYPEROPT)'
 	@echo
 	@cat $(ALPHA_STORAGE_ROOT)/demo/eval/$(SYMBOL)/ensemble_report.md
 	@echo "Results for $(SYMBOL) (the whole lineage, RUN_ID demo), as Dagster materializations in $(DAGSTER_HOME):"
