@@ -31,6 +31,7 @@ import alpha_core
 from alpha_core import artifacts
 from alpha_core.atomic import atomic_directory, atomic_write_json
 from alpha_core.bounds import (
+    MAX_BATCH_ELEMENTS,
     MAX_COUNT,
     Count,
     Device,
@@ -61,7 +62,7 @@ from alpha_core.weights import save_weights
 VAL_SEED_OFFSET = 0xC0FFEE
 SUMMARY = "alpha_train_summary.json"
 STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "state.json"
-RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace")  # settings that do not change what is trained
+RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size")  # they change nothing trained
 CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model_best_mean_auc.safetensors",
                "auc_h1000": "trunk_best_h1000.safetensors"}
 
@@ -90,6 +91,7 @@ class TrainConfig(BaseModel):
     horizon_weights: str | None = None
     auto_horizon_weights: bool = False
     batch_size: Count = 1
+    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
     cv_fold: NonNegInt = 0
     cv_n_folds: int = Field(1, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
     cv_train_window: int = Field(0, le=MAX_COUNT)
@@ -342,22 +344,28 @@ class PerceptionTrainer:
 
     @torch.no_grad()
     def validate_epoch(self, epoch: int) -> tuple[float, list[float]]:
-        model = self.model
+        """Loss and AUC per horizon over the validation windows, in batches of `val_batch_size` (at most 2**31
+        input elements): at B=1 training, validating at B=1 would cost as much as an epoch. Both metrics pool
+        every window (the loss is the masked BCE mean per horizon over all labelled positions), so they do not
+        depend on the validation batch size."""
+        model, cfg = self.model, self.cfg
         model.eval()
-        self.val_loader.reset(self.cfg.seed + VAL_SEED_OFFSET + epoch)
-        loss_sum = torch.zeros((), device=self.device)
-        probs, labels, steps = [], [], 0
-        for batch in self.val_loader.batches(self.cfg.batch_size):
+        self.val_loader.reset(cfg.seed + VAL_SEED_OFFSET + epoch)
+        batch_size = min(cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (cfg.seq_len * len(self.norm.feature_names))))
+        bce_sum = count = torch.zeros(len(self.horizons), device=self.device)
+        probs, labels = [], []
+        for batch in self.val_loader.batches(batch_size):
             with self._autocast():
                 out = model(batch.x, batch.dt)
             _, parts = model.loss(out, batch.labels, batch.outcome_long, batch.outcome_short, self.tick_size)
-            loss_sum += (model.horizon_weights * parts["bce"]).sum()
+            labelled = torch.isfinite(batch.labels).sum(dim=(0, 1))
+            bce_sum = bce_sum + parts["bce"] * labelled  # the batch's masked mean back to a sum
+            count = count + labelled
             probs.append(torch.sigmoid(out["logits"][:, -1].float()))
             labels.append(batch.labels[:, -1])
-            steps += 1
         self.trackers.n_val_seqs_consumed = self.val_loader.yielded()
         aucs = auc_per_horizon(torch.cat(probs).cpu().numpy(), torch.cat(labels).cpu().numpy())
-        return float(loss_sum) / max(steps, 1), aucs
+        return float((model.horizon_weights * bce_sum / count.clamp_min(1)).sum()), aucs
 
     # --- the run ---------------------------------------------------------------------------------------
 
