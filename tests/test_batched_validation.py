@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
+from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
 
 def test_perception_validation_does_not_depend_on_its_batch_size(tiny_data, tmp_path):
@@ -22,3 +23,22 @@ def test_perception_validation_does_not_depend_on_its_batch_size(tiny_data, tmp_
         assert loss == pytest.approx(batched[0], rel=1e-5)
         np.testing.assert_allclose(aucs, batched[1], atol=1e-6)
     assert trainer.trackers.n_val_seqs_consumed == 96
+
+
+@pytest.mark.parametrize("model", ["kan", "diffusion"])  # diffusion samples: each batch draws the same seeded noise
+def test_supervised_validation_does_not_depend_on_its_batch_size(model, tiny_data, tmp_path):
+    def fold(val_batch_size: int):
+        cfg = SupervisedTrainConfig(model=model, data_dir=tiny_data / "ES.FUT" / "ohlcv-1m",
+                                    output_dir=tmp_path / str(val_batch_size), predecoded_dir=tmp_path / "pd",
+                                    device="cpu", epochs=2, seq_len=8, batch_size=32, n_train_seqs=64, n_val_seqs=96,
+                                    cv_n_folds=2, cv_train_window=2, cv_fold=0, early_stop_patience=0,
+                                    val_batch_size=val_batch_size)
+        (summary,) = train_supervised(cfg)
+        return summary
+
+    batched, small = fold(4096), fold(5)  # one batch of 96 windows; 20 batches, the last one short
+    # two epochs: validation leaves training alone (the sampling model's noise does not come from the global RNG)
+    for a, b in zip(batched.epoch_metrics, small.epoch_metrics, strict=True):
+        assert a["train_loss"] == b["train_loss"]
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+    np.testing.assert_allclose(batched.final_val_auc, small.final_val_auc, atol=1e-6)

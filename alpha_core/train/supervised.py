@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import alpha_core
 from alpha_core import artifacts
 from alpha_core.atomic import atomic_write_json
-from alpha_core.bounds import Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
+from alpha_core.bounds import MAX_BATCH_ELEMENTS, Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
@@ -47,6 +47,7 @@ class SupervisedTrainConfig(WalkForwardConfig):
     model: str
     seq_len: Count = 64
     batch_size: Count = 256
+    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
     n_train_seqs: Count = 20_000
     n_val_seqs: Count = 5_000
     lr: LearningRate = 1e-3
@@ -160,7 +161,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
             report.step()
         t.train_loss_sum += float(loss_sum)
         t.train_steps += steps
-        val_loss, aucs = _validate(model, val_loader, cfg, epoch)
+        val_loss, aucs = _validate(model, val_loader, cfg, epoch, len(norm.feature_names))
         t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
         improved = t.update(epoch, val_loss, aucs)
         if improved[metric]:
@@ -195,19 +196,30 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
 
 
 @torch.no_grad()
-def _validate(model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: int) -> tuple[float, list[float]]:
+def _validate(model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: int,
+              n_features: int) -> tuple[float, list[float]]:
+    """Loss and AUC per horizon in batches of `val_batch_size` (at most 2**31 input elements). Both pool every
+    window (the loss is the masked BCE mean over all labelled positions), and a sampling model draws the same
+    seeded noise for every batch, so the metrics do not depend on the validation batch size (and validation
+    leaves the global RNG, which training draws from, alone)."""
     model.eval()
     loader.reset(cfg.seed + 1 + epoch)
-    losses, probs, labels = [], [], []
-    for batch in loader.batches(cfg.batch_size):
+    batch_size = min(cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (cfg.seq_len * n_features)))
+    bce_sum, count, probs, labels = 0.0, 0, [], []
+    for batch in loader.batches(batch_size):
         if hasattr(model, "forward_last"):  # sampling models: score the last position only (the AUC's position)
-            last = model.forward_last(batch.x)
-            losses.append(masked_bce(last[:, None], batch.labels[:, -1:]))
+            noise = torch.Generator(device=batch.x.device).manual_seed(cfg.seed + 1)  # the same every epoch too
+            last = model.forward_last(batch.x, generator=noise)
+            scored = batch.labels[:, -1:]
+            loss = masked_bce(last[:, None], scored)
         else:
             logits = model(batch.x)
-            losses.append(masked_bce(logits, batch.labels))
+            scored = batch.labels
+            loss = masked_bce(logits, scored)
             last = logits[:, -1]
+        n = torch.isfinite(scored).sum()
+        bce_sum, count = bce_sum + loss * n, count + n  # the batch's masked mean back to a sum
         probs.append(torch.sigmoid(last.float()))
         labels.append(batch.labels[:, -1])
     aucs = auc_per_horizon(torch.cat(probs).cpu().numpy(), torch.cat(labels).cpu().numpy())
-    return float(torch.stack(losses).mean()), aucs
+    return float(bce_sum / max(int(count), 1)), aucs
