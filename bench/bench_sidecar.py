@@ -2,6 +2,7 @@
 """Sidecar benchmark: DBN decode vs. sidecar build (throughput, peak memory) and window sampling.
 
     .venv/bin/python bench/bench_sidecar.py [--out bench/out] [--keep] [--repeats 3] [--epochs 3] [--no-stages]
+                                            [--process-only]
 
 1. Generates (or reuses) one `--scale full` ES.FUT MBP-10 demo file (quarter 1, >= 2M records) under
    `{out}/data/ES.FUT/mbp-10/`.
@@ -13,11 +14,16 @@
      b. chunked bare decode  iterate `to_ndarray(count=262144)`     (and count=8192, the build's chunk size)
      c. sidecar build        `ensure_sidecar(p, <empty temp dir under --out>)`: sha256 + decode + front
                              month + features + labels + write
-   a, b and c run interleaved for `--repeats` rounds, with `os.sync()` after each child so one phase's
+   Whole process (exec to exit, interpreter start, imports and exit included), the same rounds:
+     d. bare decode          `python -c 'import databento; databento.DBNStore.from_file(p).to_ndarray()'`
+     e. alpha predecode      `alpha predecode --data-dir <a folder holding only p> --output-dir <empty dir>`,
+                             the console script beside this interpreter (the real CLI entry point)
+   a to e run interleaved for `--repeats` rounds, with `os.sync()` after each child so one phase's
    write-back does not land in the next one's timing; medians are reported. One extra build (not in the
    medians) times the build's stages by wrapping its functions.
-   Targets: build throughput >= 0.5 x bare-decode throughput (DBN records of the file per second);
-   build peak RSS above baseline < 3 x the decoded size of the file (records x 368 bytes).
+   Targets: build throughput >= 0.5 x bare-decode throughput (DBN records of the file per second), in the
+   child (c vs a) and as whole processes (e vs d); build peak RSS above baseline < 3 x the decoded size of
+   the file (records x 368 bytes). `--process-only` runs d and e alone (and no sampling).
 3. Window sampling on one core (`torch.set_num_threads(1)`, child pinned to one CPU): `WindowLoader` over
    the built sidecar (`load_sidecar`), seq_len 64, n_max_sequences 200,000, norm from `fit_norm_stats`;
    one warm-up epoch, then `--epochs` timed epochs of `batches(B)` (median) for B = 256 and 4096, with and
@@ -51,6 +57,8 @@ CHUNK = 262_144
 BUILD_CHUNK = 8_192  # alpha_core.data.series.BOOK_CHUNK_RECORDS
 SEQ_LEN, N_MAX_SEQUENCES = 64, 200_000
 BUILD_RATIO_TARGET = 0.5
+PROCESS_RATIO_TARGET = 0.5
+BARE_DECODE = "import sys, databento; print(len(databento.DBNStore.from_file(sys.argv[1]).to_ndarray()))"
 BUILD_MEMORY_TARGET = 3.0
 WINDOWS_TARGET = 50_000
 
@@ -266,15 +274,8 @@ WORKERS = {
 
 
 # --- parent -----------------------------------------------------------------------------------------------
-def run_child(phase: str, script: str | None = None, **kw) -> dict:
-    """Run one phase of `script` (this file) in a fresh interpreter; return its JSON result plus its
-    kernel-measured peak RSS."""
-    cmd = [sys.executable, str(Path(script or __file__).resolve()), "--worker", phase]
-    for k, v in kw.items():
-        if v is True:
-            cmd.append(f"--{k}")
-        elif v not in (None, False):
-            cmd += [f"--{k}", str(v)]
+def run_process(phase: str, cmd: list[str]) -> tuple[str, dict]:
+    """Run `cmd` as a fresh process; its stdout and its kernel-measured wall (exec to exit), CPU and peak RSS."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -290,11 +291,55 @@ def run_child(phase: str, script: str | None = None, **kw) -> dict:
         raise SystemExit(f"{phase} child failed ({proc.returncode}):\n{stderr}{stdout}")
     if hasattr(os, "sync"):
         os.sync()  # write back what the phase wrote now, not during the next phase's measurement
-    result = json.loads(stdout.strip().splitlines()[-1])
-    result["peak_rss_bytes"] = usage.ru_maxrss * 1024
-    result["process_wall_seconds"] = wall
-    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
-    return result
+    return stdout, {"peak_rss_bytes": usage.ru_maxrss * 1024, "process_wall_seconds": wall,
+                    "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def run_child(phase: str, script: str | None = None, **kw) -> dict:
+    """Run one phase of `script` (this file) in a fresh interpreter; return its JSON result plus its
+    kernel-measured peak RSS."""
+    cmd = [sys.executable, str(Path(script or __file__).resolve()), "--worker", phase]
+    for k, v in kw.items():
+        if v is True:
+            cmd.append(f"--{k}")
+        elif v not in (None, False):
+            cmd += [f"--{k}", str(v)]
+    stdout, usage = run_process(phase, cmd)
+    return {**json.loads(stdout.strip().splitlines()[-1]), **usage}
+
+
+def alpha_cli() -> Path:
+    """The `alpha` console script installed beside this interpreter: what a user or a pod runs."""
+    path = Path(sys.executable).parent / "alpha"
+    if not path.exists():
+        raise SystemExit(f"no `alpha` entry point beside {sys.executable}: run the bench with the project's "
+                         ".venv/bin/python")
+    return path
+
+
+def single_file_dir(dbn_path: Path, out: Path) -> Path:
+    """A data folder holding only `dbn_path` (hard-linked, else copied): what `alpha predecode` is given, so it
+    builds that one file although `bench_sidecar_memory.py` puts more quarters beside it."""
+    root = out / "predecode-input"
+    shutil.rmtree(root, ignore_errors=True)
+    target = root / SYMBOL / "mbp-10" / dbn_path.name
+    target.parent.mkdir(parents=True)
+    try:
+        os.link(dbn_path, target)
+    except OSError:
+        shutil.copyfile(dbn_path, target)
+    return root / SYMBOL
+
+
+def run_whole_process(dbn_path: Path, data_dir: Path, build_dir: Path) -> dict[str, dict]:
+    """d and e of one round: the bare decode and `alpha predecode`, each timed from exec to exit."""
+    stdout, decode = run_process("decode_process", [sys.executable, "-c", BARE_DECODE, str(dbn_path)])
+    decode["records"] = int(stdout)
+    stdout, predecode = run_process("predecode_process", [str(alpha_cli()), "predecode", "--data-dir", str(data_dir),
+                                                          "--output-dir", str(build_dir)])
+    if not stdout.startswith("built "):
+        raise SystemExit(f"alpha predecode did not build a sidecar into the empty {build_dir}:\n{stdout}")
+    return {"decode_process": decode, "predecode_process": predecode}
 
 
 def machine_info(versions: dict, sample: dict | None) -> dict:
@@ -342,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="rounds of decode / chunked decode / build")
     ap.add_argument("--epochs", type=int, default=3, help="timed sampling epochs per configuration (median)")
     ap.add_argument("--no-stages", action="store_true", help="skip the extra build run with stage timings")
+    ap.add_argument("--process-only", action="store_true",
+                    help="only the whole-process bare decode vs `alpha predecode` (d and e), no sampling")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -373,42 +420,55 @@ def main(argv: list[str] | None = None) -> int:
     baseline_rss = statistics.median(b["peak_rss_bytes"] for b in baselines)
 
     build_root = Path(tempfile.mkdtemp(prefix="sidecar-builds-", dir=out))
-    runs: dict[str, list[dict]] = {"decode": [], "decode_chunked": [], "decode_chunked_build": [], "build": []}
+    process_dir = single_file_dir(dbn_path, out)
+    in_child = () if a.process_only else ("decode", "decode_chunked", "decode_chunked_build", "build")
+    runs: dict[str, list[dict]] = {k: [] for k in (*in_child, "decode_process", "predecode_process")}
+    round_loads = []
+    stages = sample = None
     try:
         for r in range(a.repeats):
-            print(f"round {r + 1}/{a.repeats}: decode, chunked decode, build ...", flush=True)
-            runs["decode"].append(run_child("decode", file=dbn_path))
-            runs["decode_chunked"].append(run_child("decode_chunked", file=dbn_path, count=CHUNK))
-            runs["decode_chunked_build"].append(run_child("decode_chunked", file=dbn_path, count=BUILD_CHUNK))
-            target = build_root / f"run{r}"
+            round_loads.append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
+            print(f"round {r + 1}/{a.repeats}: {'' if a.process_only else 'decode, chunked decode, build, '}"
+                  f"whole-process decode and predecode ...", flush=True)
+            if not a.process_only:
+                runs["decode"].append(run_child("decode", file=dbn_path))
+                runs["decode_chunked"].append(run_child("decode_chunked", file=dbn_path, count=CHUNK))
+                runs["decode_chunked_build"].append(run_child("decode_chunked", file=dbn_path, count=BUILD_CHUNK))
+                target = build_root / f"run{r}"
+                target.mkdir()
+                runs["build"].append(run_child("build", file=dbn_path, dir=target))
+                if r and not a.keep:  # the last build stays for the sampling phase
+                    shutil.rmtree(build_root / f"run{r - 1}")
+            target = build_root / f"process{r}"
             target.mkdir()
-            runs["build"].append(run_child("build", file=dbn_path, dir=target))
-            if r and not a.keep:  # the last build stays for the sampling phase
-                shutil.rmtree(build_root / f"run{r - 1}")
-        stages = None
-        if not a.no_stages:
+            for key, result in run_whole_process(dbn_path, process_dir, target).items():
+                runs[key].append(result)
+            if not a.keep:
+                shutil.rmtree(target)
+        if not a.no_stages and not a.process_only:
             print("extra build with stage timings (not in the medians) ...", flush=True)
             target = build_root / "stages"
             target.mkdir()
             stages = run_child("build", file=dbn_path, dir=target, stages=True)
             shutil.rmtree(target)
 
-        sidecar_path = runs["build"][-1]["path"]
-        print("window sampling (1 core) ...", flush=True)
-        sample = run_child("sample", dir=sidecar_path, epochs=a.epochs)
+        if not a.process_only:
+            sidecar_path = runs["build"][-1]["path"]
+            print("window sampling (1 core) ...", flush=True)
+            sample = run_child("sample", dir=sidecar_path, epochs=a.epochs)
     finally:
         if not a.keep:
             shutil.rmtree(build_root, ignore_errors=True)
+        shutil.rmtree(process_dir.parent, ignore_errors=True)
 
     # --- numbers ------------------------------------------------------------------------------------------
-    n = runs["decode"][0]["records"]
-    assert all(x["records"] == n for k in ("decode", "decode_chunked", "decode_chunked_build") for x in runs[k])
-    itemsize = runs["decode"][0]["itemsize"]
+    n = runs["decode_process"][0]["records"]
+    assert all(x["records"] == n for k in (*in_child[:3], "decode_process") for x in runs[k])
     decoded_bytes = n * RECORD_BYTES
 
-    def summary(key: str) -> dict:
+    def summary(key: str, seconds: str = "seconds") -> dict:
         rs = runs[key]
-        secs = [x["seconds"] for x in rs]
+        secs = [x[seconds] for x in rs]
         above = [x["peak_rss_bytes"] - baseline_rss for x in rs]
         return {
             "seconds": secs,
@@ -420,21 +480,34 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_seconds": [x["cpu_seconds"] for x in rs],
         }
 
-    phases = {k: summary(k) for k in runs}
-    phases["decode"]["decoded_bytes"] = decoded_bytes
-    phases["build"]["rows"] = runs["build"][0]["rows"]
-    phases["build"]["sidecar_bytes"] = runs["build"][0]["sidecar_bytes"]
-    phases["build"]["statuses"] = [x["status"] for x in runs["build"]]
-
-    ratio = phases["build"]["records_per_s"] / phases["decode"]["records_per_s"]
-    mem_ratio = phases["build"]["median_peak_rss_above_baseline_bytes"] / decoded_bytes
-    sample_by = {(c["batch"], c["norm"]): c for c in sample["configs"]}
-    targets = {
-        "build_throughput_vs_bare_decode": {
-            "value": ratio, "target": f">= {BUILD_RATIO_TARGET}", "pass": ratio >= BUILD_RATIO_TARGET},
-        "build_peak_rss_above_baseline_vs_decoded_size": {
-            "value": mem_ratio, "target": f"< {BUILD_MEMORY_TARGET}", "pass": mem_ratio < BUILD_MEMORY_TARGET},
+    phases = {k: summary(k, "process_wall_seconds" if k.endswith("_process") else "seconds") for k in runs}
+    process_ratio = phases["predecode_process"]["records_per_s"] / phases["decode_process"]["records_per_s"]
+    whole_process = {
+        "decode_command": [Path(sys.executable).name, "-c", BARE_DECODE, str(dbn_path)],
+        "predecode_command": [str(alpha_cli()), "predecode", "--data-dir", str(process_dir),
+                              "--output-dir", "<empty dir>"],
+        "throughput_ratio": process_ratio,
+        "ratio_per_round": [d["process_wall_seconds"] / e["process_wall_seconds"]
+                            for d, e in zip(runs["decode_process"], runs["predecode_process"], strict=True)],
+        "load_average_per_round": round_loads,
     }
+    targets = {
+        "predecode_whole_process_throughput_vs_bare_decode": {
+            "value": process_ratio, "target": f">= {PROCESS_RATIO_TARGET}", "pass": process_ratio >= PROCESS_RATIO_TARGET},
+    }
+    if not a.process_only:
+        assert runs["decode"][0]["itemsize"] == RECORD_BYTES
+        phases["decode"]["decoded_bytes"] = decoded_bytes
+        phases["build"]["rows"] = runs["build"][0]["rows"]
+        phases["build"]["sidecar_bytes"] = runs["build"][0]["sidecar_bytes"]
+        phases["build"]["statuses"] = [x["status"] for x in runs["build"]]
+        ratio = phases["build"]["records_per_s"] / phases["decode"]["records_per_s"]
+        mem_ratio = phases["build"]["median_peak_rss_above_baseline_bytes"] / decoded_bytes
+        targets["build_throughput_vs_bare_decode"] = {
+            "value": ratio, "target": f">= {BUILD_RATIO_TARGET}", "pass": ratio >= BUILD_RATIO_TARGET}
+        targets["build_peak_rss_above_baseline_vs_decoded_size"] = {
+            "value": mem_ratio, "target": f"< {BUILD_MEMORY_TARGET}", "pass": mem_ratio < BUILD_MEMORY_TARGET}
+    sample_by = {(c["batch"], c["norm"]): c for c in sample["configs"]} if sample else {}
     for (batch, normed), c in sorted(sample_by.items(), key=lambda kv: (not kv[0][1], kv[0][0])):
         targets[f"windows_per_s_batch{batch}_{'norm' if normed else 'raw'}"] = {
             "value": c["windows_per_s"], "target": f">= {WINDOWS_TARGET}", "pass": c["windows_per_s"] >= WINDOWS_TARGET}
@@ -445,11 +518,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "machine": machine,
-        "file": {"path": str(dbn_path), "bytes": file_bytes, "records": n, "record_bytes": itemsize,
+        "file": {"path": str(dbn_path), "bytes": file_bytes, "records": n, "record_bytes": RECORD_BYTES,
                  "decoded_bytes": decoded_bytes, "generated": generated},
         "baseline_peak_rss_bytes": [b["peak_rss_bytes"] for b in baselines],
         "baseline_peak_rss_median_bytes": baseline_rss,
         "phases": phases,
+        "whole_process": whole_process,
         "build_stages": stages["stages"] if stages else None,
         "build_stages_seconds": stages["seconds"] if stages else None,
         "sampling": sample,
@@ -467,53 +541,67 @@ def main(argv: list[str] | None = None) -> int:
       f"{', '.join(f'{x:.2f}' for x in machine['load_average_at_start'] or [])}")
     p(f"alpha_core: {baselines[0]['alpha_core']}")
     p(f"python {machine['python']}, numpy {machine['numpy']}, databento {machine['databento']}, "
-      f"polars {machine['polars']}, torch {machine['torch']}; {machine['platform']}")
+      f"polars {machine['polars']}, torch {machine.get('torch', '-')}; {machine['platform']}")
     p()
     p("== file ==")
     p(f"{dbn_path}  ({file_bytes / 2**20:.1f} MiB zstd)")
-    p(f"{n:,} MBP-10 records x {itemsize} B = {decoded_bytes / 2**20:.0f} MiB decoded")
+    p(f"{n:,} MBP-10 records x {RECORD_BYTES} B = {decoded_bytes / 2**20:.0f} MiB decoded")
     p(f"baseline RSS (interpreter + imports, no work): {mib(baseline_rss)} "
       f"(runs: {', '.join(mib(b['peak_rss_bytes']).strip() for b in baselines)})")
     p()
-    p(f"== decode vs build ({a.repeats} interleaved rounds, fresh process each; median) ==")
-    p(f"{'phase':44s} {'wall s':>7s} {'records/s':>11s} {'peak RSS - baseline':>20s}   runs (s)")
-    labels = {
-        "decode": "a. bare decode  to_ndarray()",
-        "decode_chunked": f"b. chunked decode  to_ndarray(count={CHUNK})",
-        "decode_chunked_build": f"   chunked decode  to_ndarray(count={BUILD_CHUNK})",
-        "build": "c. sidecar build  ensure_sidecar (all steps)",
-    }
-    for key, label in labels.items():
+    p(f"== whole process: exec to exit, fresh process each ({a.repeats} interleaved rounds; median) ==")
+    p(f"{'process':44s} {'wall s':>7s} {'records/s':>11s} {'CPU s':>6s} {'peak RSS':>9s}   runs (s)")
+    for key, label in (("decode_process", "d. bare decode  python -c (databento)"),
+                       ("predecode_process", "e. alpha predecode  (the alpha script)")):
         ph = phases[key]
         p(f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
-          f"{mib(ph['median_peak_rss_above_baseline_bytes']):>20s}   "
+          f"{statistics.median(ph['cpu_seconds']):6.2f} {mib(statistics.median(ph['peak_rss_bytes'])).strip():>9s}   "
           f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}")
-    p(f"build output: {phases['build']['rows']:,} front-month snapshot rows, "
-      f"{phases['build']['sidecar_bytes'] / 2**20:.0f} MiB sidecar; statuses {phases['build']['statuses']}")
-    p(f"build / bare decode throughput:    {ratio:5.2f}   (vs chunked decode: "
-      f"{phases['build']['records_per_s'] / phases['decode_chunked']['records_per_s']:.2f})")
-    p(f"build peak RSS / decoded size:     {mem_ratio:5.2f}   "
-      f"(bare decode: {phases['decode']['median_peak_rss_above_baseline_bytes'] / decoded_bytes:.2f})")
-    if stages:
+    p(f"predecode / bare decode throughput, whole process: {process_ratio:5.2f}   (per round: "
+      f"{', '.join(f'{x:.2f}' for x in whole_process['ratio_per_round'])})")
+    p(f"load average (1, 5, 15 min) at each round's start: "
+      f"{'; '.join(', '.join(f'{x:.2f}' for x in la) for la in round_loads if la)}")
+    if not a.process_only:
         p()
-        p(f"== build stages (one extra build, {stages['seconds']:.2f} s wall) ==")
-        for key, label in STAGES:
-            p(f"  {label:50s} {stages['stages'][key]:6.3f} s")
-    p()
-    p(f"== window sampling: seq_len {SEQ_LEN}, {sample['n_windows']:,} windows/epoch, 1 core "
-      f"(torch threads {sample['torch_threads']}, cpu affinity {sample['affinity']}) ==")
-    p(f"sidecar rows {sample['sidecar_rows']:,}; fit_norm_stats {sample['fit_norm_seconds']:.2f} s; "
-      f"last batch x {sample['batch_shapes']['x']} {sample['batch_shapes']['x_dtype']}")
-    for c in sample["configs"]:
-        eps = ", ".join(f"{e['windows'] / e['seconds']:,.0f}" for e in c["epochs"])
-        p(f"  batch {c['batch']:5d}  {'norm' if c['norm'] else 'raw ':4s}  {c['windows_per_s']:10,.0f} windows/s "
-          f"({c['snapshot_rows_per_s'] / 1e6:5.2f} M rows/s)   epochs: {eps}")
+        p(f"== decode vs build ({a.repeats} interleaved rounds, fresh process each; median) ==")
+        p(f"{'phase':44s} {'wall s':>7s} {'records/s':>11s} {'peak RSS - baseline':>20s}   runs (s)")
+        labels = {
+            "decode": "a. bare decode  to_ndarray()",
+            "decode_chunked": f"b. chunked decode  to_ndarray(count={CHUNK})",
+            "decode_chunked_build": f"   chunked decode  to_ndarray(count={BUILD_CHUNK})",
+            "build": "c. sidecar build  ensure_sidecar (all steps)",
+        }
+        for key, label in labels.items():
+            ph = phases[key]
+            p(f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
+              f"{mib(ph['median_peak_rss_above_baseline_bytes']):>20s}   "
+              f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}")
+        p(f"build output: {phases['build']['rows']:,} front-month snapshot rows, "
+          f"{phases['build']['sidecar_bytes'] / 2**20:.0f} MiB sidecar; statuses {phases['build']['statuses']}")
+        p(f"build / bare decode throughput:    {ratio:5.2f}   (vs chunked decode: "
+          f"{phases['build']['records_per_s'] / phases['decode_chunked']['records_per_s']:.2f})")
+        p(f"build peak RSS / decoded size:     {mem_ratio:5.2f}   "
+          f"(bare decode: {phases['decode']['median_peak_rss_above_baseline_bytes'] / decoded_bytes:.2f})")
+        if stages:
+            p()
+            p(f"== build stages (one extra build, {stages['seconds']:.2f} s wall) ==")
+            for key, label in STAGES:
+                p(f"  {label:50s} {stages['stages'][key]:6.3f} s")
+        p()
+        p(f"== window sampling: seq_len {SEQ_LEN}, {sample['n_windows']:,} windows/epoch, 1 core "
+          f"(torch threads {sample['torch_threads']}, cpu affinity {sample['affinity']}) ==")
+        p(f"sidecar rows {sample['sidecar_rows']:,}; fit_norm_stats {sample['fit_norm_seconds']:.2f} s; "
+          f"last batch x {sample['batch_shapes']['x']} {sample['batch_shapes']['x_dtype']}")
+        for c in sample["configs"]:
+            eps = ", ".join(f"{e['windows'] / e['seconds']:,.0f}" for e in c["epochs"])
+            p(f"  batch {c['batch']:5d}  {'norm' if c['norm'] else 'raw ':4s}  {c['windows_per_s']:10,.0f} windows/s "
+              f"({c['snapshot_rows_per_s'] / 1e6:5.2f} M rows/s)   epochs: {eps}")
     p()
     p("== targets ==")
     for name, t in targets.items():
         v = t["value"]
         shown = f"{v:,.0f}" if v > 100 else f"{v:.2f}"
-        p(f"  [{'PASS' if t['pass'] else 'FAIL'}] {name:48s} {shown:>10s}  (target {t['target']})")
+        p(f"  [{'PASS' if t['pass'] else 'FAIL'}] {name:50s} {shown:>10s}  (target {t['target']})")
     p()
     p(f"json: {out / 'bench_sidecar.json'}   (total {time.time() - started:.0f} s)")
     return 0 if report["all_targets_pass"] else 1

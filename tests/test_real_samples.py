@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+
 import databento as db
 import numpy as np
 import pytest
+from databento.common.constants import SCHEMA_STRUCT_MAP, SCHEMA_STRUCT_MAP_V1, SCHEMA_STRUCT_MAP_V2
 
-from alpha_core.data.dbn import count_records, iter_records, read_info
+from alpha_core.data.dbn import RECORD_CLASSES, count_records, iter_records, read_info, record_dtype
 from alpha_core.data.sidecar import ensure_sidecar
 from alpha_core.errors import DataError
 
@@ -40,6 +47,37 @@ def test_records_equal_databento(samples, name):
     assert count_records(read_info(path)) == len(reference) > 0
     assert ours.dtype == reference.dtype
     assert np.array_equal(ours, reference)
+
+
+@pytest.mark.parametrize("version, structs", [(1, SCHEMA_STRUCT_MAP_V1), (2, SCHEMA_STRUCT_MAP_V2),
+                                              (3, SCHEMA_STRUCT_MAP)])
+def test_record_layouts_are_databentos_for_every_schema_and_version(samples, version, structs):
+    """We name record layouts without importing `databento` (see `dbn.py`): they must stay the ones it uses."""
+    info = read_info(samples / MBP10_FILES[0])
+    known = {str(schema): np.dtype(cls._dtypes) for schema, cls in structs.items()}
+    for schema in RECORD_CLASSES.keys() | known.keys():
+        file = dataclasses.replace(info, schema=schema, version=version)
+        if schema in known:
+            assert record_dtype(file) == known[schema], (version, schema)
+        else:
+            with pytest.raises(DataError, match=f"metadata.schema '{schema}' has no known record layout"):
+                record_dtype(file)
+
+
+def test_predecode_does_not_import_databento_pandas_polars_or_torch(samples, tmp_path):
+    """A whole `alpha predecode` process pays for the imports it makes; none of these is needed for a book."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(samples / MBP10_FILES[0], data)
+    heavy = ["databento", "pandas", "polars", "torch", "aiohttp", "dagster", "matplotlib"]
+    script = (f"import json, sys; from alpha_core.cli import main; rc = main(['predecode', '--data-dir', {str(data)!r}, "
+              f"'--output-dir', {str(tmp_path / 'pd')!r}]); "
+              f"print(json.dumps([m for m in {heavy!r} if m in sys.modules])); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built, loaded = out.stdout.strip().splitlines()
+    assert built.startswith("built ") and "test_data.mbp-10.dbn.zst: 4 rows" in built
+    assert json.loads(loaded) == []
 
 
 @pytest.mark.parametrize("name", MBP10_FILES)

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from alpha_core.data.front_month import SESSION_TZ, Stitcher
 from alpha_core.data.series import N_LEVELS, BarChunk, BookChunk
@@ -190,6 +189,8 @@ class BarFeatures:
         self._tail = np.empty((2, 0))  # the last BAR_WINDOW_TAIL log returns and log volumes
 
     def __call__(self, bars: BarChunk) -> Features:
+        import polars as pl  # here, not at the top: the book build (`alpha predecode` of MBP-10) never needs it
+
         if self._first_ts is None:
             self._first_ts = int(bars.ts[0])
         ts_0, iid_0, log_close_0, minute_0, day_0 = self._last or (None,) * 5
