@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_model, save_model
 
-from alpha_core.models.mamba2 import Mamba2, Mamba2Block, Mamba2Config, segsum, ssd_chunked
+from alpha_core.models.mamba2 import Mamba2, Mamba2Block, Mamba2Config, causal_depthwise_conv, segsum, ssd_chunked
 
 F64 = torch.float64
 
@@ -195,3 +195,18 @@ def test_cuda_matches_cpu(dtype, tol):
         cpu = model(u)
         gpu = model.to("cuda")(u.to("cuda")).cpu()
     torch.testing.assert_close(gpu, cpu, rtol=tol, atol=tol)
+
+
+def test_causal_depthwise_conv_equals_the_padded_conv1d_values_and_gradients():
+    """The block's shifted-sum conv is the Conv1d it replaced (same parameters, so old checkpoints load)."""
+    torch.manual_seed(0)
+    channels, width, length = 24, 4, 37
+    conv = torch.nn.Conv1d(channels, channels, width, groups=channels, padding=width - 1).double()
+    x = torch.randn(3, length, channels, dtype=torch.double, requires_grad=True)
+    reference = conv(x.transpose(1, 2))[..., :length].transpose(1, 2)
+    shifted = causal_depthwise_conv(x, conv.weight, conv.bias)
+    torch.testing.assert_close(shifted, reference)
+    inputs = [x, conv.weight, conv.bias]
+    for a, b in zip(torch.autograd.grad((reference**2).sum(), inputs), torch.autograd.grad((shifted**2).sum(), inputs),
+                    strict=True):
+        torch.testing.assert_close(b, a)

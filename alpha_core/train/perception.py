@@ -303,7 +303,7 @@ class PerceptionTrainer:
         """
         model = self.model
         loss, parts = self.forward_loss(x, dt, labels, outcome_long, outcome_short)
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad(set_to_none=True)  # backward then writes the gradients: no fill, no add kernels
         loss.backward()
         grad_norm = None
         if self.trace is not None:
