@@ -12,6 +12,16 @@ torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings s
 SAMPLES = Path(__file__).resolve().parent / "data" / "databento"  # sources and licences: its README.md
 
 
+def pytest_collection_modifyitems(items):
+    """The CUDA test set (`@pytest.mark.cuda`) is skipped, with its reason, where no GPU exists."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: the CUDA test set runs on a GPU machine with `pytest -m cuda`")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """Real Databento DBN files, part of the repository, so a plain clone runs every test."""

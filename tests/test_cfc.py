@@ -245,7 +245,7 @@ def test_dynamo_traces_one_graph():
     torch._dynamo.reset()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     B, L, D, H = 4, 10, 3, 5
     torch.manual_seed(13)

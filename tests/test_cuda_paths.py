@@ -1,8 +1,9 @@
 """Every trainer and the evaluation on CUDA, end to end (skipped without a GPU; run on the device machine).
 
 Each supervised member, both RL agents and the flagship (with its GPU fast path: compile + CUDA graph + fused
-scan) train one short fold on cuda as a promoted attempt, and `alpha evaluate` backtests them on cuda with the
-decision-clock check; the evaluation's probabilities agree with a CPU evaluation of the same checkpoint.
+scan) train one short fold on cuda as a promoted attempt, every searchable model runs one hyperopt trial on cuda,
+and `alpha evaluate` backtests the checkpoints on cuda with the decision-clock check; the evaluation's
+probabilities agree with a CPU evaluation of the same checkpoint.
 On the device, `ALPHA_GPU_TEST_DATA` names a folder with `data/ES.FUT/...` and prebuilt sidecars in `pd/`
 (`bench/prepare_gpu_carry.sh`), since the sidecar build stack is not installed there.
 """
@@ -15,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
 from alpha_core.models import registry
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the device machine)")
+pytestmark = pytest.mark.cuda
 
 SUPERVISED = [n for n, s in registry.REGISTRY.items() if s.trainer == "supervised"]
 COMMON = ["--device", "cuda", "--epochs", "1", "--cv-n-folds", "2", "--cv-fold", "0"]
@@ -79,6 +79,22 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
     assert summary["device"].startswith("cuda") and summary["epochs"] == 2 and summary["best_mean_auc"] > 0.5
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # a finished run: nothing left to train
     assert json.loads((out / "alpha_train_summary.json").read_text()) == summary
+
+
+SEARCHABLE = [n for n, s in registry.REGISTRY.items() if s.search_space and s.trainer != "perception"]
+
+
+@pytest.mark.parametrize("model", SEARCHABLE)
+def test_one_hyperopt_trial_on_cuda(gpu_data, tmp_path, model):
+    data, pd = gpu_data
+    out = tmp_path / "results.json"
+    assert main(["hyperopt", "--model", model, "--data-dir", str(data / "ES.FUT"), "--predecoded-dir",
+                 str(pd / "ES.FUT"), "--output", str(out), "--trials", "1", "--epochs", "1", "--device", "cuda",
+                 "--cv-n-folds", "2", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256",
+                 "--n-val-seqs", "256", "--timesteps-per-epoch", "512"]) == 0
+    results = json.loads(out.read_text())
+    assert results["settings"]["device"] == "cuda" and len(results["trials"]) == 1
+    assert np.isfinite(results["best_score"]), results["trials"]
 
 
 def test_evaluation_on_cuda_matches_cpu(gpu_data, models_dir, tmp_path):

@@ -185,7 +185,7 @@ def test_overfit_shifted_copy():
     assert losses[-1] < losses[0] / 10, (losses[0], losses[-1])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
 def test_cuda_matches_cpu(dtype, tol):
     torch.manual_seed(5)

@@ -121,7 +121,7 @@ def test_causal():
     assert_causal(KANModel(KANConfig(n_features=3, spline_order=2, grid_size=8, ema_half_lives=(1.0,))), 3, seq_len=40)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     torch.manual_seed(0)
     model = KANModel(KANConfig(n_features=13)).double()

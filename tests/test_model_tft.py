@@ -141,7 +141,7 @@ def test_causal():
     assert_causal(TFTModel(TFTConfig(n_features=5, d_model=8, n_heads=2, lstm_layers=2)), 5, seq_len=9)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     torch.manual_seed(0)
     model = TFTModel(TFTConfig(n_features=13)).eval()

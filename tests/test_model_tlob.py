@@ -137,7 +137,7 @@ def test_learns_planted_signal(tiny_sidecars):
     assert aucs[0] > 0.55, aucs
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     model = _model().eval()
     x = torch.randn(4, 16, 7)

@@ -146,7 +146,7 @@ def test_safetensors_round_trip(tmp_path):
         assert torch.equal(model(x), other(x))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs cuda")
+@pytest.mark.cuda
 def test_cuda_matches_cpu():
     torch.manual_seed(0)
     model = XLSTMModel(XLSTMConfig(n_features=6)).double().eval()
