@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,19 @@ SPEC_COST_ROW = {  # the seed's spec, "Cost Estimate (H100 ~EUR 3/hr)": "Full en
 # `--device-of` overrides per model, `evaluate`, or `all`.
 DEVICE_OF = {"perception": "cuda", "supervised": "cuda", "rl": "cpu", "evaluate": "cpu"}
 MARKER = ".bench_ensemble"  # a work dir this bench may empty
-EUR_PER_CPU_HOUR = 0.5  # assumption: one CPU pod (a 16-vCPU, 64 GB cloud VM) per hour; not in the spec
+EUR_PER_CPU_HOUR = 0.5  # assumption, not in the spec: one hour of a 16-vCPU, 32 GB node (a CPU training pod's node)
+NOTES = [
+    "wall_s: the job's process from start to exit (interpreter, imports, data, compilation, training), as a pod.",
+    "projected_s = (wall_s - work_s) + work_s * factor: work_s is the part that grows with the scaled quantity (the "
+    "trainer's epoch loop, the sum of the hyperopt trials, the evaluation call), the rest is kept as measured.",
+    "A training run projected from fewer epochs is an upper bound: at the seed's 50 epochs early stopping "
+    "(patience 5) may end it sooner. A run that stopped early within its epochs is not scaled.",
+    "A fold that was not run is the mean of the same model's folds that ran.",
+    "GPU-hours: the projected wall time of the jobs on GPU pods. CPU-hours: of the jobs on CPU pods (pod-hours, "
+    "not core-hours). EUR: GPU-hours x eur_per_gpu_hour + CPU-hours x eur_per_cpu_hour (an assumption).",
+    "The schedule: greedy list scheduling of the projected durations (longest chain after a job first), at most "
+    "max_parallel.gpu GPU pods and max_parallel.cpu CPU pods at once.",
+]
 
 
 def repo_default(path: str, name: str):
@@ -379,7 +392,7 @@ def totals(jobs: list[Job], eur_gpu: float, eur_cpu: float, caps: dict[str, int]
     return out
 
 
-def print_report(jobs: list[Job], tot: dict) -> None:
+def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
     print(f"\n{'stage':9} {'model':11} {'fold':>4} {'device':6} {'wall s':>8} {'projected s':>12} {'factor':>7} "
           f"{'GPU util mean/max %':>20} {'GPU MiB':>8}  note")
     for j in jobs:
@@ -407,6 +420,8 @@ def print_report(jobs: list[Job], tot: dict) -> None:
         s = tot["schedule"]
         print(f"wall time with {s['max_parallel']['gpu']} GPU + {s['max_parallel']['cpu']} CPU pods: "
               f"{s['makespan_s'] / 60:.1f} min{mark} (critical path {s['critical_path_s'] / 60:.1f} min)")
+    if overrides:
+        print(f"NOT at the seed's sizes: --set {overrides}")
     if not tot["complete"]:
         print(f"INCOMPLETE: no figure for {', '.join(tot['missing_jobs'])}: the totals leave them out")
 
@@ -533,13 +548,20 @@ def main(argv: list[str] | None = None) -> int:
     pd = (args.predecoded_dir or Path("bench/out/pd") / symbol).resolve()
     for schema in (MBP10, OHLCV_1M):  # the sidecars are the data assets' work, not the ensemble's: built first
         refs = [file_ref(i.sidecar) for i in predecode(args.data_dir, pd, symbol, schema)]
-        plan_folds(refs, args.n_folds, args.cv_train_window, args.allow_untested_folds)  # a clear error, now
+        with warnings.catch_warnings(record=True) as caught:  # a clear error now rather than in every job
+            warnings.simplefilter("always")
+            plan_folds(refs, args.n_folds, args.cv_train_window, args.allow_untested_folds)
+        for w in caught:
+            print(f"note ({schema}): {w.message}")
     base = {"work": str(work), "data_dir": str(args.data_dir.resolve()), "predecoded_dir": str(pd), "symbol": symbol,
             "n_folds": args.n_folds, "cv_train_window": args.cv_train_window,
             "allow_untested_folds": args.allow_untested_folds, "overrides": overrides}
     hyper_out = {j.model: work / "hyperopt" / j.model / symbol / "results.json" for j in jobs if j.stage == "hyperopt"}
-    report = {"machine": machine(), "seed": seed, "run": run | {"folds": folds_run}, "overrides": overrides,
-              "at_seed_sizes": not overrides, "device_of": devices, "spec_cost": SPEC_COST_ROW}
+    report = {"machine": machine(), "seed": seed, "run": run | {
+        "folds": folds_run, "n_folds": args.n_folds, "cv_train_window": args.cv_train_window,
+        "allow_untested_folds": args.allow_untested_folds, "pod_cores": args.pod_cores},
+        "overrides": overrides, "at_seed_sizes": not overrides, "device_of": devices, "spec_cost": SPEC_COST_ROW,
+        "notes": NOTES}
     began = time.perf_counter()
     for job in jobs:
         if not job.run:
@@ -564,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['wall_s']:.1f} s, rc {r['rc']}" + (f": {r['error']}" if r.get("error") else ""), flush=True)
         write(args.out, report, jobs, seed, run, args, caps)
     tot = write(args.out, report, jobs, seed, run, args, caps)
-    print_report(jobs, tot)
+    print_report(jobs, tot, overrides)
     print(f"\nwritten: {args.out}")
     return 1 if any(j.result.get("rc") for j in jobs) else 0
 
