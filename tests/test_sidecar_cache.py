@@ -109,3 +109,24 @@ def test_killed_build_leaves_no_half_sidecar(tmp_path):
     sc, status = ensure_sidecar(source, cache)
     assert status == "built"
     assert sorted(p.name for p in cache.iterdir()) == [sc.path.name]  # dead temporary cleaned up
+
+
+def test_a_failed_background_flush_fails_the_build_and_leaves_no_sidecar(tmp_path, book_file, monkeypatch):
+    """The arrays go to disk while they are written (`build.WriteBack`): an error there (a full or failing
+    disk) is the build's error, never swallowed by the background thread, and no sidecar appears."""
+    import errno
+
+    from alpha_core.data import build
+    from alpha_core.errors import DataError
+
+    def fail(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(build, "WRITEBACK_BYTES", 1)  # flush after every write
+    monkeypatch.setattr(os, "fdatasync", fail)
+    with pytest.raises(DataError, match=r"cannot write the sidecar of .*: no space left on device"):
+        ensure_sidecar(book_file, tmp_path / "pd")
+    assert visible(tmp_path / "pd") == []
+    monkeypatch.undo()
+    sc, status = ensure_sidecar(book_file, tmp_path / "pd")
+    assert status == "built" and visible(tmp_path / "pd") == [sc.path.name]

@@ -4,11 +4,15 @@ The first pass over the file (`series.read_book` / `read_bars`) gives the row co
 header is written first and the rows are appended as they come. The second pass yields the front-month
 rows chunk by chunk; features (`features.BookFeatures` / `BarFeatures`) and labels (`labels.LabelStream`)
 carry only what the next chunk needs. Nothing is memory-mapped while writing, so the page cache of what
-was written never counts as this process's memory.
+was written never counts as this process's memory. What is written goes to disk while the build runs
+(`WriteBack`), not all at once in the fsync that publishes the sidecar.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +29,62 @@ from alpha_core.data.series import read_bars, read_book
 from alpha_core.data.sidecar import BOOK
 from alpha_core.errors import DataError
 
+WRITEBACK_BYTES = 16 << 20  # a file's bytes written between two background flushes
+
+
+class WriteBack:
+    """Flush files to disk in a background thread while they are still being written.
+
+    A quarter's sidecar is some 400 MB. Left in the page cache until `atomic_directory` fsyncs it, all of it
+    is written then, while the build waits (about 0.5 s of the whole build on the development VM); flushed as
+    it comes, it is written during the build's computation instead. A flush that fails is raised in the
+    building thread (by `submit` or on leaving the `with` block): it must not be lost, since the later fsync
+    on a new descriptor would not report it again.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="sidecar-writeback", daemon=True)
+
+    def __enter__(self) -> WriteBack:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *_: object) -> None:
+        self._queue.put(None)
+        self._thread.join()  # before the files close: a flush must not reach a closed (or reused) descriptor
+        if exc_type is None:
+            self._raise()
+
+    def submit(self, fh: BinaryIO) -> None:
+        """Flush what `fh` has written so far (its Python buffer now, the page cache in the background)."""
+        self._raise()
+        fh.flush()
+        self._queue.put(fh.fileno())
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        sync = getattr(os, "fdatasync", os.fsync)
+        while (fd := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    sync(fd)
+                except OSError as exc:
+                    self._error = exc
+
 
 class NpyAppender:
     """A `.npy` file of a known shape written row block by row block (the bytes `np.save` would write)."""
 
-    def __init__(self, fh: BinaryIO, path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    def __init__(self, fh: BinaryIO, path: Path, dtype: np.dtype, shape: tuple[int, ...],
+                 writeback: WriteBack | None = None) -> None:
         self.fh, self.path, self.dtype, self.shape = fh, path, np.dtype(dtype), shape
         self.rows = 0
+        self.writeback, self.unflushed = writeback, 0
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
         np.lib.format.write_array_header_1_0(fh, header)
 
@@ -41,6 +94,10 @@ class NpyAppender:
             raise AssertionError(f"{self.path.name}: rows {rows.shape} do not fit {self.shape} after {self.rows}")
         self.fh.write(rows.data)
         self.rows += len(rows)
+        self.unflushed += rows.nbytes
+        if self.writeback is not None and self.unflushed >= WRITEBACK_BYTES:
+            self.writeback.submit(self.fh)
+            self.unflushed = 0
 
 
 @dataclass
@@ -82,10 +139,10 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
     finite = np.ones(len(names), dtype=bool)
     first_ts = last_ts = None
     with ExitStack() as files:
-        npy = {}
-        for name, (dtype, shape) in specs.items():
-            path = out / f"{name}.npy"
-            npy[name] = NpyAppender(files.enter_context(path.open("wb")), path, dtype, shape)
+        handles = {name: files.enter_context((out / f"{name}.npy").open("wb")) for name in specs}
+        writeback = files.enter_context(WriteBack())  # left first: its flushes end before the files close
+        npy = {name: NpyAppender(handles[name], out / f"{name}.npy", dtype, shape, writeback)
+               for name, (dtype, shape) in specs.items()}
         for chunk in source.chunks():
             f = feats(chunk)
             ok = np.isfinite(f.values)

@@ -14,6 +14,7 @@ Memory never depends on the size of the file: each pass holds one decoded chunk 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import queue
 import threading
 from collections.abc import Iterator
@@ -49,26 +50,29 @@ class BookChunk:
     instrument_id: np.ndarray  # uint32
     bid_px: np.ndarray  # int64 fixed 1e-9, best bid
     ask_px: np.ndarray  # int64, best ask
-    levels: np.ndarray  # float32 [n, 4, 10]: bid size, ask size, bid count, ask count; 0 where the level is empty
+    # float32 [4, 10, n]: bid size, ask size, bid count, ask count per level, 0 where the level is empty; feature-major,
+    # as `features.BookFeatures` reads them (one contiguous row per level and field)
+    levels: np.ndarray
     buy_volume: np.ndarray  # float64, aggressor-buy size since the previous snapshot (its own trade included)
     sell_volume: np.ndarray
     trade_ts: np.ndarray  # int64 ts_event of the latest front-month trade received so far, NO_TRADE before any
 
     @property
     def bid_sz(self) -> np.ndarray:
-        return self.levels[:, 0]
+        """[n, 10] (a view)."""
+        return self.levels[0].T
 
     @property
     def ask_sz(self) -> np.ndarray:
-        return self.levels[:, 1]
+        return self.levels[1].T
 
     @property
     def bid_ct(self) -> np.ndarray:
-        return self.levels[:, 2]
+        return self.levels[2].T
 
     @property
     def ask_ct(self) -> np.ndarray:
-        return self.levels[:, 3]
+        return self.levels[3].T
 
 
 @dataclass
@@ -240,6 +244,7 @@ def _changed(info: DbnFile) -> DataError:
 
 
 # --- MBP-10 ---------------------------------------------------------------------------------------------------
+@functools.cache
 def _levels_offset(dtype: np.dtype) -> int:
     """Byte offset of the 10 packed BidAskPair levels in an MBP-10 record (checked against the dtype)."""
     fields = dtype.fields
@@ -266,20 +271,21 @@ def _valid_top(bid_px: np.ndarray, ask_px: np.ndarray) -> np.ndarray:
 
 
 def _levels(chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """float32 [k, 4, 10] level sizes and counts of the records `rows` (bid sz, ask sz, bid ct, ask ct)."""
+    """float32 [4, 10, k] level sizes and counts of the records `rows` (bid sz, ask sz, bid ct, ask ct)."""
     off = _levels_offset(chunk.dtype)
     raw = chunk.view(np.uint8).reshape(len(chunk), chunk.dtype.itemsize)
     pairs = raw[rows, off : off + N_LEVELS * _PAIR_DTYPE.itemsize]  # one contiguous copy, [k, 10] BidAskPairs
     k = len(pairs)
-    # rows with any 8-byte word equal to UNDEF_PRICE (one contiguous pass): only they can have empty levels
-    maybe_empty = np.flatnonzero((pairs.view(np.int64).reshape(k, -1) == UNDEF_PRICE).any(axis=1))
+    # rows with any 8-byte word equal to UNDEF_PRICE, the int64 maximum (one contiguous pass): only they can have
+    # empty levels
+    maybe_empty = np.flatnonzero(pairs.view(np.int64).reshape(k, -1).max(axis=1) == UNDEF_PRICE)
     pairs = pairs.view(_PAIR_DTYPE).reshape(k, N_LEVELS)
-    sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(0, 2, 3, 1)  # [k, sz/ct, bid/ask, level]
-    levels = np.empty((k, 4, N_LEVELS), dtype=np.float32)
-    np.copyto(levels.reshape(k, 2, 2, N_LEVELS), sizes, casting="unsafe")
+    sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(2, 3, 1, 0)  # [sz/ct, bid/ask, level, k]
+    levels = np.empty((4, N_LEVELS, k), dtype=np.float32)
+    np.copyto(levels.reshape(2, 2, N_LEVELS, k), sizes, casting="unsafe")
     if len(maybe_empty):  # 0 where the level's price is undefined
         ok = pairs["px"][maybe_empty] != UNDEF_PRICE  # [r, 10, bid/ask]
-        levels.reshape(k, 2, 2, N_LEVELS)[maybe_empty] = sizes[maybe_empty] * ok.transpose(0, 2, 1)[:, None]
+        levels.reshape(2, 2, N_LEVELS, k)[..., maybe_empty] = sizes[..., maybe_empty] * ok.transpose(2, 1, 0)[None]
     return levels
 
 
@@ -298,48 +304,53 @@ class BookSource:
         """Pass 2: the front-month snapshots with a valid top of book, in order, one decoded chunk at a time.
 
         Trades go to the next such snapshot (its own trade included); trades after the last one are dropped.
+        Decoding and extraction run in a background thread (`_Prefetch`), beside the features and writes that
+        consume the chunks: on two cores each side has about half of the work.
         """
+        with _Prefetch(self._extract()) as extracted:
+            yield from extracted
+
+    def _extract(self) -> Iterator[BookChunk]:
         id_array = np.fromiter(self.ids, dtype=np.uint32)
         pending_buy = pending_sell = 0  # trade flow since the last yielded snapshot
         last_trade = NO_TRADE
         n = 0
-        with _Prefetch(iter_records(self.info, BOOK_CHUNK_RECORDS)) as decoded:
-            for chunk in decoded:
-                kept, last, is_trade = _book_rows(chunk, id_array)
-                ts = chunk["ts_recv"][kept].astype(np.int64)
-                on_front = self.front.mask(_session_days(ts), chunk["instrument_id"][kept])
-                kept, last, is_trade, ts = kept[on_front], last[on_front], is_trade[on_front], ts[on_front]
-                if len(kept) == 0:
-                    continue
-                side = chunk["side"].view(np.uint8)[kept]
-                size = chunk["size"][kept].astype(np.int64)
-                buys = pending_buy + np.cumsum(np.where(is_trade & (side == SIDE_BID), size, 0))
-                sells = pending_sell + np.cumsum(np.where(is_trade & (side == SIDE_ASK), size, 0))
-                latest = np.maximum.accumulate(np.where(is_trade, np.arange(len(kept)), -1))
-                trade_ts = np.where(latest >= 0, chunk["ts_event"][kept[latest]].astype(np.int64), last_trade)
-                last_trade = int(trade_ts[-1])
+        for chunk in iter_records(self.info, BOOK_CHUNK_RECORDS):
+            kept, last, is_trade = _book_rows(chunk, id_array)
+            ts = chunk["ts_recv"][kept].astype(np.int64)
+            on_front = self.front.mask(_session_days(ts), chunk["instrument_id"][kept])
+            kept, last, is_trade, ts = kept[on_front], last[on_front], is_trade[on_front], ts[on_front]
+            if len(kept) == 0:
+                continue
+            side = chunk["side"].view(np.uint8)[kept]
+            size = chunk["size"][kept].astype(np.int64)
+            buys = pending_buy + np.cumsum(np.where(is_trade & (side == SIDE_BID), size, 0))
+            sells = pending_sell + np.cumsum(np.where(is_trade & (side == SIDE_ASK), size, 0))
+            latest = np.maximum.accumulate(np.where(is_trade, np.arange(len(kept)), -1))
+            trade_ts = np.where(latest >= 0, chunk["ts_event"][kept[latest]].astype(np.int64), last_trade)
+            last_trade = int(trade_ts[-1])
 
-                snap = np.flatnonzero(last)
-                bid_px, ask_px = chunk["bid_px_00"][kept[snap]], chunk["ask_px_00"][kept[snap]]
-                snap = snap[_valid_top(bid_px, ask_px)]
-                if len(snap) == 0:
-                    pending_buy, pending_sell = int(buys[-1]), int(sells[-1])
-                    continue
-                pending_buy, pending_sell = int(buys[-1] - buys[snap[-1]]), int(sells[-1] - sells[snap[-1]])
-                rows = kept[snap]
-                n += len(rows)
-                if n > self.rows:
-                    raise _changed(self.info)
-                yield BookChunk(
-                    ts=ts[snap],
-                    instrument_id=chunk["instrument_id"][rows],
-                    bid_px=chunk["bid_px_00"][rows].astype(np.int64),
-                    ask_px=chunk["ask_px_00"][rows].astype(np.int64),
-                    levels=_levels(chunk, rows),
-                    buy_volume=np.diff(buys[snap], prepend=0).astype(np.float64),
-                    sell_volume=np.diff(sells[snap], prepend=0).astype(np.float64),
-                    trade_ts=trade_ts[snap],
-                )
+            snap = np.flatnonzero(last)
+            bid_px, ask_px = chunk["bid_px_00"][kept[snap]], chunk["ask_px_00"][kept[snap]]
+            snap = snap[_valid_top(bid_px, ask_px)]
+            if len(snap) == 0:
+                pending_buy, pending_sell = int(buys[-1]), int(sells[-1])
+                continue
+            pending_buy, pending_sell = int(buys[-1] - buys[snap[-1]]), int(sells[-1] - sells[snap[-1]])
+            rows = kept[snap]
+            n += len(rows)
+            if n > self.rows:
+                raise _changed(self.info)
+            yield BookChunk(
+                ts=ts[snap],
+                instrument_id=chunk["instrument_id"][rows],
+                bid_px=chunk["bid_px_00"][rows].astype(np.int64),
+                ask_px=chunk["ask_px_00"][rows].astype(np.int64),
+                levels=_levels(chunk, rows),
+                buy_volume=np.diff(buys[snap], prepend=0).astype(np.float64),
+                sell_volume=np.diff(sells[snap], prepend=0).astype(np.float64),
+                trade_ts=trade_ts[snap],
+            )
         if n != self.rows:
             raise _changed(self.info)
 
