@@ -200,7 +200,9 @@ def child(spec_path: Path, result_path: Path) -> int:
         result = {"train": _run_train, "hyperopt": _run_hyperopt, "evaluate": _run_evaluate}[spec["stage"]](spec)
         rc = 0
     except BaseException as exc:  # the parent reports it beside the other jobs
-        result, rc = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}, 1
+        from alpha_core.errors import describe_validation_error  # one line per bad field; str(exc) otherwise
+
+        result, rc = {"error": f"{type(exc).__name__}: {describe_validation_error(exc)}", "traceback": traceback.format_exc()[-3000:]}, 1
     result_path.write_text(json.dumps(result))
     return rc
 
@@ -403,7 +405,7 @@ def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
         gpu = r.get("gpu") or {}
         util = f"{gpu['util_mean']}/{gpu['util_max']}" if gpu.get("util_mean") is not None else "-"
         mem = f"{gpu['mem_max_mib']:.0f}" if gpu.get("mem_max_mib") is not None else "-"
-        note = r.get("error") or r.get("basis") or ("not run" if not j.run else "")
+        note = (r.get("error") or r.get("basis") or ("not run" if not j.run else "")).splitlines()[0]
         fold = "" if j.fold is None else str(j.fold)
         print(f"{j.stage:9} {j.model or '':11} {fold:>4} {j.device:6} {wall:>8} {proj:>12} {factor:>7} {util:>20} "
               f"{mem:>8}  {note}")
@@ -440,7 +442,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trial-epochs", type=int, help="epochs per hyperopt trial, every searchable model "
                                                     "(seed: 10 for RL, the search's default for supervised)")
     p.add_argument("--folds", help="folds to run, e.g. 0 (default: all); the others are projected from them")
-    p.add_argument("--n-folds", type=int, default=3, help="walk-forward folds (the pipeline's N_FOLDS)")
+    p.add_argument("--n-folds", type=int, default=repo_default("alpha_assets/partitions.py", "N_FOLDS"),
+                   help="walk-forward folds (default: the pipeline's N_FOLDS)")
     p.add_argument("--cv-train-window", type=int, default=0, help="files per training window (0: the plan's default)")
     p.add_argument("--allow-untested-folds", action="store_true", help="let a fold have no test file (few files)")
     p.add_argument("--jobs", help="only these jobs: comma-separated model names or id patterns "
@@ -508,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             "trials": HyperoptConfig.model_fields["trials"].default,  # the spec's HYPEROPT_TRIALS
             "trial_epochs": {"rl": 10,  # the spec's `hyperopt_baseline_rl --epochs 10`
                              "supervised": HyperoptConfig.model_fields["epochs"].default},
-            "folds": args.n_folds}
+            "folds": repo_default("alpha_assets/partitions.py", "N_FOLDS")}
     run = {"epochs": args.epochs or seed["epochs"], "flagship_epochs": args.flagship_epochs or seed["flagship_epochs"],
            "trials": args.trials or seed["trials"],
            "trial_epochs": {k: args.trial_epochs or v for k, v in seed["trial_epochs"].items()}}
@@ -535,24 +538,19 @@ def main(argv: list[str] | None = None) -> int:
     if any(j.run and j.pool == "gpu" for j in jobs) and not shutil.which("nvidia-smi"):
         raise SystemExit("jobs are placed on cuda but this machine has no nvidia-smi: pass --device-of all=cpu")
 
-    from alpha_core.data.dbn import MBP10, OHLCV_1M
-    from alpha_core.data.folds import plan_folds
-    from alpha_core.data.predecode import file_ref, predecode
+    from alpha_core.errors import DataError, PlanError
 
     symbol, work = args.data_dir.resolve().name, args.work_dir.resolve()
+    pd = (args.predecoded_dir or Path("bench/out/pd") / symbol).resolve()
+    try:
+        check_data(args, symbol, pd)
+    except (DataError, PlanError) as exc:
+        raise SystemExit(f"--data-dir {args.data_dir}: {exc}") from None
     if work.exists() and any(work.iterdir()) and not (work / MARKER).exists():
         raise SystemExit(f"--work-dir {work} is not empty and not a previous bench's: choose another")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / MARKER).touch()
-    pd = (args.predecoded_dir or Path("bench/out/pd") / symbol).resolve()
-    for schema in (MBP10, OHLCV_1M):  # the sidecars are the data assets' work, not the ensemble's: built first
-        refs = [file_ref(i.sidecar) for i in predecode(args.data_dir, pd, symbol, schema)]
-        with warnings.catch_warnings(record=True) as caught:  # a clear error now rather than in every job
-            warnings.simplefilter("always")
-            plan_folds(refs, args.n_folds, args.cv_train_window, args.allow_untested_folds)
-        for w in caught:
-            print(f"note ({schema}): {w.message}")
     base = {"work": str(work), "data_dir": str(args.data_dir.resolve()), "predecoded_dir": str(pd), "symbol": symbol,
             "n_folds": args.n_folds, "cv_train_window": args.cv_train_window,
             "allow_untested_folds": args.allow_untested_folds, "overrides": overrides}
@@ -589,6 +587,22 @@ def main(argv: list[str] | None = None) -> int:
     print_report(jobs, tot, overrides)
     print(f"\nwritten: {args.out}")
     return 1 if any(j.result.get("rc") for j in jobs) else 0
+
+
+def check_data(args: argparse.Namespace, symbol: str, pd: Path) -> None:
+    """The sidecars (the data assets' work, not the ensemble's: built here, first) and the fold plan, whose
+    errors are clearer now than in every job."""
+    from alpha_core.data.dbn import MBP10, OHLCV_1M
+    from alpha_core.data.folds import plan_folds
+    from alpha_core.data.predecode import file_ref, predecode
+
+    for schema in (MBP10, OHLCV_1M):
+        refs = [file_ref(i.sidecar) for i in predecode(args.data_dir, pd, symbol, schema)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plan_folds(refs, args.n_folds, args.cv_train_window, args.allow_untested_folds)
+        for w in caught:
+            print(f"note ({schema}): {w.message}")
 
 
 def write(path: Path, report: dict, jobs: list[Job], seed: dict, run: dict, args, caps: dict) -> dict:
