@@ -202,7 +202,8 @@ def child(spec_path: Path, result_path: Path) -> int:
     except BaseException as exc:  # the parent reports it beside the other jobs
         from alpha_core.errors import describe_validation_error  # one line per bad field; str(exc) otherwise
 
-        result, rc = {"error": f"{type(exc).__name__}: {describe_validation_error(exc)}", "traceback": traceback.format_exc()[-3000:]}, 1
+        error = f"{type(exc).__name__}: {describe_validation_error(exc)}"
+        result, rc = {"error": error, "traceback": traceback.format_exc()[-3000:]}, 1
     result_path.write_text(json.dumps(result))
     return rc
 
