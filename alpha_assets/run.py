@@ -4,8 +4,10 @@ Dagster asset backfill per RUN_ID.
 The backfill targets, for the chosen symbols and models, the data assets [symbol], hyperopt [symbol], every fold's
 checkpoints [symbol x fold] and the report [symbol]. The backfill daemon runs each partition in its own run, in
 dependency order, and as many at once as the run queue and the pools allow: GPU steps hold a slot of the `gpu`
-pool, whose limit `alpha run` sets to MAX_PARALLEL (GPU steps across all runs of the instance), and the other
-steps hold slots of the `cpu` pool (dagster.yaml's default limit).
+pool, whose limit `alpha run` sets to MAX_PARALLEL (GPU steps across all runs of the instance); training and
+hyperopt steps placed on CPU pods (the RL agents, `alpha_assets.execution.placement`) hold slots of the
+`cpu_training` pool, whose limit is the instance's (`dagster instance concurrency set cpu_training N`, else
+dagster.yaml's default limit; `alpha run` prints it); the other steps hold slots of the `cpu` pool.
 
 Settings reach the runs through the backfill's run config: Dagster gives every run of a backfill the same run
 config, and a run ignores the entries of ops it does not contain, so one config carries the epochs and the train
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
 from alpha_core.errors import PlanError, describe_validation_error
@@ -43,7 +46,6 @@ from alpha_core.models import registry
 PHASES = ("hyperopt", "train", "eval", "full")
 MAX_PARALLEL = 10  # the spec's default GPU concurrency cap
 DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
-GPU_POOL = "gpu"
 BACKFILL_TAG = "dagster/backfill"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
@@ -334,6 +336,10 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt  # SIGTERM (CI timeouts, `kill`) cancels and cleans up like Ctrl-C
 
 
+def pool_limits(gpu: int, cpu_training: int | None) -> str:
+    return f"gpu pool limit {gpu}, {CPU_TRAINING_POOL} pool limit {'none' if cpu_training is None else cpu_training}"
+
+
 def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0,
                  allow_gate_failures: bool = False) -> bool:
     """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end."""
@@ -347,13 +353,14 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
             raise PlanError("DAGSTER_HOME is not set: point it at the instance folder (e.g. dagster_home/)")
         instance = dg.DagsterInstance.get()
     instance.event_log_storage.set_concurrency_slots(GPU_POOL, p.max_parallel)
+    cpu_limit = instance.event_log_storage.get_concurrency_info(CPU_TRAINING_POOL).limit
     backfill = PartitionBackfill.from_asset_graph_subset(
         backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
         dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset(p.targets, defs.resolve_asset_graph()),
         title=p.title, description=p.description, run_config=p.run_config)
     instance.add_backfill(backfill)
     print(f"backfill {backfill.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
-          f"gpu pool limit {p.max_parallel}", flush=True)
+          f"{pool_limits(p.max_parallel, cpu_limit)}", flush=True)
     source = LocalBackfill(instance, backfill.backfill_id)
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel)})
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -376,6 +383,7 @@ STATUS = """query Status($id: String!) { partitionBackfillOrError(backfillId: $i
   ... on PartitionBackfill { status runs { runId status tags { key value } assetSelection { path } } }
   ... on Error { message } } }"""
 SET_POOL = "mutation Pool($key: String!, $limit: Int!) { setConcurrencyLimit(concurrencyKey: $key, limit: $limit) }"
+POOL_LIMIT = "query Limit($key: String!) { instance { concurrencyLimit(concurrencyKey: $key) { limit } } }"
 CANCEL = """mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename
   ... on Error { message } } }"""
 
@@ -397,6 +405,9 @@ class RemoteBackfill:
         if body.get("errors"):
             raise PlanError(f"{self.url}/graphql: {body['errors'][0].get('message')}")
         return body["data"]
+
+    def cpu_training_limit(self) -> int | None:
+        return self.query(POOL_LIMIT, {"key": CPU_TRAINING_POOL})["instance"]["concurrencyLimit"]["limit"]
 
     def launch(self, p: Plan) -> str:
         self.query(SET_POOL, {"key": GPU_POOL, "limit": p.max_parallel})
@@ -436,7 +447,7 @@ def launch_remote(p: Plan, url: str, poll_s: float = 5.0) -> bool:
     remote = RemoteBackfill(url)
     backfill_id = remote.launch(p)
     print(f"backfill {backfill_id} ({p.size} asset partitions): {remote.url}/runs/b/{backfill_id}; "
-          f"gpu pool limit {p.max_parallel}", flush=True)
+          f"{pool_limits(p.max_parallel, remote.cpu_training_limit())}", flush=True)
     try:
         return follow(remote, poll_s)
     except KeyboardInterrupt:

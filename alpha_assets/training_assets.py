@@ -23,7 +23,7 @@ import dagster as dg
 
 from alpha_assets import metadata
 from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
-from alpha_assets.execution import GPU_RETRY_POLICY, GPU_STEP_TAGS
+from alpha_assets.execution import STEP_RETRY_POLICY, placement
 from alpha_assets.metadata import clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
@@ -65,6 +65,16 @@ class HyperoptAssetConfig(dg.Config):
     n_val_seqs: int = 500
     timesteps_per_epoch: int = 1000
     device: str | None = None
+
+
+class CPUTrainAssetConfig(TrainAssetConfig):
+    """A checkpoint of a model placed on CPU pods (`alpha_assets.execution.placement`): the CPU by default."""
+
+    device: str | None = "cpu"
+
+
+class CPUHyperoptAssetConfig(HyperoptAssetConfig):
+    device: str | None = "cpu"
 
 
 class ReportConfig(dg.Config):
@@ -119,10 +129,12 @@ def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
 
 def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
     key = dg.AssetKey(["hyperopt", name])
-    spec = registry.get(name)
+    spec, place = registry.get(name), placement(name)
+    config_class = HyperoptAssetConfig if place.on_gpu else CPUHyperoptAssetConfig
 
     @dg.asset(key=key, partitions_def=symbol_partitions, group_name="hyperopt", kinds={"nevergrad"},
-              deps=["bar_sidecars", "fold_plans"], pool="gpu", op_tags=GPU_STEP_TAGS, retry_policy=GPU_RETRY_POLICY,
+              deps=["bar_sidecars", "fold_plans"], pool=place.pool, op_tags=place.op_tags,
+              retry_policy=STEP_RETRY_POLICY,
               automation_condition=TRAINING_AUTOMATION, owners=OWNERS,
               description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
                           f"{spec.description}",
@@ -130,7 +142,7 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
                                              description=(
                   "Every trial completed with a finite score, and no file the search trained or validated on is a "
                   "test file of any fold (the search never sees the data it is evaluated on)."))])
-    def _asset(context: dg.AssetExecutionContext, config: HyperoptAssetConfig, data: DataRoot,
+    def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         from alpha_core.data.folds import FoldPlan, hyperopt_leakage
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
@@ -167,22 +179,23 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
 
 
 def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
-    spec = registry.get(name)
+    spec, place = registry.get(name), placement(name)
+    config_class = TrainAssetConfig if place.on_gpu else CPUTrainAssetConfig
     key = dg.AssetKey(["checkpoints", name])
     deps = [dg.AssetDep("fold_plans", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))]
     if spec.search_space is not None:
         deps.append(dg.AssetDep(dg.AssetKey(["hyperopt", name]),
                                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol")))
 
-    @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool="gpu",
-              op_tags=GPU_STEP_TAGS, retry_policy=GPU_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
+    @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool=place.pool,
+              op_tags=place.op_tags, retry_policy=STEP_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
               owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
               description=f"{name}, one walk-forward fold: {spec.description}",
               check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
                                              description=(
                   "The validation gate: mean validation AUC (supervised, book) or validation Sharpe (RL) above its "
                   "minimum. A failed gate leaves the attempt unpromoted: nothing downstream, now or later, uses it."))])
-    def _asset(context: dg.AssetExecutionContext, config: TrainAssetConfig, data: DataRoot,
+    def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         symbol, fold = split_symbol_fold(context.partition_key)
         plans = _plan_metadata(context, symbol)
@@ -327,6 +340,7 @@ checkpoint_assets = [_checkpoint_asset(m) for m in MODELS]
 
 class CostConfig(dg.Config):
     eur_per_gpu_hour: float = 3.0  # the spec's H100 figure
+    eur_per_cpu_hour: float = 0.5  # an assumption: one 16-vCPU node, where the RL steps run (deploy/README.md)
 
 
 SPEC_COST_TABLE = """| Scenario (spec, H100 ~EUR 3/hr) | Jobs | Time | Cost |
@@ -337,7 +351,7 @@ SPEC_COST_TABLE = """| Scenario (spec, H100 ~EUR 3/hr) | Jobs | Time | Cost |
 
 
 @dg.asset(group_name="evaluation", kinds={"json"}, deps=[ensemble_report], code_version="1",
-          description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-hours and EUR.")
+          description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-, CPU-hours and EUR.")
 def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: StorageRoot) -> dg.MaterializeResult:
     from alpha_core.atomic import atomic_write_json
 
@@ -356,14 +370,17 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
             symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": meta.get("ensemble_sharpe")}
     gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
     compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
-    summary = {"symbols": symbols, "steps": len(steps), "gpu_hours": gpu_hours, "compute_hours": compute_hours,
-               "eur_per_gpu_hour": config.eur_per_gpu_hour, "cost_eur": gpu_hours * config.eur_per_gpu_hour,
-               "step_costs": steps}
+    cpu_hours = compute_hours - gpu_hours
+    summary = {"symbols": symbols, "steps": len(steps), "gpu_hours": gpu_hours, "cpu_hours": cpu_hours,
+               "compute_hours": compute_hours, "eur_per_gpu_hour": config.eur_per_gpu_hour,
+               "eur_per_cpu_hour": config.eur_per_cpu_hour,
+               "cost_eur": gpu_hours * config.eur_per_gpu_hour + cpu_hours * config.eur_per_cpu_hour, "step_costs": steps}
     path = atomic_write_json(storage.run_dir(run_id(context)) / "summary.json", summary)
-    table = (f"| this run | {len(steps)} | {compute_hours:.2f} h of steps ({gpu_hours:.2f} GPU-h) | "
-             f"EUR {summary['cost_eur']:.2f} |")
+    table = (f"| this run | {len(steps)} | {compute_hours:.2f} h of steps ({gpu_hours:.2f} GPU-h, {cpu_hours:.2f} "
+             f"CPU-h) | EUR {summary['cost_eur']:.2f} |")
     return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(str(path)), "gpu_hours": gpu_hours, "compute_hours": compute_hours,
+        "path": dg.MetadataValue.path(str(path)), "gpu_hours": gpu_hours, "cpu_hours": cpu_hours,
+        "compute_hours": compute_hours,
         "cost_eur": summary["cost_eur"], "steps": len(steps), "symbols": dg.MetadataValue.json(symbols),
         "cost_table": dg.MetadataValue.md(SPEC_COST_TABLE + "\n" + table),
     })

@@ -5,6 +5,8 @@ names) and runs its container command as a local process with the pod's environm
 (PersistentVolumeClaims and ConfigMaps by name, a fresh folder per emptyDir); an environment value under a mount path
 is rewritten to the local folder, and a file mounted with subPath appears under a per-pod root. The Job succeeds or
 fails with the exit code, as a Job with backoff_limit 0 does, and a process that changed a read-only mount fails it.
+Given `nodes`, a pod is first scheduled as the scheduler would place it (node selector, taints and tolerations,
+requests within a node's allocatable); a pod no node takes fails, where a cluster would leave it Pending.
 Requests it does not implement are answered 404 and kept in `unhandled`, so a test sees what it would miss.
 """
 
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import threading
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,6 +38,36 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class Node:
+    """A node as the scheduler sees it: labels, NoSchedule taints (key, value or None) and allocatable resources."""
+
+    name: str
+    labels: dict[str, str]
+    allocatable: dict[str, str]
+    taints: tuple[tuple[str, str | None], ...] = ()
+
+    def refuses(self, spec: dict, container: dict) -> str | None:
+        """Why this node cannot take the pod (None: it can)."""
+        wrong = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if self.labels.get(k) != v}
+        if wrong:
+            return f"node selector {wrong} does not match"
+        for key, value in self.taints:
+            if not any(t.get("key") == key and t.get("effect") in (None, "NoSchedule") and (
+                    t.get("operator") == "Exists" or t.get("value") == value) for t in spec.get("tolerations") or []):
+                return f"untolerated taint {key}"
+        requests = (container.get("resources") or {}).get("requests") or {}
+        over = [r for r, q in requests.items() if _quantity(q) > _quantity(self.allocatable.get(r, "0"))]
+        return f"insufficient {', '.join(over)}" if over else None
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity (`15`, `500m`, `24Gi`) as a number."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    unit = next((u for u in units if str(text).endswith(u)), None)
+    return float(str(text)[: -len(unit)]) * units[unit] if unit else float(text)
+
+
 class Pod:
     """One Job's single pod: the local process, its log and its exit."""
 
@@ -46,6 +79,7 @@ class Pod:
         self.process: subprocess.Popen | None = None
         self.exit_code: int | None = None
         self.problem: str | None = None  # why the pod failed outside its command (a bad mount, a read-only write)
+        self.node: str | None = None  # where the scheduler placed it
         self.started = self.finished = None
 
     @property
@@ -64,8 +98,9 @@ class KubeStandIn:
     """
 
     def __init__(self, scratch: Path, claims: dict[str, Path], config_maps: dict[str, Path], image_env: dict[str, str],
-                 workdir: Path, secrets: dict[str, dict[str, str]] | None = None) -> None:
+                 workdir: Path, secrets: dict[str, dict[str, str]] | None = None, nodes: list[Node] | None = None) -> None:
         self.scratch, self.claims, self.config_maps = Path(scratch), claims, config_maps
+        self.nodes = nodes
         self.secrets, self.image_env, self.workdir = secrets or {}, image_env, workdir
         self.requests: list[tuple[str, str]] = []
         self.unhandled: list[tuple[str, str]] = []
@@ -155,6 +190,12 @@ class KubeStandIn:
     def _start(self, pod: Pod) -> None:
         spec = pod.job["spec"]["template"]["spec"]
         (container,) = spec["containers"]  # dagster-k8s step and run pods have one container
+        if self.nodes is not None:
+            refusals = {node.name: node.refuses(spec, container) for node in self.nodes}
+            pod.node = next((name for name, why in refusals.items() if why is None), None)
+            if pod.node is None:
+                pod.problem = f"pod {pod.name} is unschedulable: {refusals}"
+                return
         try:
             mounts = self._mounts(pod, spec, container)
             env = self.local_env(container.get("env", []), container.get("envFrom", []), mounts)

@@ -21,14 +21,17 @@ import yaml
 from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_job
 
+from alpha_assets import training_assets
 from alpha_assets.definitions import defs
-from alpha_assets.execution import GPU_STEP_TAGS, executor
+from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL, GPU_STEP_TAGS, executor, placement
+from alpha_core.errors import PlanError
 
 K8S_VERSION = "1.30.0"
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SHA = "0123456789abcdef0123456789abcdef01234567"  # a commit, as CI substitutes it for ${CI_COMMIT_SHA}
 UID = 10001  # the Dockerfile's user
-GPU_ASSETS = ["checkpoints/perception", "checkpoints/tft", "checkpoints/ppo", "hyperopt/mamba2"]
+GPU_ASSETS = ["checkpoints/perception", "checkpoints/tft", "hyperopt/mamba2"]
+CPU_TRAINING_ASSETS = ["checkpoints/ppo", "checkpoints/dqn", "hyperopt/dqn"]  # RL: deploy/README.md, which model where
 CPU_ASSETS = ["book_sidecars", "fold_plans", "ensemble_report"]
 
 
@@ -114,7 +117,7 @@ def jobs(values, run_launcher) -> dict[str, dict]:
     context = K8sContainerContext.create_for_run(run, run_launcher, include_run_tags=False).merge(
         code_location_context(deployment))
     out = {"run-worker": build_job(run_launcher, context, "dagster-run-0f1e2d3c", "run_worker", image)}
-    for asset in GPU_ASSETS + CPU_ASSETS:
+    for asset in GPU_ASSETS + CPU_TRAINING_ASSETS + CPU_ASSETS:
         step = context.merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(op_tags(asset))))
         out[f"step:{asset}"] = build_job(run_launcher, step, "dagster-step-abc", "step_worker", image)
     return out
@@ -169,7 +172,44 @@ def test_gpu_assets_build_a_one_gpu_pod_on_the_training_pool(asset, jobs):
     claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["volumes"]}
     assert claims["data"] == "training-data-pvc" and claims["output"] == "training-output-pvc"
     node = defs.resolve_asset_graph().get(dg.AssetKey.from_user_string(asset))
-    assert node.assets_def.op.pool == "gpu"
+    assert node.assets_def.op.pool == GPU_POOL
+
+
+def default_device(asset: str) -> str | None:
+    """The `device` default of an asset's config, as the Launchpad and a run config without it get it."""
+    op = defs.resolve_asset_graph().get(dg.AssetKey.from_user_string(asset)).assets_def.op
+    return op.config_schema.config_type.fields["device"].default_value
+
+
+@pytest.mark.parametrize("asset", CPU_TRAINING_ASSETS)
+def test_rl_assets_build_a_cpu_pod_on_the_cpu_training_pool(asset, jobs):
+    pod = jobs[f"step:{asset}"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    resources = container["resources"]
+    assert "nvidia.com/gpu" not in resources["requests"] and "nvidia.com/gpu" not in resources["limits"]
+    assert resources["requests"]["cpu"] == "15" and "cpu" not in resources["limits"]  # no throttling
+    assert pod["nodeSelector"] == {"k8s.scaleway.com/pool-name": "cpu-training"}
+    assert pod["tolerations"] == [{"key": "alpha/cpu-training", "operator": "Exists", "effect": "NoSchedule"}]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["data"]["readOnly"] is True and mounts["output"]["mountPath"] == "/output"
+    node = defs.resolve_asset_graph().get(dg.AssetKey.from_user_string(asset))
+    assert node.assets_def.op.pool == CPU_TRAINING_POOL  # not a slot of the `gpu` pool (MAX_PARALLEL)
+    assert default_device(asset) == "cpu"
+    assert default_device(GPU_ASSETS[1]) is None  # a GPU step: cuda when available
+
+
+def test_a_model_goes_back_to_the_gpu_by_environment(monkeypatch):
+    """ALPHA_GPU_MODELS, set on the code location, moves an RL model's steps to GPU pods; a typo is a clear error."""
+    assert placement("dqn").pool == CPU_TRAINING_POOL and placement("tft").pool == GPU_POOL
+    monkeypatch.setenv("ALPHA_GPU_MODELS", "dqn")
+    assert placement("dqn").pool == GPU_POOL and placement("ppo").pool == CPU_TRAINING_POOL
+    asset = training_assets._checkpoint_asset("dqn")
+    assert asset.op.pool == GPU_POOL
+    assert json.loads(asset.op.tags["dagster-k8s/config"]) == GPU_STEP_TAGS["dagster-k8s/config"]
+    assert asset.op.config_schema.config_type.fields["device"].default_value is None
+    monkeypatch.setenv("ALPHA_GPU_MODELS", "dqn,dnq")
+    with pytest.raises(PlanError, match="ALPHA_GPU_MODELS: unknown model dnq"):
+        placement("dqn")
 
 
 def test_every_job_validates_against_the_kubernetes_schema(jobs):

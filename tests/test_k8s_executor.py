@@ -2,8 +2,9 @@
 
 A code server runs as the Helm chart runs it (DAGSTER_CURRENT_IMAGE and the code location's container context), the
 instance carries the production run launcher from deploy/dagster.yaml pointed at the stand-in API
-(tests/k8s_standin.py), and `dagster job launch` starts the fold's run. The stand-in runs the run pod, whose executor
-creates the step pod, which trains and materializes the checkpoint into the mapped /output.
+(tests/k8s_standin.py), and `dagster job launch` starts the fold's run. The stand-in schedules the pods on the
+cluster's node pools, runs the run pod, whose executor creates the step pods (a GPU model's and an RL agent's), which
+train and materialize their checkpoints into the mapped /output.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from k8s_standin import KubeStandIn
+from k8s_standin import KubeStandIn, Node
 
 from alpha_assets.execution import executor, pinned_image
 from alpha_core.errors import PlanError
@@ -30,6 +31,15 @@ NAMESPACE = "dagster"
 MODEL = "kan"  # a cheap bar model without a search space: one step per fold
 FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
         "min_val_auc": 0.0}
+RL_MODEL = "dqn"  # on a CPU pod by default: its device too (no `device` here)
+RL_FAST = {"epochs": 1, "timesteps_per_epoch": 256, "min_val_sharpe": -1e6}
+POOL = "k8s.scaleway.com/pool-name"
+# the cluster's node pools (deploy/README.md), with what the kubelet leaves allocatable of each node
+NODES = [Node("default-1", {POOL: "default"}, {"cpu": "3800m", "memory": "14Gi"}),
+         Node("gpu-training-1", {POOL: "gpu-training"}, {"cpu": "23", "memory": "220Gi", "nvidia.com/gpu": "1"},
+              (("nvidia.com/gpu", None),)),
+         Node("cpu-training-1", {POOL: "cpu-training"}, {"cpu": "15800m", "memory": "28Gi"},
+              (("alpha/cpu-training", "true"),))]
 # the code location as deploy/helm/values.yaml declares it; the chart hands env and volumes to launched runs
 LOCATION_ENV = [{"name": "ALPHA_EXECUTOR", "value": "k8s"}, {"name": "ALPHA_DATA_DIR", "value": "/data"},
                 {"name": "ALPHA_STORAGE_ROOT", "value": "/output"}, {"name": "MAX_PARALLEL", "value": "2"}]
@@ -83,7 +93,7 @@ def cluster(tmp_path, tiny_data):
     home.mkdir()
     image_env = {"PATH": f"{BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
     with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
-                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO) as standin:
+                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO, nodes=NODES) as standin:
         (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
         # create the SQLite databases before any other process opens them (concurrent creation corrupts alembic_version)
         instance = dg.DagsterInstance.from_config(str(home))
@@ -120,12 +130,13 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
         "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success  # while the server loads
     socket = code_server()
 
-    partition, op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}"
+    partition, op, rl_op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}", f"checkpoints__{RL_MODEL}"
     tags = {"dagster/partition": str(partition),
             **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()}}
     run_id = "0f0c2d1e-0000-4000-8000-000000000001"
+    config = {"ops": {op: {"config": FAST}, rl_op: {"config": RL_FAST}}}
     launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
-                             "-o", op, "--config-json", json.dumps({"ops": {op: {"config": FAST}}}),
+                             "-o", f"{op},{rl_op}", "--config-json", json.dumps(config),
                              "--tags", json.dumps(tags), "--run-id", run_id],
                             env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory}, capture_output=True,
                             text=True, timeout=120)
@@ -136,12 +147,18 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     assert run.status == dg.DagsterRunStatus.SUCCESS, (run.status, [p.problem for p in standin.pods.values()], logs)
     assert standin.unhandled == [] and standin.rejected == []
 
-    jobs = {job["metadata"]["labels"].get("app.kubernetes.io/component"): job for job in standin.jobs.values()}
-    assert set(jobs) == {"run_worker", "step_worker"}, list(standin.jobs)
-    for job in jobs.values():  # the run pod and the step pod both run the code location's image
+    jobs = {job["metadata"]["labels"].get("dagster/op", "run"): job for job in standin.jobs.values()}
+    assert set(jobs) == {"run", op, rl_op}, list(standin.jobs)
+    for job in jobs.values():  # the run pod and the step pods all run the code location's image
         assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
-    step = jobs["step_worker"]
-    assert step["metadata"]["labels"]["dagster/op"] == op and step["spec"]["backoffLimit"] == 0
+    nodes = {standin.jobs[key]["metadata"]["labels"].get("dagster/op", "run"): pod.node
+             for key, pod in standin.pods.items()}
+    assert nodes == {"run": "default-1", op: "gpu-training-1", rl_op: "cpu-training-1"}
+    (rl_container,) = jobs[rl_op]["spec"]["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in {**rl_container["resources"]["requests"], **rl_container["resources"]["limits"]}
+    step = jobs[op]
+    assert step["metadata"]["labels"]["app.kubernetes.io/component"] == "step_worker"
+    assert step["spec"]["backoffLimit"] == 0
     pod = step["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -155,16 +172,18 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     # the pods exit after the run worker has seen the step succeed, as real pods do
     _wait("the pods did not exit", lambda: all(p.phase == "Succeeded" for p in standin.pods.values()), 60)
 
-    (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
-        asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5).records
-    assert record.run_id == run_id
-    fold_dir = Path(record.asset_materialization.metadata["path"].value)
-    assert fold_dir.is_relative_to(output), fold_dir  # the pod wrote to /output: the output claim
-    assert {"model.safetensors", "summary.json"} <= {p.name for p in fold_dir.iterdir()}
-    (check,) = [e for e in instance.get_records_for_run(run_id).records
-                if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.event_type_value
-                == "ASSET_CHECK_EVALUATION"]
-    assert check.event_log_entry.dagster_event.event_specific_data.passed
+    for model in (MODEL, RL_MODEL):
+        (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(["checkpoints", model]), asset_partitions=[str(partition)]), limit=5).records
+        assert record.run_id == run_id
+        fold_dir = Path(record.asset_materialization.metadata["path"].value)
+        assert fold_dir.is_relative_to(output), fold_dir  # the pod wrote to /output: the output claim
+        assert {"model.safetensors", "summary.json"} <= {p.name for p in fold_dir.iterdir()}
+    assert record.asset_materialization.metadata["device"].value == "cpu"  # the RL step's default device
+    checks = [e for e in instance.get_records_for_run(run_id).records
+              if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.event_type_value
+              == "ASSET_CHECK_EVALUATION"]
+    assert len(checks) == 2 and all(c.event_log_entry.dagster_event.event_specific_data.passed for c in checks)
 
 
 def test_step_image_follows_the_code_location_unless_pinned(monkeypatch):

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from safetensors.torch import load_file
 
 from alpha_assets.definitions import defs
@@ -91,5 +92,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert summary.success
     meta = summary.get_asset_materialization_events()[0].materialization.metadata
     assert meta["steps"].value >= 2 and meta["gpu_hours"].value == 0.0 and meta["compute_hours"].value > 0
+    assert meta["cpu_hours"].value == meta["compute_hours"].value  # priced at the CPU node rate, not free
+    assert meta["cost_eur"].value == pytest.approx(meta["cpu_hours"].value * 0.5)
     assert "Full ensemble, 4 symbols" in meta["cost_table"].value
     assert set(meta["symbols"].value) == {"ES.FUT"}

@@ -70,6 +70,7 @@ def test_alpha_run_is_one_backfill_in_parallel_up_to_max_parallel(tiny_data, tmp
     for key in symbol_fold_keys("ES.FUT"):
         assert re.search(rf"done\s+{re.escape(key)}\s+checkpoints/kan", out.stdout), (key, log)
     assert re.search(r"backfill \w+: COMPLETED_FAILED, 4 runs done, 1 failed", out.stdout), log
+    assert "gpu pool limit 2, cpu_training pool limit 2" in out.stdout, log  # MAX_PARALLEL; dagster.yaml's default
     daemon_pid = int(re.search(r"started dagster-daemon \(pid (\d+)\)", out.stdout).group(1))
     assert not Path(f"/proc/{daemon_pid}").exists(), "the daemon alpha run started is stopped again"
 
