@@ -50,12 +50,19 @@ class BookChunk:
     instrument_id: np.ndarray  # uint32
     bid_px: np.ndarray  # int64 fixed 1e-9, best bid
     ask_px: np.ndarray  # int64, best ask
-    # float32 [4, 10, n]: bid size, ask size, bid count, ask count per level, 0 where the level is empty; feature-major,
-    # as `features.BookFeatures` reads them (one contiguous row per level and field)
-    levels: np.ndarray
     buy_volume: np.ndarray  # float64, aggressor-buy size since the previous snapshot (its own trade included)
     sell_volume: np.ndarray
     trade_ts: np.ndarray  # int64 ts_event of the latest front-month trade received so far, NO_TRADE before any
+    pairs: np.ndarray  # [n, 10] the snapshots' DBN BidAskPair levels, as decoded
+
+    @functools.cached_property
+    def levels(self) -> np.ndarray:
+        """float32 [4, 10, n]: bid size, ask size, bid count, ask count per level, 0 where the level is empty.
+
+        Feature-major, as `features.BookFeatures` reads them (one contiguous row per level and field), and
+        computed on first use: in the thread of the features, not in the one that decodes (`BookSource.chunks`).
+        """
+        return _levels(self.pairs)
 
     @property
     def bid_sz(self) -> np.ndarray:
@@ -270,16 +277,19 @@ def _valid_top(bid_px: np.ndarray, ask_px: np.ndarray) -> np.ndarray:
     return (bid_px != UNDEF_PRICE) & (ask_px != UNDEF_PRICE) & (ask_px > bid_px)
 
 
-def _levels(chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """float32 [4, 10, k] level sizes and counts of the records `rows` (bid sz, ask sz, bid ct, ask ct)."""
+def _pairs(chunk: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """[k, 10] BidAskPair levels of the records `rows`: one contiguous copy out of the decoded chunk."""
     off = _levels_offset(chunk.dtype)
     raw = chunk.view(np.uint8).reshape(len(chunk), chunk.dtype.itemsize)
-    pairs = raw[rows, off : off + N_LEVELS * _PAIR_DTYPE.itemsize]  # one contiguous copy, [k, 10] BidAskPairs
+    return raw[rows, off : off + N_LEVELS * _PAIR_DTYPE.itemsize].view(_PAIR_DTYPE)
+
+
+def _levels(pairs: np.ndarray) -> np.ndarray:
+    """float32 [4, 10, k] level sizes and counts (bid sz, ask sz, bid ct, ask ct) of [k, 10] BidAskPairs."""
     k = len(pairs)
     # rows with any 8-byte word equal to UNDEF_PRICE, the int64 maximum (one contiguous pass): only they can have
     # empty levels
     maybe_empty = np.flatnonzero(pairs.view(np.int64).reshape(k, -1).max(axis=1) == UNDEF_PRICE)
-    pairs = pairs.view(_PAIR_DTYPE).reshape(k, N_LEVELS)
     sizes = pairs["q"].reshape(k, N_LEVELS, 2, 2).transpose(2, 3, 1, 0)  # [sz/ct, bid/ask, level, k]
     levels = np.empty((4, N_LEVELS, k), dtype=np.float32)
     np.copyto(levels.reshape(2, 2, N_LEVELS, k), sizes, casting="unsafe")
@@ -346,10 +356,10 @@ class BookSource:
                 instrument_id=chunk["instrument_id"][rows],
                 bid_px=chunk["bid_px_00"][rows].astype(np.int64),
                 ask_px=chunk["ask_px_00"][rows].astype(np.int64),
-                levels=_levels(chunk, rows),
                 buy_volume=np.diff(buys[snap], prepend=0).astype(np.float64),
                 sell_volume=np.diff(sells[snap], prepend=0).astype(np.float64),
                 trade_ts=trade_ts[snap],
+                pairs=_pairs(chunk, rows),
             )
         if n != self.rows:
             raise _changed(self.info)
