@@ -76,37 +76,42 @@ def time_pass(batch: int, fused: bool, reps: int = 50) -> float:
     return start.elapsed_time(end) / reps
 
 
+VARIANTS = {  # name -> LAUNCH_PLAN entry for every batch
+    **{f"rows_w{w}": (None, "rows", 1, w) for w in (4, 8, 16)},
+    **{f"tiles{bb}_w{w}": (None, "tiles", bb, w) for bb in (16, 32) for w in (4, 8)},
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("bench/out/bench_cfc_scan.json"))
+    parser.add_argument("--batches", default="1,64,512,4096")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args()
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "agreement": agreement()}
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "agreement": {}}
+    default_plan = cfc_triton.LAUNCH_PLAN
+    names = args.variants.split(",")
+    for name in ["default", *names]:
+        cfc_triton.LAUNCH_PLAN = default_plan if name == "default" else [VARIANTS[name]]
+        try:
+            result["agreement"][name] = agreement()["max_relative_error"]
+        except Exception as exc:  # a launch shape that does not fit (registers, shared memory)
+            result["agreement"][name] = f"{type(exc).__name__}: {exc}"[:300]
+    cfc_triton.LAUNCH_PLAN = default_plan
     print(json.dumps(result["agreement"]), flush=True)
     torch.backends.cuda.matmul.allow_tf32 = True  # as the trainer runs
-    default_launch = cfc_triton._launch
-
-    def variant(rows: bool, warps: int):
-        def launch(n, dtype, backward):
-            kept = cfc_triton.ROW_KERNEL_MAX_BATCH
-            cfc_triton.ROW_KERNEL_MAX_BATCH = 10**9 if rows else 0
-            try:
-                kernel, grid, meta = default_launch(n, dtype, backward)
-            finally:
-                cfc_triton.ROW_KERNEL_MAX_BATCH = kept
-            return kernel, grid, {**meta, "num_warps": warps}
-        return launch
-
     timings = []
-    for batch in (1, 64, 512, 4096):
-        row = {"batch": batch, "torch_ms": time_pass(batch, fused=False)}
-        shapes = [("tiles16", False, w) for w in (4, 8)] + [("rows", True, w) for w in (4, 8, 16, 32) if batch <= 512]
-        for name, rows, warps in shapes:
-            cfc_triton._launch = variant(rows, warps)
+    for batch in map(int, args.batches.split(",")):
+        row = {"batch": batch, "torch_ms": time_pass(batch, fused=False), "fused_default_ms": None}
+        for name in names:
+            if not cfc_triton.KERNELS[VARIANTS[name][1]][2] and batch > 512:
+                continue
+            cfc_triton.LAUNCH_PLAN = [VARIANTS[name]]
             try:
-                row[f"fused_{name}_w{warps}_ms"] = time_pass(batch, fused=True)
-            except Exception as exc:  # a launch shape that does not fit (registers, shared memory)
-                row[f"fused_{name}_w{warps}_ms"] = f"{type(exc).__name__}: {exc}"[:300]
-        cfc_triton._launch = default_launch
+                row[f"fused_{name}_ms"] = time_pass(batch, fused=True)
+            except Exception as exc:
+                row[f"fused_{name}_ms"] = f"{type(exc).__name__}: {exc}"[:300]
+        cfc_triton.LAUNCH_PLAN = default_plan
         row["fused_default_ms"] = time_pass(batch, fused=True)
         print(json.dumps(row), flush=True)
         timings.append(row)

@@ -29,7 +29,7 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     torch.cuda.reset_peak_memory_stats()
     warmup = 5
     cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / f"b{batch}",
-                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps),
+                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps + args.profile),
                       epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled,
                       fused_scan=fused)
     t0 = time.perf_counter()
@@ -38,7 +38,7 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     loader = trainer.train_loader
     epoch = 0
 
-    def next_batch():  # the device-resident loader's gather is part of every timed step
+    def next_batch():  # eager steps: the device-resident loader's gather is part of every timed step
         nonlocal epoch
         b = loader.next_batch(batch, drop_last=True)
         if b is None:
@@ -47,7 +47,17 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
             b = loader.next_batch(batch, drop_last=True)
         return b
 
-    run = trainer.graph if graph else (lambda b: trainer.step(b.x, b.dt, b.labels, b.outcome_long, b.outcome_short))
+    if graph:  # the captured step gathers its own batch (one epoch holds every timed step)
+        trainer.graph.start_epoch()
+
+        def run(_):
+            return trainer.graph()
+
+        def next_batch():
+            return None
+    else:
+        def run(b):
+            return trainer.step(b.x, b.dt, b.labels, b.outcome_long, b.outcome_short)
     run(next_batch())
     torch.cuda.synchronize()
     first_step_s = time.perf_counter() - t0
@@ -62,10 +72,29 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     torch.cuda.synchronize()
     n = steps
     ms = start.elapsed_time(end) / n
+    prof = profile_steps(run, next_batch, args.profile) if args.profile else None
     return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "fused_scan": fused,
-            "steps": n, "ms_per_step": ms,
+            "profile": prof, "steps": n, "ms_per_step": ms,
             "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
             "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "final_loss": float(loss)}
+
+
+def profile_steps(run, next_batch, steps: int) -> dict:
+    """Kernels per step and where the GPU time goes, from torch.profiler over `steps` steps (graph replays too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run(next_batch())
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(event.name[:120], []).append(event.device_time)
+    total = sum(sum(v) for v in kernels.values())
+    top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:30]
+    return {"kernels_per_step": sum(len(v) for v in kernels.values()) / steps, "gpu_us_per_step": total / steps,
+            "top": [{"name": k, "per_step": len(v) / steps, "us_per_step": sum(v) / steps} for k, v in top]}
 
 
 @torch.no_grad()
@@ -110,6 +139,7 @@ def main() -> None:
     parser.add_argument("--skip-inference", action="store_true")
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--profile", type=int, default=0, help="also profile this many steps per mode")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True

@@ -23,10 +23,10 @@ CHECK = textwrap.dedent("""
     from alpha_core.models.cfc_triton import fused_cfc_scans, supported
 
     assert supported(64, 128) and supported(16, 16) and not supported(6, 128) and not supported(64, 96)
-    for rows_max in (64, 0):  # the one-row-per-program kernels, then the 16-row tiles
-        cfc_triton.ROW_KERNEL_MAX_BATCH = rows_max
+    for name in cfc_triton.KERNELS:  # every kernel pair, whatever the plan picks
+        cfc_triton.LAUNCH_PLAN = [(None, name, 16, 4)]
         torch.manual_seed(0)
-        # two layers in one call; batch 19: for the tiles a full block of 16 rows and a partly masked one;
+        # two layers in one call; batch 19: for tiles a full block of 16 rows and a partly masked one;
         # hidden != units both ways; per-unit and per-sample time steps
         layers = [CfC(8, 16, backbone_units=32), CfC(8, 32, backbone_units=16)]
         xs = [torch.randn(19, 6, 8, requires_grad=True) for _ in layers]
@@ -64,7 +64,7 @@ def test_fused_scan_equals_torch_scan_in_the_triton_interpreter():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_fused_scan_equals_torch_scan_on_cuda():
     from alpha_core.models.cfc import CfC, parallel_cfc
 

@@ -99,3 +99,21 @@ def test_device_resident_gather_equals_host_gather(tiny_sidecars):
     for a, b in zip(host.batches(64), resident.batches(64), strict=True):
         for name in ("x", "dt", "labels", "outcome_long", "outcome_short", "file_index", "start"):
             torch.testing.assert_close(getattr(a, name), getattr(b, name), equal_nan=True)
+
+
+def test_batch_at_device_positions_equals_the_epochs_batches_after_an_in_place_reshuffle(tiny_sidecars):
+    """What a captured CUDA graph gathers (positions from a device cursor) is the epoch's batches, also after
+    `reset` reshuffled the order in the same buffers the graph keeps reading."""
+    files = tiny_sidecars["book"][:2]
+    loader = WindowLoader(files, seq_len=32, n_max_sequences=200, seed=3, norm=fit_norm_stats(files), resident=True)
+    buffers = (loader._global_device.data_ptr(), loader._order_device.data_ptr())
+    for epoch_seed in (3, 4):
+        loader.reset(epoch_seed)
+        expected = list(loader.batches(64, drop_last=True))
+        cursor = torch.zeros((), dtype=torch.long)
+        for batch in expected:
+            got = loader.batch_at(cursor + torch.arange(64))
+            cursor += 64
+            for name in ("x", "dt", "labels", "outcome_long", "outcome_short", "file_index", "start"):
+                torch.testing.assert_close(getattr(got, name), getattr(batch, name), equal_nan=True)
+    assert (loader._global_device.data_ptr(), loader._order_device.data_ptr()) == buffers

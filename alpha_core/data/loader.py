@@ -96,6 +96,8 @@ class WindowLoader:
         self._cursor = 0
         self.device = torch.device(device)
         self._resident: dict[str, torch.Tensor] | None = None
+        self._order_device: torch.Tensor | None = None  # resident: this epoch's windows, on the device
+        self._global_device: torch.Tensor | None = None
         if self.device.type != "cpu" if resident is None else resident:
             self._make_resident()
         self.reset(seed)
@@ -110,6 +112,7 @@ class WindowLoader:
         }
         self._offsets = np.cumsum([0] + [sc.rows for sc in used[:-1]]).astype(np.int64)
         self._steps = torch.arange(self.seq_len, device=self.device)
+        self._file_of_view_device = torch.as_tensor(self._file_of_view, device=self.device)
         if self._mean is not None:
             self._mean, self._std = self._mean.to(self.device), self._std.to(self.device)
 
@@ -124,9 +127,15 @@ class WindowLoader:
         pick = rng.permutation(len(self._anchors))[: self.n_windows]
         self._order = self._anchors[pick]
         self._cursor = 0
-        if self._resident is not None:
-            self._order_device = torch.from_numpy(self._order).to(self.device)
-            self._global_device = torch.from_numpy(self._offsets[self._order[:, 0]] + self._order[:, 1]).to(self.device)
+        if self._resident is not None:  # in place: a captured CUDA graph keeps reading these buffers (`batch_at`)
+            order = torch.from_numpy(self._order)
+            first_rows = torch.from_numpy(self._offsets[self._order[:, 0]] + self._order[:, 1])
+            if self._order_device is None:
+                self._order_device = order.to(self.device)
+                self._global_device = first_rows.to(self.device)
+            else:
+                self._order_device.copy_(order)
+                self._global_device.copy_(first_rows)
 
     def yielded(self) -> int:
         return self._cursor
@@ -150,14 +159,21 @@ class WindowLoader:
         while (batch := self.next_batch(batch_size, drop_last)) is not None:
             yield batch
 
-    def _gather_resident(self, rows: slice) -> WindowBatch:
+    def batch_at(self, positions: torch.Tensor) -> WindowBatch:
+        """The windows at these positions of the epoch's order, computed on the device from device tensors only
+        (resident loaders): a CUDA graph can capture it, with `positions` advanced inside the graph."""
+        if self._resident is None:
+            raise ValueError("batch_at needs a resident loader")
+        return self._gather_resident(positions)
+
+    def _gather_resident(self, rows: slice | torch.Tensor) -> WindowBatch:
         idx = self._global_device[rows, None] + self._steps  # [B, K] rows of the concatenated arrays
         r = self._resident
         x = r["features"][idx]
         if self._mean is not None:
             x = (x - self._mean) / self._std
         order = self._order_device[rows]
-        files = torch.as_tensor(self._file_of_view, device=self.device)[order[:, 0]]
+        files = self._file_of_view_device[order[:, 0]]
         return WindowBatch(x=x, dt=r["dt"][idx], labels=r["labels"][idx], outcome_long=r["outcome_long"][idx],
                            outcome_short=r["outcome_short"][idx], file_index=files, start=order[:, 1])
 

@@ -3,11 +3,12 @@
 Why: a CfC layer is a chain of L dependent steps. Written in torch, each step is a dozen small kernels forward
 and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph
 (shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns
-batch rows, keeps their state in registers for all L steps and re-reads the weights (a few hundred KB, resident
-in L1/L2) at every step. Two shapes of program, chosen by batch size from measurements (`_launch`):
-- up to `ROW_KERNEL_MAX_BATCH` rows, one row per program, its matrix-vector products as multiply + reduce in
-  registers (exact fp32);
-- above, 16 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls may).
+batch rows and loads the weights once, before its loop over the L steps (re-reading them at every step cost up
+to a third more at batch 1); state stays in registers. Two shapes of program, chosen by batch size from
+measurements (`LAUNCH_PLAN`):
+- at small batch, one row per program, its matrix-vector products as multiply + reduce (exact fp32), every
+  weight tile laid out [H, U] so that each product's output is already in the layout of the next one's input;
+- above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls may).
 Independent layers (the flagship's main and aux trunks) run side by side on their own streams.
 
 The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per unit,
@@ -23,7 +24,8 @@ Both directions are opaque `torch.library.custom_op`s with a registered autograd
 so the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
 input dtype (bf16 under autocast). Under no_grad the forward saves nothing for a backward.
 
-Limits: H and U powers of two from 16 to 256 (`supported`); otherwise callers take the torch path. Tested on the
+Limits: H and U powers of two from 16 to 256 (`supported`); otherwise callers take the torch path. Weights
+beyond the flagship's sizes (H 64, U 128) no longer fit in registers and spill: correct, slower. Tested on the
 CPU through Triton's interpreter (TRITON_INTERPRET=1) against `CfCScan`, values and gradients.
 """
 
@@ -57,15 +59,20 @@ def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s,
     b4 = tl.load(b_heads + 3 * H + hh)[None, :]
     at_u = rows[:, None] * L * U + uu[None, :]
     at_h = rows[:, None] * L * H + hh[None, :]
+    wh = tl.load(w_h_t)
+    w1 = tl.load(w_k)
+    w2 = tl.load(w_k + H * U)
+    w3 = tl.load(w_k + 2 * H * U)
+    w4 = tl.load(w_k + 3 * H * U)
     h = tl.zeros([BB, H], dtype=tl.float32)
     for t in range(L):
         x_t = tl.load(xproj + at_u + t * U, mask=live, other=0.0).to(tl.float32)
-        u = _tanh(0.666 * (x_t + tl.dot(h, tl.load(w_h_t), input_precision=PRECISION)))
+        u = _tanh(0.666 * (x_t + tl.dot(h, wh, input_precision=PRECISION)))
         z = 1.7159 * u
-        o1 = tl.dot(z, tl.load(w_k), input_precision=PRECISION) + b1
-        o2 = tl.dot(z, tl.load(w_k + H * U), input_precision=PRECISION) + b2
-        ta = tl.dot(z, tl.load(w_k + 2 * H * U), input_precision=PRECISION) + b3
-        tb = tl.dot(z, tl.load(w_k + 3 * H * U), input_precision=PRECISION) + b4
+        o1 = tl.dot(z, w1, input_precision=PRECISION) + b1
+        o2 = tl.dot(z, w2, input_precision=PRECISION) + b2
+        ta = tl.dot(z, w3, input_precision=PRECISION) + b3
+        tb = tl.dot(z, w4, input_precision=PRECISION) + b4
         ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
         g = tl.sigmoid(ta * ts_t + tb)
         f1 = _tanh(o1)
@@ -92,6 +99,11 @@ def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xp
     at_u = rows[:, None] * L * U + uu[None, :]
     at_h = rows[:, None] * L * H + hh[None, :]
     at_o = rows[:, None] * L * 4 * H + hh[None, :]
+    wh = tl.load(w_h_n)
+    w1 = tl.load(w_k)
+    w2 = tl.load(w_k + H * U)
+    w3 = tl.load(w_k + 2 * H * U)
+    w4 = tl.load(w_k + 3 * H * U)
     carry = tl.zeros([BB, H], dtype=tl.float32)
     for i in range(L):
         t = L - 1 - i
@@ -111,25 +123,30 @@ def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xp
         tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3, mask=live)
         tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre, mask=live)
         tl.store(d_ts + at_h + t * H, d_pre * ta, mask=live)
-        d_z = tl.dot(d1, tl.load(w_k), input_precision=PRECISION)
-        d_z += tl.dot(d2, tl.load(w_k + H * U), input_precision=PRECISION)
-        d_z += tl.dot(d3, tl.load(w_k + 2 * H * U), input_precision=PRECISION)
-        d_z += tl.dot(d_pre, tl.load(w_k + 3 * H * U), input_precision=PRECISION)
+        d_z = tl.dot(d1, w1, input_precision=PRECISION)
+        d_z += tl.dot(d2, w2, input_precision=PRECISION)
+        d_z += tl.dot(d3, w3, input_precision=PRECISION)
+        d_z += tl.dot(d_pre, w4, input_precision=PRECISION)
         d_a = d_z * (1.7159 * 0.666) * (1.0 - u * u)
         tl.store(d_xproj + at_u + t * U, d_a, mask=live)
-        carry = tl.dot(d_a, tl.load(w_h_n), input_precision=PRECISION)
+        carry = tl.dot(d_a, wh, input_precision=PRECISION)
 
 
 @triton.jit
 def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
                         H: tl.constexpr, U: tl.constexpr, SAVE: tl.constexpr):
-    """One batch row per program, matrix-vector products as multiply + reduce in registers (no tl.dot, which
-    needs 16 rows and a shared-memory layout change per product): the small-batch variant, exact fp32."""
+    """One row per program, weights in registers, and every tile [H, U]: the recurrent product reduces over
+    axis 0 and the heads over axis 1, so each product's output is already laid out as the next one's input (no
+    layout conversion through shared memory inside the loop)."""
     row = tl.program_id(0).to(tl.int64)
     hh = tl.arange(0, H)
     uu = tl.arange(0, U)
-    w_h_t = w_h + uu[None, :] * H + hh[:, None]  # [H, U]: W_h transposed (products reduce over axis 0)
-    w_k_t = w_heads + hh[None, :] * U + uu[:, None]  # [U, H]: head k's block transposed (+ k*H*U)
+    w_k = w_heads + hh[:, None] * U + uu[None, :]  # head k's [H, U] block as stored (+ k*H*U)
+    wh = tl.load(w_h + uu[None, :] * H + hh[:, None])  # [H, U]: W_h transposed
+    w1 = tl.load(w_k)
+    w2 = tl.load(w_k + H * U)
+    w3 = tl.load(w_k + 2 * H * U)
+    w4 = tl.load(w_k + 3 * H * U)
     b1 = tl.load(b_heads + hh)
     b2 = tl.load(b_heads + H + hh)
     b3 = tl.load(b_heads + 2 * H + hh)
@@ -139,12 +156,12 @@ def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, 
     h = tl.zeros([H], dtype=tl.float32)
     for t in range(L):
         x_t = tl.load(xproj + at_u + t * U).to(tl.float32)
-        u = _tanh(0.666 * (x_t + tl.sum(tl.load(w_h_t) * h[:, None], axis=0)))
-        z = (1.7159 * u)[:, None]
-        o1 = tl.sum(tl.load(w_k_t) * z, axis=0) + b1
-        o2 = tl.sum(tl.load(w_k_t + H * U) * z, axis=0) + b2
-        ta = tl.sum(tl.load(w_k_t + 2 * H * U) * z, axis=0) + b3
-        tb = tl.sum(tl.load(w_k_t + 3 * H * U) * z, axis=0) + b4
+        u = _tanh(0.666 * (x_t + tl.sum(wh * h[:, None], axis=0)))
+        z = (1.7159 * u)[None, :]
+        o1 = tl.sum(w1 * z, axis=1) + b1
+        o2 = tl.sum(w2 * z, axis=1) + b2
+        ta = tl.sum(w3 * z, axis=1) + b3
+        tb = tl.sum(w4 * z, axis=1) + b4
         g = tl.sigmoid(ta * tl.load(ts + at_h + t * H).to(tl.float32) + tb)
         f1 = _tanh(o1)
         f2 = _tanh(o2)
@@ -161,11 +178,17 @@ def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, 
 @triton.jit
 def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B,
                         L: tl.constexpr, H: tl.constexpr, U: tl.constexpr):
+    """The backward of `_cfc_fwd_row_kernel`, tiles [H, U]: the four head products are summed elementwise
+    and reduced once."""
     row = tl.program_id(0).to(tl.int64)
     hh = tl.arange(0, H)
     uu = tl.arange(0, U)
-    w_h_tile = w_h + uu[:, None] * H + hh[None, :]  # [U, H] as stored
-    w_k = w_heads + hh[:, None] * U + uu[None, :]  # head k's [H, U] block as stored (+ k*H*U)
+    w_k = w_heads + hh[:, None] * U + uu[None, :]
+    wh = tl.load(w_h + uu[None, :] * H + hh[:, None])  # [H, U]: W_h transposed
+    w1 = tl.load(w_k)
+    w2 = tl.load(w_k + H * U)
+    w3 = tl.load(w_k + 2 * H * U)
+    w4 = tl.load(w_k + 3 * H * U)
     at_u = row * L * U + uu
     at_h = row * L * H + hh
     at_o = row * L * 4 * H + hh
@@ -185,14 +208,11 @@ def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, 
         tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3)
         tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre)
         tl.store(d_ts + at_h + t * H, d_pre * tl.load(ta_s + at_h + t * H))
-        d_z = tl.sum(tl.load(w_k) * d1[:, None], axis=0)
-        d_z += tl.sum(tl.load(w_k + H * U) * d2[:, None], axis=0)
-        d_z += tl.sum(tl.load(w_k + 2 * H * U) * d3[:, None], axis=0)
-        d_z += tl.sum(tl.load(w_k + 3 * H * U) * d_pre[:, None], axis=0)
+        d_z = tl.sum(w1 * d1[:, None] + w2 * d2[:, None] + w3 * d3[:, None] + w4 * d_pre[:, None], axis=0)
         u = tl.load(u_s + at_u + t * U)
         d_a = d_z * (1.7159 * 0.666) * (1.0 - u * u)
         tl.store(d_xproj + at_u + t * U, d_a)
-        carry = tl.sum(tl.load(w_h_tile) * d_a[:, None], axis=0)
+        carry = tl.sum(wh * d_a[None, :], axis=1)
 
 
 def _pow2(n: int) -> bool:
@@ -204,19 +224,30 @@ def supported(hidden: int, units: int) -> bool:
     return _pow2(hidden) and _pow2(units)
 
 
-ROW_KERNEL_MAX_BATCH = 64  # up to this batch, one row per program (`_cfc_*_row_kernel`); above, 16-row tiles
+KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns a tile of rows or one row)
+    "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, False),
+    "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, True),
+}
+# (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
+# bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
+# rows with 8 warps 0.45 ms (16-row tiles 0.50); at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
+LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048, "tiles", 16, 8),
+                                                        (None, "tiles", 32, 8)]
 
 
 def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
-    """(kernel, grid, meta-parameters), chosen from measurements on an H200 (bench/bench_cfc_scan.py)."""
-    if batch <= ROW_KERNEL_MAX_BATCH:
-        return (_cfc_bwd_row_kernel if backward else _cfc_fwd_row_kernel), (batch,), {"num_warps": 4, "num_stages": 1}
+    """(kernel, grid, meta-parameters) for this batch, from `LAUNCH_PLAN`.
+
+    num_stages=1: software pipelining would multi-buffer the weight tiles in shared memory (over 300 KB for the
+    main trunk); they are loop-invariant. Tiles use TF32 where torch's own fp32 matmuls may."""
+    _, name, rows, warps = next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])
+    forward, backward_kernel, tiled = KERNELS[name]
+    kernel = backward_kernel if backward else forward
+    if not tiled:
+        return kernel, (batch,), {"num_warps": warps, "num_stages": 1}
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    # num_stages=1: software pipelining would multi-buffer the per-step weight tiles in shared memory (over
-    # 300 KB for the main trunk); they are loop-invariant and L1-resident anyway. 16 rows per program; 8 warps
-    # at small batch, 4 at large.
-    meta = {"BB": 16, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": 8 if batch <= 2048 else 4, "num_stages": 1}
-    return (_cfc_bwd_kernel if backward else _cfc_fwd_kernel), (triton.cdiv(batch, 16),), meta
+    meta = {"BB": rows, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": warps, "num_stages": 1}
+    return kernel, (triton.cdiv(batch, rows),), meta
 
 
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}

@@ -15,6 +15,7 @@ checkpoints), `model_config.json`, `norm_stats.json`, `train_state/`, `manifest.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -319,10 +320,15 @@ class PerceptionTrainer:
         self.train_loader.reset(cfg.seed + epoch)
         loss_sum = torch.zeros((), device=self.device)
         steps = 0
-        for batch in self.train_loader.batches(cfg.batch_size, drop_last=cfg.cuda_graph):
-            lrs = self.lrs_at(t.global_step)
+        if self.graph is not None:  # the graph gathers its own batches: the loop only replays it
+            self.graph.start_epoch()
+            batches = itertools.repeat(None, self.train_loader.n_windows // cfg.batch_size)
+        else:
+            batches = self.train_loader.batches(cfg.batch_size)
+        for batch in batches:
+            lrs = self.lrs_at(t.global_step) if self.graph is None or self.trace is not None else None
             if self.graph is not None:
-                loss, parts, grad_norm = self.graph(batch)
+                loss, parts, grad_norm = self.graph()
             else:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lrs[group["name"]]
@@ -333,7 +339,7 @@ class PerceptionTrainer:
                 self.trace.record(epoch, t.global_step, lrs, loss, parts, grad_norm, model)
             steps += 1
             t.global_step += 1
-            t.train_seqs += len(batch)
+            t.train_seqs += cfg.batch_size if batch is None else len(batch)
             self.report.step()
         total = float(loss_sum)  # one host sync per epoch
         t.train_loss_sum += total
@@ -521,24 +527,32 @@ class PerceptionTrainer:
 
 
 class CapturedStep:
-    """The whole training step in one CUDA graph: static batch buffers, capturable AdamW, LR from a device table.
+    """The whole training step in one CUDA graph, its batch included: the graph gathers the windows at a device
+    cursor into the epoch's order (`WindowLoader.batch_at`), advances the cursor, reads the LR from a device
+    table and steps the capturable AdamW. A replay then needs nothing from the host, which at batch 1 would
+    otherwise take longer to feed the step than the GPU takes to run it.
 
     The first `WARMUP_STEPS` steps run eagerly on a side stream (they are real steps and initialise the
-    optimiser state); the next call captures the step and every later one replays it after copying the batch
-    into the static buffers. The controllers already live on the device, so nothing needs the host.
+    optimiser state); the next call captures the step, and every later one replays it.
     """
 
     WARMUP_STEPS = 3
 
     def __init__(self, trainer: PerceptionTrainer) -> None:
         self.trainer = trainer
+        device, batch = trainer.device, trainer.cfg.batch_size
         table = [[trainer.lrs_at(step)[g["name"]] for g in trainer.optimizer.param_groups]
                  for step in range(trainer.total_steps + 1)]
-        self.lr_table = torch.tensor(table, device=trainer.device)
-        self.static: list[torch.Tensor] | None = None
+        self.lr_table = torch.tensor(table, device=device)
+        self.cursor = torch.zeros((), dtype=torch.long, device=device)  # the epoch's next window
+        self.offsets = torch.arange(batch, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
         self.calls = 0
+
+    def start_epoch(self) -> None:
+        """Rewind the cursor, after the loader reshuffled its order in place."""
+        self.cursor.zero_()
 
     def _body(self):
         tr = self.trainer
@@ -546,15 +560,11 @@ class CapturedStep:
         row = self.lr_table.index_select(0, step).squeeze(0)  # plain `table[step]` would sync on the host
         for i, group in enumerate(tr.optimizer.param_groups):
             group["lr"].copy_(row[i])
-        return tr.step(*self.static)
+        batch = tr.train_loader.batch_at(self.cursor + self.offsets)
+        self.cursor.add_(len(self.offsets))
+        return tr.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
 
-    def __call__(self, batch):
-        tensors = [batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short]
-        if self.static is None:
-            self.static = [t.clone() for t in tensors]
-        else:
-            for dst, src in zip(self.static, tensors, strict=True):
-                dst.copy_(src)
+    def __call__(self):
         self.calls += 1
         if self.graph is not None:
             self.graph.replay()
