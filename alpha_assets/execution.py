@@ -31,6 +31,7 @@ GPU_POOL = "gpu"  # Dagster pools: GPU steps, and training steps on CPU nodes (n
 CPU_TRAINING_POOL = "cpu_training"
 APP_UID = 10001  # the `alpha` user of deploy/Dockerfile
 HOME = "/home/alpha"
+COMPILE_CACHE = "/output/.cache/compile"  # on the output volume, shared by every step pod
 
 # A pre-empted node takes its pod with it: Dagster sees the failed Job (or the interrupted step) and starts a new
 # attempt in a new Job after ~30 s, then ~90 s (+-30 s jitter, so the steps of one lost node do not return at once).
@@ -63,8 +64,10 @@ def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[d
                     # the root filesystem is read-only: every cache goes to the writable home emptyDir
                     {"name": "HOME", "value": HOME},
                     {"name": "XDG_CACHE_HOME", "value": f"{HOME}/.cache"},
-                    {"name": "TRITON_CACHE_DIR", "value": f"{HOME}/.cache/triton"},
-                    {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{HOME}/.cache/torchinductor"},
+                    # compiled kernels on the shared volume: only the first pod of an image compiles the
+                    # flagship (about 30 s on an H200); the caches key on torch, GPU and source, and write atomically
+                    {"name": "TRITON_CACHE_DIR", "value": f"{COMPILE_CACHE}/triton"},
+                    {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{COMPILE_CACHE}/torchinductor"},
                     {"name": "MPLCONFIGDIR", "value": f"{HOME}/.config/matplotlib"},
                 ],
             },

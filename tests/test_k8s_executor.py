@@ -168,7 +168,8 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ALPHA_DATA_DIR"] == "/data" and env["ALPHA_STORAGE_ROOT"] == "/output" and env["ALPHA_EXECUTOR"] == "k8s"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {"/data", "/output", "/tmp", env["HOME"]} <= mounts and env["TRITON_CACHE_DIR"].startswith(env["HOME"])
+    assert {"/data", "/output", "/tmp", env["HOME"]} <= mounts
+    assert env["TRITON_CACHE_DIR"].startswith("/output/") and env["TORCHINDUCTOR_CACHE_DIR"].startswith("/output/")
     # the pods exit after the run worker has seen the step succeed, as real pods do
     _wait("the pods did not exit", lambda: all(p.phase == "Succeeded" for p in standin.pods.values()), 60)
 
