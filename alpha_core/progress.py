@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,7 +47,8 @@ class TrainingReporter:
 
     It drives an epoch bar (the last validation metrics in its postfix) and a step bar, appends each epoch's
     metrics to `epoch_metrics` (the trainer's list, which its summary stores, so a resume continues it) and
-    writes them to a TensorBoard event file in `out_dir`, opened at the first epoch.
+    writes them to a TensorBoard event file in `out_dir`, opened at the first epoch. Each row also has `epoch_s`,
+    the epoch's wall seconds (the first includes any compilation), so a projection can tell fixed from per-epoch cost.
     """
 
     say = staticmethod(say)
@@ -59,6 +61,7 @@ class TrainingReporter:
         self.epochs.update(len(self.epoch_metrics))
         self.steps = bar(total=steps_per_epoch, desc="steps", unit="step")
         self.events: EventWriter | None = None
+        self.epoch_started = time.perf_counter()
 
     def step(self, n: int = 1) -> bool:
         """Count `n` steps; True ("keep going"), so it also serves as a stable-baselines3 callback."""
@@ -66,6 +69,8 @@ class TrainingReporter:
         return True
 
     def epoch(self, epoch: int, **metrics: float) -> None:
+        now = time.perf_counter()
+        metrics["epoch_s"], self.epoch_started = now - self.epoch_started, now
         self.epoch_metrics.append({"epoch": epoch, **metrics})
         if self.events is None:
             self.events = EventWriter(self.out_dir)

@@ -50,7 +50,9 @@ EUR_PER_CPU_HOUR = 0.5  # assumption, not in the spec: one hour of a 16-vCPU, 32
 NOTES = [
     "wall_s: the job's process from start to exit (interpreter, imports, data, compilation, training), as a pod.",
     "projected_s = (wall_s - work_s) + work_s * factor: work_s is the part that grows with the scaled quantity (the "
-    "trainer's epoch loop, the sum of the hyperopt trials, the evaluation call), the rest is kept as measured.",
+    "trainer's epoch loop, the sum of the hyperopt trials, the evaluation call), the rest is kept as measured. "
+    "A training run of two epochs or more is projected as wall_s + the remaining epochs x its last epoch's time "
+    "(the first epoch carries any compilation).",
     "A training run projected from fewer epochs is an upper bound: at the seed's 50 epochs early stopping "
     "(patience 5) may end it sooner. A run that stopped early within its epochs is not scaled.",
     "A fold that was not run is the mean of the same model's folds that ran.",
@@ -250,7 +252,8 @@ def _run_train(spec: dict) -> dict:
             epochs=spec["epochs"], **common)), params)
         metric = {"val_sharpe": s.val_sharpe, "env_steps_per_s": s.env_steps_per_s}
     return {"call_s": time.perf_counter() - started, "work_s": s.wall_time_s, "epochs_run": s.epochs,
-            "early_stopped": s.early_stopped, "device_used": s.device, "params_file": params, **metric}
+            "epoch_s": [m.get("epoch_s") for m in s.epoch_metrics], "early_stopped": s.early_stopped,
+            "device_used": s.device, "params_file": params, **metric}
 
 
 def _run_hyperopt(spec: dict) -> dict:
@@ -361,8 +364,13 @@ def fill_projections(jobs: list[Job], seed: dict, run: dict) -> None:
             planned = sum(1 for j in jobs if j.stage == "train")
             factor = planned / max(r["checkpoints"], 1)
             basis = f"{r['checkpoints']} of {planned} checkpoints"
-        r |= {"factor": factor, "projected_s": project(r["wall_s"], r["work_s"], factor),
-              "projected": not math.isclose(factor, 1.0), "basis": basis}
+        projected_s = project(r["wall_s"], r["work_s"], factor)
+        epoch_s = r.get("epoch_s") or []
+        if job.stage == "train" and factor > 1 and len(epoch_s) >= 2 and None not in epoch_s:
+            # the first epoch carries the compilation: the remaining epochs cost what the last one did
+            remaining = r["epochs_run"] * (factor - 1)
+            projected_s, basis = r["wall_s"] + remaining * epoch_s[-1], f"{basis}, the rest at the last epoch's time"
+        r |= {"factor": factor, "projected_s": projected_s, "projected": not math.isclose(factor, 1.0), "basis": basis}
     for job in jobs:  # folds that did not run: the mean of the model's folds that did
         if job.stage != "train" or job.run or "rc" in job.result:
             continue
