@@ -124,9 +124,9 @@ def worker_decode_chunked(a: argparse.Namespace) -> dict:
 STAGES = (  # (key, label); "  " marks a part of the stage above
     ("sha256", "sha256 of the file (sidecar key)"),
     ("pass1", "pass 1 (read_book): decode, time order, activity per session"),
-    ("pass2", "pass 2 (BookSource.chunks): decode + front-month snapshots"),
-    ("decode", "  zstd + DBN decode, both passes (may overlap the rest)"),
-    ("features", "book features (BookFeatures)"),
+    ("pass2", "pass 2 (BookSource.chunks): waiting for decode + snapshots"),
+    ("decode", "  zstd + DBN decode, both passes (background threads)"),
+    ("features", "book features (BookFeatures, float levels included)"),
     ("labels", "labels (LabelStream)"),
     ("write", "appending to the .npy files"),
     ("other", "other (meta, fsync, rename, load)"),
