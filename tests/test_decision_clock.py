@@ -18,6 +18,7 @@ from alpha_core.eval.predict import (
     book_decisions,
     check_decision_clock,
     entry_ts,
+    load,
     perception_snapshot_probs,
     positions_from_probs,
     predict,
@@ -43,7 +44,7 @@ def run(tiny_data, tmp_path_factory):
     assert main(["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(pd), "--out",
                  str(models / "perception" / "ES.FUT" / "fold-0"), "--epochs", "1", "--batch-size", "32",
                  "--n-train-seqs", "64", "--n-val-seqs", "32", "--seq-len", "16", *FOLDS]) == 0
-    checkpoints = {c.model: c for c in find_checkpoints(models, ["ES.FUT"])[0]}
+    checkpoints = {c.model: load(c, torch.device("cpu")) for c in find_checkpoints(models, ["ES.FUT"])[0]}
     bars = load_sidecar(next(pd.glob(f"{TEST}.ES.bars.*")))
     book = load_sidecar(next(pd.glob(f"{TEST}.ES.book.*")))
     return checkpoints, bars, book
@@ -75,7 +76,7 @@ def test_the_close_trade_clock_on_demo_timestamps(run):
 @pytest.mark.parametrize("family", ["kan", "ppo", "perception"])
 def test_every_family_decides_at_or_before_its_entry_price(run, family):
     checkpoints, bars, book = run
-    pred = predict(checkpoints[family], bars, book, 0, 0.0, torch.device("cpu"))
+    pred = predict(checkpoints[family], bars, book, 0, 0.0)
     entry = entry_ts(bars, book)
     traded = _traded(pred.position)
     assert traded.sum() > 10, "the check needs traded bars"
@@ -92,11 +93,15 @@ def test_every_family_decides_at_or_before_its_entry_price(run, family):
     else:  # bar models decide at the close of the bar they read
         assert (pred.decision_ts[decided] == entry[decided]).all()
     assert not pred.position[~decided].any()  # no decision, no position
+    # the validation path (positions only: the book model predicts just the snapshots bars decide on) trades the same
+    unscored = predict(checkpoints[family], bars, book, 0, 0.0, scored=False)
+    np.testing.assert_array_equal(unscored.position, pred.position)
+    np.testing.assert_array_equal(unscored.decision_ts, pred.decision_ts)
 
 
 def test_a_signal_that_peeks_one_second_past_the_close_is_caught(run):
     checkpoints, bars, book = run
-    snap = perception_snapshot_probs(checkpoints["perception"], book, torch.device("cpu"))
+    snap = perception_snapshot_probs(checkpoints["perception"], book)
     entry = entry_ts(bars, book)
     close = book_close_trade_ts(bars, book)
     peek = np.where(close >= 0, close + 1_000_000_000, -1)  # one second after the close trade
@@ -111,7 +116,7 @@ def test_a_signal_that_peeks_one_second_past_the_close_is_caught(run):
     with pytest.raises(DecisionClockError, match="minute-end"):
         check_decision_clock("minute-end", TEST, np.asarray(bars.ts), position, old, entry)
     # and a bar model that decides a second after the close
-    kan = predict(checkpoints["kan"], bars, book, 0, 0.0, torch.device("cpu"))
+    kan = predict(checkpoints["kan"], bars, book, 0, 0.0)
     late = np.where(kan.decision_ts != NO_DECISION, kan.decision_ts + 1_000_000_000, NO_DECISION)
     with pytest.raises(DecisionClockError, match=f"kan on {TEST}: bar"):
         check_decision_clock("kan", TEST, np.asarray(bars.ts), kan.position, late, entry)

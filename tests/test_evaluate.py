@@ -12,17 +12,23 @@ import torch
 
 from alpha_core.artifacts import seal
 from alpha_core.cli import main
+from alpha_core.data.features import BAR_FEATURES
+from alpha_core.data.norm import NormStats
 from alpha_core.data.oracle import oracle_probabilities
 from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
 from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import (
+    CPU_BATCH,
+    _window_probs,
     book_close_trade_ts,
     book_decisions,
+    load,
     perception_snapshot_probs,
     supervised_probs,
 )
 from alpha_core.eval.report import load_report
+from alpha_core.models import registry
 
 FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2"]
 
@@ -60,8 +66,10 @@ def trained(tiny_data, tmp_path_factory):
 def test_report_end_to_end(trained, tiny_data):
     root, pd = trained
     out = root / "eval" / "ensemble_report.json"
+    threads = torch.get_num_threads()
     assert main(["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
                  "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu"]) == 0
+    assert torch.get_num_threads() == threads  # CPU evaluation runs one intra-op thread per worker, then restores it
     report = load_report(out)  # validates against the schema
     sym = report.symbols["ES.FUT"]
     assert set(sym.models) == {"mamba2", "kan", "ppo", "perception"}
@@ -146,9 +154,10 @@ def test_predictions_use_only_bars_up_to_each_bar(trained):
     root, pd = trained
     (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "mamba2" and c.fold == 0]
     test = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
-    full = supervised_probs(ckpt, test, torch.device("cpu"))
+    model = load(ckpt, torch.device("cpu"))
+    full = supervised_probs(model, test)
     n = test.rows // 2
-    cut = supervised_probs(ckpt, _truncated(test, n), torch.device("cpu"))
+    cut = supervised_probs(model, _truncated(test, n))
     np.testing.assert_array_equal(cut, full[:n])
 
 
@@ -174,13 +183,70 @@ def test_the_book_model_decides_on_nothing_after_each_close_trade(trained):
     book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
     bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
     close = book_close_trade_ts(bars, book)
-    full, decided = book_decisions(perception_snapshot_probs(ckpt, book, torch.device("cpu")), book.ts, close)
+    model = load(ckpt, torch.device("cpu"))
+    full, decided = book_decisions(perception_snapshot_probs(model, book), book.ts, close)
     checked = 0
     for m in np.flatnonzero(np.isfinite(full[:, 0]))[:: max(1, bars.rows // 6)]:
         keep = int(np.searchsorted(np.asarray(book.ts), close[m], side="right"))  # snapshots with ts <= close trade
         cut = _truncated(book, keep)
-        probs, when = book_decisions(perception_snapshot_probs(ckpt, cut, torch.device("cpu")), cut.ts, close[: m + 1])
+        probs, when = book_decisions(perception_snapshot_probs(model, cut), cut.ts, close[: m + 1])
         np.testing.assert_allclose(probs[m], full[m], rtol=1e-5, atol=1e-6)
         assert when[m] == decided[m] <= close[m]
         checked += 1
     assert checked >= 4
+
+
+def _windows(model, values: np.ndarray, normalise: bool = True) -> torch.Tensor:
+    """Every window of a file, normalised with the checkpoint's statistics: [windows, K, F] (or [windows, K])."""
+    t = torch.from_numpy(np.array(values))
+    if normalise:
+        mean, std = (torch.from_numpy(a) for a in model.norm.arrays())
+        t = (t - mean) / std
+    w = t.unfold(0, model.window, 1)
+    return (w.transpose(1, 2) if w.dim() == 3 else w).contiguous()
+
+
+def test_batched_inference_gives_the_model_s_own_numbers(trained):
+    """Evaluation's inference shortcuts give the model's own numbers: the book model's trunk-only `last_logits` under
+    inference mode equals its training forward; windows in small padded batches over worker threads equal one pass
+    over the whole file; predicting only some snapshots (the validation path) gives those rows and NaN elsewhere.
+    (Equal up to float rounding here; on the demo checkpoints the report is the same to the bit: bench_evaluate.py
+    --demo --reference.)"""
+    root, pd = trained
+    checkpoints = {c.model: c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.fold == 0}
+    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
+    model = load(checkpoints["perception"], torch.device("cpu"))
+    x, dt, k = _windows(model, book.features), _windows(model, book.dt, normalise=False), model.window
+    assert len(x) > 2 * CPU_BATCH  # several batches, so the worker threads share the file
+    whole = torch.sigmoid(model.net(x, dt)["logits"][:, -1]).detach().numpy()  # with autograd, aux trunk and all
+    with torch.inference_mode():
+        torch.testing.assert_close(model.net.last_logits(x[:64], dt[:64]), model.net(x[:64], dt[:64])["logits"][:, -1],
+                                   rtol=0, atol=1e-6)
+    snap = perception_snapshot_probs(model, book)
+    np.testing.assert_allclose(snap[k - 1 :], whole, rtol=0, atol=1e-6)
+    assert np.isnan(snap[: k - 1]).all()
+    rows = np.array([0, k - 2, k - 1, k + 5, book.rows - 1, k + 5])  # before the first window, repeated, last
+    some = perception_snapshot_probs(model, book, rows)
+    picked = np.array([k - 1, k + 5, book.rows - 1])
+    np.testing.assert_allclose(some[picked], snap[picked], rtol=0, atol=1e-6)
+    assert np.isnan(np.delete(some, picked, axis=0)).all()
+    bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
+    mamba2 = load(checkpoints["mamba2"], torch.device("cpu"))
+    with torch.no_grad():
+        whole = torch.sigmoid(mamba2.net(_windows(mamba2, bars.features))[:, -1]).numpy()
+    np.testing.assert_allclose(supervised_probs(mamba2, bars)[mamba2.window - 1 :], whole, rtol=0, atol=1e-6)
+
+
+def test_the_tft_s_variable_selection_once_per_bar_gives_its_forward_s_numbers():
+    """Evaluation runs the TFT's position-wise variable selection once per bar and the rest on windows of its output:
+    the probabilities of its forward on every window (the bar sidecar's feature width, several batches)."""
+    torch.manual_seed(3)
+    n = len(BAR_FEATURES)
+    model = registry.get("tft").build(n_features=n).eval()
+    features = np.random.default_rng(3).normal(size=(3 * CPU_BATCH + 40, n)).astype(np.float32)
+    norm = NormStats(feature_names=list(BAR_FEATURES), mean=[0.0] * n, std=[1.0] * n, rows=len(features), sources=[])
+    windows = torch.from_numpy(features).unfold(0, 16, 1).transpose(1, 2).contiguous()
+    with torch.no_grad():
+        whole = torch.sigmoid(model(windows)[:, -1]).numpy()
+    np.testing.assert_allclose(_window_probs(model, features, None, 16, norm, torch.device("cpu")), whole, rtol=0,
+                               atol=1e-6)

@@ -16,7 +16,7 @@ from alpha_core.data.predecode import file_ref, predecode
 from alpha_core.errors import DataError
 from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints
-from alpha_core.eval.predict import predict
+from alpha_core.eval.predict import load, predict
 from alpha_core.eval.report import load_report
 from alpha_core.train.tracking import Trackers
 
@@ -120,7 +120,7 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path):
                  "--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0"]) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
     val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
-    pred = predict(ckpt, val, None, 0, 0.0, torch.device("cpu"))
+    pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
     assert ckpt.summary["val_sharpe"] == file_sharpe(val, pred.position) == max(ckpt.summary["val_sharpe_per_epoch"])
     assert json.loads((ckpt.path / "env_config.json").read_text())["cost_per_turnover"] == metrics.DEFAULT_COST_TICKS

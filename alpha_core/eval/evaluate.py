@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +41,12 @@ from alpha_core.eval import metrics
 from alpha_core.eval.predict import (
     Checkpoint,
     DecisionClockError,
+    Loaded,
     Prediction,
     check_decision_clock,
     entry_ts,
+    load,
+    one_intra_op_thread,
     predict,
 )
 from alpha_core.eval.report import (
@@ -198,6 +202,11 @@ def _searches(cfg: EvalConfig, symbol: str, models: set[str]) -> dict[str, Searc
 @torch.no_grad()
 def evaluate(cfg: EvalConfig) -> EnsembleReport:
     device = resolve_device(cfg.device)
+    with one_intra_op_thread() if device.type == "cpu" else nullcontext():  # CPU: parallel over batches instead
+        return _evaluate(cfg, device)
+
+
+def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
     checkpoints, excluded = find_checkpoints(cfg.models_dir, cfg.symbols)
     excluded += cfg.upstream_excluded
     predecoded = cfg.predecoded_dir or cfg.output.parent / ".predecoded"
@@ -240,10 +249,11 @@ class Scored:
     weights: dict[str, float] | None = None  # ensembles
 
 
-def _predict_checked(ckpt: Checkpoint, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
-                     device) -> Prediction:
-    pred = predict(ckpt, bars, book, cfg.horizon, cfg.band, device)
-    check_decision_clock(ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry_ts(bars, book))
+def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
+                     scored: bool = True) -> Prediction:
+    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored)
+    check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts,
+                         entry_ts(bars, book))
     return pred
 
 
@@ -265,8 +275,9 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search]
         test_name, val_name = test_files[0], val_files[-1]
         try:
             test, val = bars[test_name], bars[val_name]
-            pred = _predict_checked(ckpt, test_name, test, book.get(test_name), cfg, device)
-            val_pred = _predict_checked(ckpt, val_name, val, book.get(val_name), cfg, device)
+            model = load(ckpt, device)
+            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg)
+            val_pred = _predict_checked(model, val_name, val, book.get(val_name), cfg, scored=False)  # its Sharpe only
         except DecisionClockError:
             raise  # look-ahead is a bug to fix, not a checkpoint to skip
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped

@@ -181,7 +181,7 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
 def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float]:
     """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint)."""
     from alpha_core.eval.evaluate import DEFAULT_BAND, DEFAULT_HORIZON, file_sharpe
-    from alpha_core.eval.predict import Checkpoint, predict
+    from alpha_core.eval.predict import Checkpoint, load, predict
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
     with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
@@ -193,7 +193,7 @@ def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tup
         (summary,) = train_supervised(train_cfg, explicit_params=params, folds=[split])
         ckpt = Checkpoint(cfg.model, cfg.symbol or "", 0, Path(tmp) / "fold-0", "supervised", summary.model_dump())
         val = split.val[-1]
-        pred = predict(ckpt, val, None, DEFAULT_HORIZON, DEFAULT_BAND, resolve_device(cfg.device))
+        pred = predict(load(ckpt, resolve_device(cfg.device)), val, None, DEFAULT_HORIZON, DEFAULT_BAND)
         return float(summary.best_mean_auc), file_sharpe(val, pred.position)
 
 

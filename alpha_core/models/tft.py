@@ -216,11 +216,22 @@ class TFTModel(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.cfg.n_features:
             raise ValueError(f"expected x [B, K, {self.cfg.n_features}], got {tuple(x.shape)}")
         selected, weights = self.vsn(x)
+        self.last_variable_weights = weights.detach()
+        return self.forward_windows(selected)
+
+    def position_wise(self, x: Tensor) -> Tensor:
+        """The variable selection's output [B, K, d]: each position reads only its own features, so evaluation runs
+        it once per bar and windows the result (`forward_windows`), rather than once in each of the K windows that
+        hold the bar (it is about 80% of forward's CPU time)."""
+        return self.vsn(x)[0]
+
+    def forward_windows(self, selected: Tensor) -> Tensor:
+        """forward from the variable selection's output [B, K, d] (`position_wise`): logits [B, K, H]."""
         phi, _ = self.lstm(selected)
         phi = self.post_lstm(phi, selected)
         theta = self.enrichment(phi)
         beta, attn = self.attention(theta)
         delta = self.post_attention(beta, theta)
         psi = self.pre_output(self.feed_forward(delta), phi)
-        self.last_variable_weights, self.last_attention = weights.detach(), attn.detach()
+        self.last_attention = attn.detach()
         return self.head(psi)
