@@ -27,7 +27,11 @@ def run_cli(argv: list[str], fault: str | None = None) -> int:
 
 
 def stable(summary_path: Path) -> dict:
-    return {k: v for k, v in json.loads(summary_path.read_text()).items() if k not in VOLATILE}
+    """A summary without its wall-clock figures (an epoch's `epoch_s` too): what a resume must reproduce."""
+    summary = {k: v for k, v in json.loads(summary_path.read_text()).items() if k not in VOLATILE}
+    if "epoch_metrics" in summary:
+        summary["epoch_metrics"] = [{k: v for k, v in row.items() if k != "epoch_s"} for row in summary["epoch_metrics"]]
+    return summary
 
 
 def weights(path: Path) -> dict:
