@@ -154,8 +154,12 @@ class KubeStandIn:
             return (self.config_maps[ref["name"]] / ref["key"]).read_text()
         raise ValueError(f"env {name}: valueFrom {sorted(source)} is not supported by the stand-in")
 
-    @staticmethod
-    def _local_path(value: str, mounts: dict[str, Path]) -> str:
+    def _local_path(self, value: str, mounts: dict[str, Path]) -> str:
+        """A path under a mount made local. The image's own files (this checkout stands in for them) are never
+        under a mount, also when the checkout lives below a mounted path such as /tmp."""
+        image = str(self.workdir)
+        if value == image or value.startswith(image.rstrip("/") + "/"):
+            return value
         for mount_path in sorted(mounts, key=len, reverse=True):
             if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
                 return str(mounts[mount_path]) + value[len(mount_path.rstrip("/")):]
