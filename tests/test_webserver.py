@@ -252,7 +252,7 @@ REPORT_PAGE = """async (until) => {
   [...(entry('equity')?.querySelectorAll('a') ?? [])].find(a => a.textContent.trim() === '[Show Markdown]')?.click();
   const plot = await until(() => [...document.querySelectorAll('[role=dialog] img')]
                                      .find(img => img.complete && img.naturalWidth > 0));
-  return {results, excluded, dialog: document.querySelector('[role=dialog]')?.innerText ?? null,
+  return {results, excluded, dialog: plot?.closest('[role=dialog]')?.innerText ?? null,
           plot: plot && {src: plot.getAttribute('src').slice(0, 22), width: plot.naturalWidth},
           page: document.body.innerText.slice(0, 3000)};
 }"""
@@ -294,6 +294,7 @@ def test_the_ui_shows_the_report_and_a_missed_gate(tiny_data, tmp_path, monkeypa
             assert train(0, 0.0).success
             assert run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["tft"]}}}}).success
         server.wait_up()
+        assert server.graphql("{ shouldShowNux }") == {"shouldShowNux": False}, "a sign-up dialog covers the UI"
 
         report = interact(f"{server.url}/assets/ensemble_report", REPORT_PAGE, tmp_path / "chrome-report")
         assert report["results"], f"no results table on the report's page: {report['page']}"
