@@ -77,7 +77,7 @@ def time_pass(batch: int, fused: bool, reps: int = 50) -> float:
 
 
 VARIANTS = {  # name -> LAUNCH_PLAN entry for every batch
-    **{f"rows_w{w}": (None, "rows", 1, w) for w in (4, 8, 16)},
+    **{f"{name}_w{w}": (None, name, 1, w) for name in ("rows", "steps") for w in (4, 8, 16)},
     **{f"tiles{bb}_w{w}": (None, "tiles", bb, w) for bb in (16, 32) for w in (4, 8)},
 }
 
@@ -104,7 +104,7 @@ def main() -> None:
     for batch in map(int, args.batches.split(",")):
         row = {"batch": batch, "torch_ms": time_pass(batch, fused=False), "fused_default_ms": None}
         for name in names:
-            if not cfc_triton.KERNELS[VARIANTS[name][1]][2] and batch > 512:
+            if cfc_triton.KERNELS[VARIANTS[name][1]][2] != "tile" and batch > 512:
                 continue
             cfc_triton.LAUNCH_PLAN = [VARIANTS[name]]
             try:

@@ -4,11 +4,20 @@ Why: a CfC layer is a chain of L dependent steps. Written in torch, each step is
 and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph
 (shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns
 batch rows and loads the weights once, before its loop over the L steps (re-reading them at every step cost up
-to a third more at batch 1); state stays in registers. Two shapes of program, chosen by batch size from
+to a third more at batch 1); state stays in registers. Shapes of program (`KERNELS`), chosen by batch size from
 measurements (`LAUNCH_PLAN`):
-- at small batch, one row per program, its matrix-vector products as multiply + reduce (exact fp32), every
-  weight tile laid out [H, U] so that each product's output is already in the layout of the next one's input;
-- above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls may).
+- "rows": at small batch, one row per program, its matrix-vector products as multiply + reduce (exact fp32),
+  every weight tile laid out [H, U] so that each product's output is already in the layout of the next one's input;
+- "tiles": above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls
+  may);
+- "steps", a candidate for small batch, built from what the compiled code of "rows" shows (bench/triton_asm.py):
+  there a step is latency-bound on shared-memory round trips, and most of them convert the layout of the five
+  values stored per step for the backward (15 barriers a forward step, 13 a backward one, and a shuffle tree
+  per element where memory runs along a reduction). Its loops store only the state (forward) or dL/dh
+  (backward), read weights laid out along each product's output, share one reduction among the four heads and
+  load the next step's inputs ahead (5 and 7 barriers); what the backward reads and the gradients per step are
+  then computed by kernels over all steps at once, with the same step functions. Not in the plan until it is
+  timed on a GPU (bench/bench_cfc_scan.py has it).
 Independent layers (the flagship's main and aux trunks) run side by side on their own streams.
 
 The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per unit,
@@ -16,9 +25,9 @@ The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per
     u = tanh(0.666 (xproj_t + W_h h)),  [ff1, ff2, t_a, t_b] = W_heads (1.7159 u) + b_heads,
     g = sigmoid(t_a ts + t_b),          h = tanh(ff1) (1 - g) + g tanh(ff2).
 
-The forward kernel also stores u, tanh(ff1), tanh(ff2), g and t_a for the backward kernel, which walks the steps
-in reverse and writes the gradients into xproj (= into the pre-activation), into the four head outputs and into
-ts. The weight gradients are then two large GEMMs over all steps in torch, as in `CfCScan`.
+The forward also stores u, tanh(ff1), tanh(ff2), g and t_a for the backward, which walks the steps in reverse
+and writes the gradients into xproj (= into the pre-activation), into the four head outputs and into ts. The
+weight gradients are then two large GEMMs over all steps in torch, as in `CfCScan`.
 
 Both directions are opaque `torch.library.custom_op`s with a registered autograd formula and fake (meta) kernels,
 so the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
@@ -215,6 +224,167 @@ def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, 
         carry = tl.sum(wh * d_a[None, :], axis=1)
 
 
+@triton.jit
+def _add4(a1, a2, a3, a4, b1, b2, b3, b4):
+    return a1 + b1, a2 + b2, a3 + b3, a4 + b4
+
+
+@triton.jit
+def _step_weights(w_h_t, w_heads_t, b_heads, H: tl.constexpr, U: tl.constexpr):
+    """W_h^T and the four heads as [H, U] tiles, read from the transposed weights (W_h^T [H, U], W_heads^T [U, 4H]):
+    memory runs along each product's output, so the layout Triton picks keeps its lanes there and every reduction
+    within threads and across warps, never a shuffle tree per element."""
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_k = w_heads_t + uu[None, :] * (4 * H) + hh[:, None]
+    return (tl.load(w_h_t + hh[:, None] * U + uu[None, :]), tl.load(w_k), tl.load(w_k + H), tl.load(w_k + 2 * H),
+            tl.load(w_k + 3 * H), tl.load(b_heads + hh), tl.load(b_heads + H + hh), tl.load(b_heads + 2 * H + hh),
+            tl.load(b_heads + 3 * H + hh))
+
+
+@triton.jit
+def _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4):
+    """One CfC step of one row: (u, tanh ff1, tanh ff2, g, t_a, the new state). The four head products are one
+    reduction, so they share its trip through shared memory."""
+    u = _tanh(0.666 * (x_t + tl.sum(wh * h[:, None], axis=0)))
+    z = (1.7159 * u)[None, :]
+    o1, o2, ta, tb = tl.reduce((w1 * z, w2 * z, w3 * z, w4 * z), 1, _add4)
+    ta += b3
+    g = tl.sigmoid(ta * ts_t + (tb + b4))
+    f1 = _tanh(o1 + b1)
+    f2 = _tanh(o2 + b2)
+    return u, f1, f2, g, ta, f1 * (1.0 - g) + g * f2
+
+
+@triton.jit
+def _grad_weights(w_h, w_heads, H: tl.constexpr, U: tl.constexpr):
+    """W_h and the four heads as [H, U] tiles of the weights as stored (W_h [U, H], W_heads [4H, U]): the backward's
+    products run the other way, so the stored layout already puts memory along their outputs."""
+    hh = tl.arange(0, H)
+    uu = tl.arange(0, U)
+    w_k = w_heads + hh[:, None] * U + uu[None, :]
+    return (tl.load(w_h + uu[None, :] * H + hh[:, None]), tl.load(w_k), tl.load(w_k + H * U),
+            tl.load(w_k + 2 * H * U), tl.load(w_k + 3 * H * U))
+
+
+@triton.jit
+def _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4):
+    """A step's gradients from dL/dh (gh): into the four head outputs (d1, d2, d3, d_pre) and through them into
+    the pre-activation (d_a, = d xproj)."""
+    d_pre = gh * (f2 - f1) * g * (1.0 - g)
+    d1 = gh * (1.0 - g) * (1.0 - f1 * f1)
+    d2 = gh * g * (1.0 - f2 * f2)
+    d3 = d_pre * ts_t
+    d_z = tl.sum(w1 * d1[:, None] + w2 * d2[:, None] + w3 * d3[:, None] + w4 * d_pre[:, None], axis=0)
+    return d1, d2, d3, d_pre, d_z * (1.7159 * 0.666) * (1.0 - u * u)
+
+
+@triton.jit
+def _cfc_fwd_scan_kernel(xproj, ts, w_h_t, w_heads_t, b_heads, states, B, L: tl.constexpr, H: tl.constexpr,
+                         U: tl.constexpr):
+    """The recurrence alone, one row per program: only the fp32 states are stored (each store in the loop costs
+    a layout conversion through shared memory), and the next step's inputs load while this step computes."""
+    row = tl.program_id(0).to(tl.int64)
+    wh, w1, w2, w3, w4, b1, b2, b3, b4 = _step_weights(w_h_t, w_heads_t, b_heads, H, U)
+    at_u = row * L * U + tl.arange(0, U)
+    at_h = row * L * H + tl.arange(0, H)
+    h = tl.zeros([H], dtype=tl.float32)
+    x_t = tl.load(xproj + at_u).to(tl.float32)
+    ts_t = tl.load(ts + at_h).to(tl.float32)
+    for t in range(L):
+        ahead = tl.minimum(t + 1, L - 1)
+        x_next = tl.load(xproj + at_u + ahead * U).to(tl.float32)
+        ts_next = tl.load(ts + at_h + ahead * H).to(tl.float32)
+        h = _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4)[5]
+        tl.store(states + at_h + t * H, h)
+        x_t = x_next
+        ts_t = ts_next
+
+
+@triton.jit
+def _cfc_expand_kernel(xproj, ts, states, w_h_t, w_heads_t, b_heads, u_s, f1_s, f2_s, g_s, ta_s, B,
+                       L: tl.constexpr, H: tl.constexpr, U: tl.constexpr, STEPS: tl.constexpr):
+    """What the backward reads (u, tanh ff1, tanh ff2, g, t_a), recomputed from the scan's states with the scan's
+    own step: STEPS steps of one row per program, all programs at once, as nothing here waits on a previous step."""
+    row = tl.program_id(0).to(tl.int64)
+    wh, w1, w2, w3, w4, b1, b2, b3, b4 = _step_weights(w_h_t, w_heads_t, b_heads, H, U)
+    at_u = row * L * U + tl.arange(0, U)
+    at_h = row * L * H + tl.arange(0, H)
+    for s in range(STEPS):
+        t = tl.program_id(1) * STEPS + s
+        live = t < L
+        x_t = tl.load(xproj + at_u + t * U, mask=live, other=0.0).to(tl.float32)
+        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
+        h = tl.load(states + at_h + (t - 1) * H, mask=live & (t > 0), other=0.0)
+        u, f1, f2, g, ta, _ = _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4)
+        tl.store(u_s + at_u + t * U, u, mask=live)
+        tl.store(f1_s + at_h + t * H, f1, mask=live)
+        tl.store(f2_s + at_h + t * H, f2, mask=live)
+        tl.store(g_s + at_h + t * H, g, mask=live)
+        tl.store(ta_s + at_h + t * H, ta, mask=live)
+
+
+@triton.jit
+def _cfc_bwd_scan_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, d_states, B, L: tl.constexpr,
+                         H: tl.constexpr, U: tl.constexpr):
+    """The backward recurrence alone, steps in reverse: stores dL/dh per step (fp32) and nothing else, loading the
+    previous step's inputs while this step computes."""
+    row = tl.program_id(0).to(tl.int64)
+    wh, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
+    at_u = row * L * U + tl.arange(0, U)
+    at_h = row * L * H + tl.arange(0, H)
+    last = L - 1
+    go = tl.load(grad_out + at_h + last * H).to(tl.float32)
+    f1 = tl.load(f1_s + at_h + last * H)
+    f2 = tl.load(f2_s + at_h + last * H)
+    g = tl.load(g_s + at_h + last * H)
+    ts_t = tl.load(ts + at_h + last * H).to(tl.float32)
+    u = tl.load(u_s + at_u + last * U)
+    carry = tl.zeros([H], dtype=tl.float32)
+    for i in range(L):
+        t = L - 1 - i
+        behind = tl.maximum(t - 1, 0)
+        go_next = tl.load(grad_out + at_h + behind * H).to(tl.float32)
+        f1_next = tl.load(f1_s + at_h + behind * H)
+        f2_next = tl.load(f2_s + at_h + behind * H)
+        g_next = tl.load(g_s + at_h + behind * H)
+        ts_next = tl.load(ts + at_h + behind * H).to(tl.float32)
+        u_next = tl.load(u_s + at_u + behind * U)
+        gh = go + carry
+        tl.store(d_states + at_h + t * H, gh)
+        d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)[4]
+        carry = tl.sum(wh * d_a[None, :], axis=1)
+        go, f1, f2, g, ts_t, u = go_next, f1_next, f2_next, g_next, ts_next, u_next
+
+
+@triton.jit
+def _cfc_grads_kernel(d_states, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B,
+                      L: tl.constexpr, H: tl.constexpr, U: tl.constexpr, STEPS: tl.constexpr):
+    """From dL/dh per step, the gradients into xproj, the four head outputs and ts: STEPS steps of one row per
+    program, all programs at once."""
+    row = tl.program_id(0).to(tl.int64)
+    _, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
+    at_u = row * L * U + tl.arange(0, U)
+    at_h = row * L * H + tl.arange(0, H)
+    at_o = row * L * 4 * H + tl.arange(0, H)
+    for s in range(STEPS):
+        t = tl.program_id(1) * STEPS + s
+        live = t < L
+        gh = tl.load(d_states + at_h + t * H, mask=live, other=0.0)
+        f1 = tl.load(f1_s + at_h + t * H, mask=live, other=0.0)
+        f2 = tl.load(f2_s + at_h + t * H, mask=live, other=0.0)
+        g = tl.load(g_s + at_h + t * H, mask=live, other=0.0)
+        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
+        u = tl.load(u_s + at_u + t * U, mask=live, other=0.0)
+        d1, d2, d3, d_pre, d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)
+        tl.store(d_heads + at_o + t * 4 * H, d1, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + H, d2, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3, mask=live)
+        tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre, mask=live)
+        tl.store(d_ts + at_h + t * H, d_pre * tl.load(ta_s + at_h + t * H, mask=live, other=0.0), mask=live)
+        tl.store(d_xproj + at_u + t * U, d_a, mask=live)
+
+
 def _pow2(n: int) -> bool:
     return 16 <= n <= 256 and n & (n - 1) == 0
 
@@ -224,30 +394,82 @@ def supported(hidden: int, units: int) -> bool:
     return _pow2(hidden) and _pow2(units)
 
 
-KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns a tile of rows or one row)
-    "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, False),
-    "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, True),
+KERNELS = {  # name -> (forward kernel, backward kernel, how a program works: a "tile" of rows, one "row", or
+    # "steps": one row's recurrence alone, what it saves recomputed or derived afterwards over all steps at once)
+    "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, "row"),
+    "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, "tile"),
+    "steps": (_cfc_fwd_scan_kernel, _cfc_bwd_scan_kernel, "steps"),
 }
-# (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
+STEPS_PER_PROGRAM = 8  # of the parallel halves of "steps" (`_cfc_expand_kernel`, `_cfc_grads_kernel`)
+# (largest batch, kernels, rows per tile, warps): the first entry that covers the batch ("steps" is not in it until
+# timed against "rows"). Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
 # rows with 8 warps 0.45 ms (16-row tiles 0.50); at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
 LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048, "tiles", 16, 8),
                                                         (None, "tiles", 32, 8)]
 
 
-def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
-    """(kernel, grid, meta-parameters) for this batch, from `LAUNCH_PLAN`.
+def _plan(batch: int) -> tuple[str, int, int]:
+    """(kernels, rows per tile, warps) for this batch, from `LAUNCH_PLAN`."""
+    return next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])[1:]
 
-    num_stages=1: software pipelining would multi-buffer the weight tiles in shared memory (over 300 KB for the
-    main trunk); they are loop-invariant. Tiles use TF32 where torch's own fp32 matmuls may."""
-    _, name, rows, warps = next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])
-    forward, backward_kernel, tiled = KERNELS[name]
-    kernel = backward_kernel if backward else forward
-    if not tiled:
-        return kernel, (batch,), {"num_warps": warps, "num_stages": 1}
+
+def _meta(name: str, rows: int, warps: int, dtype: torch.dtype) -> tuple[int, dict]:
+    """(rows per program, meta-parameters). num_stages=1: software pipelining would multi-buffer the weight tiles
+    in shared memory (over 300 KB for the main trunk); they are loop-invariant. Tiles use TF32 where torch's own
+    fp32 matmuls may."""
+    meta = {"num_warps": warps, "num_stages": 1}
+    if KERNELS[name][2] != "tile":
+        return 1, meta
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    meta = {"BB": rows, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": warps, "num_stages": 1}
-    return kernel, (triton.cdiv(batch, rows),), meta
+    return rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
+
+
+def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, bufs: list[Tensor],
+                    save: bool):
+    """The launches of one layer's forward, as one callable (they run in order on one stream)."""
+    batch, length, units = x.shape
+    name, rows, warps = _plan(batch)
+    rows, meta = _meta(name, rows, warps, x.dtype)
+    forward, _, kind = KERNELS[name]
+    dims = {"H": w_h.shape[1], "U": units}
+    if kind != "steps":
+        return partial(forward[(triton.cdiv(batch, rows),)], x, ts, w_h, w_heads, b_heads, *bufs, batch, length,
+                       SAVE=save, **dims, **meta)
+
+    def scan_then_expand():
+        w_h_t, w_heads_t = w_h.t().contiguous(), w_heads.t().contiguous()
+        states = bufs[0] if x.dtype == torch.float32 else x.new_empty(bufs[0].shape, dtype=torch.float32)
+        forward[(batch,)](x, ts, w_h_t, w_heads_t, b_heads, states, batch, length, **dims, **meta)
+        if states is not bufs[0]:
+            bufs[0].copy_(states)
+        if save:
+            grid = (batch, triton.cdiv(length, STEPS_PER_PROGRAM))
+            _cfc_expand_kernel[grid](x, ts, states, w_h_t, w_heads_t, b_heads, *bufs[1:], batch, length,
+                                     STEPS=STEPS_PER_PROGRAM, **dims, **meta)
+    return scan_then_expand
+
+
+def _backward_launch(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, saved: list[Tensor],
+                     bufs: list[Tensor]):
+    """The launches of one layer's backward, as one callable; `saved` is u, tanh ff1, tanh ff2, g, t_a."""
+    u = saved[0]
+    batch, length, units = u.shape
+    name, rows, warps = _plan(batch)
+    rows, meta = _meta(name, rows, warps, grad_out.dtype)
+    _, backward, kind = KERNELS[name]
+    dims = {"H": w_h.shape[1], "U": units}
+    if kind != "steps":
+        return partial(backward[(triton.cdiv(batch, rows),)], grad_out, ts, w_h, w_heads, *saved, *bufs, batch,
+                       length, **dims, **meta)
+
+    def scan_then_gradients():
+        d_states = u.new_empty(batch, length, w_h.shape[1])
+        backward[(batch,)](grad_out, ts, w_h, w_heads, *saved[:4], d_states, batch, length, **dims, **meta)
+        grid = (batch, triton.cdiv(length, STEPS_PER_PROGRAM))
+        _cfc_grads_kernel[grid](d_states, ts, w_h, w_heads, *saved, *bufs, batch, length, STEPS=STEPS_PER_PROGRAM,
+                                **dims, **meta)
+    return scan_then_gradients
 
 
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
@@ -299,9 +521,7 @@ def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_he
     outs, launches = [], []
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
         bufs = _fwd_buffers(x, wh, save)
-        kernel, grid, meta = _launch(x.shape[0], x.dtype, backward=False)
-        launches.append(partial(kernel[grid], x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1], H=wh.shape[1],
-                                U=x.shape[2], SAVE=save, **meta))
+        launches.append(_forward_launch(x, t, wh, wk, bk, bufs, save))
         outs += bufs
     _concurrently(launches, xproj[0].device)
     return outs
@@ -321,9 +541,7 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
     for i, (go, t, wh, wk) in enumerate(zip(grad_out, ts, w_h, w_heads, strict=True)):
         u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
-        kernel, grid, meta = _launch(u.shape[0], go.dtype, backward=True)
-        launches.append(partial(kernel[grid], go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1],
-                                H=wh.shape[1], U=u.shape[2], **meta))
+        launches.append(_backward_launch(go, t, wh, wk, [u, f1, f2, g, ta], bufs))
         outs += bufs
     _concurrently(launches, grad_out[0].device)
     return outs
