@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tempfile
 
 import numpy as np
 import pytest
@@ -313,3 +314,13 @@ def test_any_encoder_module_is_wrapped_per_network(toy_train):
     assert agent.q_net(obs).shape == (8, 3)
     with pytest.raises(TypeError):
         build_agent("ppo", TradingVecEnv(toy_train, TOY_CFG), DQNConfig())
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_learning_leaves_no_log_folder_behind(toy_train, tmp_path, monkeypatch, name):
+    """SB3's default logger makes an empty SB3-<time> folder in the temp dir per learn(); every RL fold and
+    hyperopt trial would leave one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cfg = DQNConfig(learning_starts=50) if name == "dqn" else PPOConfig(n_steps=32, batch_size=32)
+    build_agent(name, TradingVecEnv(toy_train, TOY_CFG, seed=0), cfg, seed=0).learn(64)
+    assert list(tmp_path.iterdir()) == []

@@ -24,6 +24,7 @@ from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -138,14 +139,18 @@ def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOCo
     common = dict(learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed,
                   device=device, verbose=0)
     if name == "dqn":
-        return DQN("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
-                   batch_size=cfg.batch_size, train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps,
-                   target_update_interval=cfg.target_update_interval, exploration_fraction=cfg.exploration_fraction,
-                   exploration_initial_eps=cfg.exploration_initial_eps,
-                   exploration_final_eps=cfg.exploration_final_eps, **common)
-    return PPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
-               gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
-               max_grad_norm=cfg.max_grad_norm, **common)
+        agent = DQN("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
+                    batch_size=cfg.batch_size, train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps,
+                    target_update_interval=cfg.target_update_interval, exploration_fraction=cfg.exploration_fraction,
+                    exploration_initial_eps=cfg.exploration_initial_eps,
+                    exploration_final_eps=cfg.exploration_final_eps, **common)
+    else:
+        agent = PPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+                    gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
+                    max_grad_norm=cfg.max_grad_norm, **common)
+    # SB3's default logger makes an empty /tmp/SB3-<time> folder per learn() call; ours reports progress itself
+    agent.set_logger(Logger(folder=None, output_formats=[]))
+    return agent
 
 
 def save_policy(agent: BaseAlgorithm, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
