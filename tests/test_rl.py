@@ -323,4 +323,4 @@ def test_learning_leaves_no_log_folder_behind(toy_train, tmp_path, monkeypatch, 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cfg = DQNConfig(learning_starts=50) if name == "dqn" else PPOConfig(n_steps=32, batch_size=32)
     build_agent(name, TradingVecEnv(toy_train, TOY_CFG, seed=0), cfg, seed=0).learn(64)
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.glob("SB3-*")) == []
