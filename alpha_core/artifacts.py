@@ -11,7 +11,6 @@ changes what `dest` shows, and readers can verify that a unit's files are exactl
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import secrets
@@ -25,6 +24,7 @@ from typing import TypeVar
 from alpha_core.atomic import atomic_write_json, heartbeat, lease_seconds, owner_is_dead, owner_tag, temporary_name
 from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
+from alpha_core.hashing import file_sha256
 
 T = TypeVar("T")
 MANIFEST = "manifest.json"
@@ -51,14 +51,6 @@ class Attempt:
     @property
     def complete(self) -> bool:
         return (self.path / MANIFEST).is_file()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _files(root: Path) -> list[Path]:
@@ -116,7 +108,7 @@ def complete(attempt: Attempt) -> None:
 
 def seal(folder: Path, attempt_id: str) -> None:
     """Write `folder`'s manifest: every file with its size and sha256 (what `verify` checks)."""
-    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(folder)}
+    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in _files(folder)}
     atomic_write_json(folder / MANIFEST, {"attempt": attempt_id, "completed": dt.datetime.now(dt.UTC).isoformat(),
                                           "files": files})
 
@@ -164,7 +156,7 @@ def verify(path: Path, deep: bool = False) -> list[str]:
         f = path / name
         if not f.is_file():
             problems.append(f"{f}: missing")
-        elif f.stat().st_size != entry["size"] or (deep and _sha256(f) != entry["sha256"]):
+        elif f.stat().st_size != entry["size"] or (deep and file_sha256(f) != entry["sha256"]):
             problems.append(f"{f}: changed since the attempt completed")
     extra = [str(p.relative_to(path)) for p in _files(path) if str(p.relative_to(path)) not in manifest]
     problems += [f"{path / name}: not part of the completed attempt" for name in extra]

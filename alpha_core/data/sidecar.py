@@ -26,8 +26,9 @@ import alpha_core
 from alpha_core.atomic import atomic_directory, remove_stale_temporaries
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
 from alpha_core.data.products import Product, product
-from alpha_core.data.validate import CHECKS_VERSION, file_sha256
+from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
+from alpha_core.hashing import file_sha256
 
 FEATURE_VERSION = "2"  # bump whenever a feature or label changes: old sidecars become stale
 BOOK, BARS = "book", "bars"

@@ -12,7 +12,6 @@ as a failed integrity check instead.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import stat
 import time
@@ -25,6 +24,7 @@ import numpy as np
 
 from alpha_core.data.products import PRODUCTS, Product, parse_contract
 from alpha_core.errors import DataError
+from alpha_core.hashing import file_sha256
 
 if TYPE_CHECKING:
     from alpha_core.data.dbn import DbnFile
@@ -340,14 +340,6 @@ def _rtype_name(rtype: int) -> str:
 
 
 # --- checks over a file set --------------------------------------------------------------------------------
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
 
 def check_metadata(info: DbnFile) -> None:
     """What the metadata says must hold together: a time range, and the dataset of every product it maps."""

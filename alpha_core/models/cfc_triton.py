@@ -325,6 +325,13 @@ def _cfc_expand_kernel(xproj, ts, states, w_h_t, w_heads_t, b_heads, u_s, f1_s, 
 
 
 @triton.jit
+def _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, H: tl.constexpr, U: tl.constexpr):
+    """Step t's dL/dh from the layer's output and what the backward reads: (go, tanh ff1, tanh ff2, g, ts, u)."""
+    return (tl.load(grad_out + at_h + t * H).to(tl.float32), tl.load(f1_s + at_h + t * H), tl.load(f2_s + at_h + t * H),
+            tl.load(g_s + at_h + t * H), tl.load(ts + at_h + t * H).to(tl.float32), tl.load(u_s + at_u + t * U))
+
+
+@triton.jit
 def _cfc_bwd_scan_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, d_states, B, L: tl.constexpr,
                          H: tl.constexpr, U: tl.constexpr):
     """The backward recurrence alone, steps in reverse: stores dL/dh per step (fp32) and nothing else, loading the
@@ -333,23 +340,12 @@ def _cfc_bwd_scan_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, d_sta
     wh, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
     at_u = row * L * U + tl.arange(0, U)
     at_h = row * L * H + tl.arange(0, H)
-    last = L - 1
-    go = tl.load(grad_out + at_h + last * H).to(tl.float32)
-    f1 = tl.load(f1_s + at_h + last * H)
-    f2 = tl.load(f2_s + at_h + last * H)
-    g = tl.load(g_s + at_h + last * H)
-    ts_t = tl.load(ts + at_h + last * H).to(tl.float32)
-    u = tl.load(u_s + at_u + last * U)
+    go, f1, f2, g, ts_t, u = _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, L - 1, H, U)
     carry = tl.zeros([H], dtype=tl.float32)
     for i in range(L):
         t = L - 1 - i
-        behind = tl.maximum(t - 1, 0)
-        go_next = tl.load(grad_out + at_h + behind * H).to(tl.float32)
-        f1_next = tl.load(f1_s + at_h + behind * H)
-        f2_next = tl.load(f2_s + at_h + behind * H)
-        g_next = tl.load(g_s + at_h + behind * H)
-        ts_next = tl.load(ts + at_h + behind * H).to(tl.float32)
-        u_next = tl.load(u_s + at_u + behind * U)
+        go_next, f1_next, f2_next, g_next, ts_next, u_next = _grad_inputs(
+            grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, tl.maximum(t - 1, 0), H, U)
         gh = go + carry
         tl.store(d_states + at_h + t * H, gh)
         d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)[4]
