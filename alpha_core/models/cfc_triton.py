@@ -396,7 +396,6 @@ KERNELS = {  # name -> (forward kernel, backward kernel, how a program works: a 
     "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, "tile"),
     "steps": (_cfc_fwd_scan_kernel, _cfc_bwd_scan_kernel, "steps"),
 }
-STEPS_PER_PROGRAM = 8  # of the parallel halves of "steps" (`_cfc_expand_kernel`, `_cfc_grads_kernel`)
 # (largest batch, kernels, rows per tile, warps): the first entry that covers the batch ("steps" is not in it until
 # timed against "rows"). Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
@@ -421,6 +420,14 @@ def _meta(name: str, rows: int, warps: int, dtype: torch.dtype) -> tuple[int, di
     return rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
 
 
+def _all_steps_grid(batch: int, length: int) -> tuple[tuple[int, int], int]:
+    """(grid, steps per program) of the kernels over all steps of "steps": at batch 1 one step per program, so the
+    kernel takes about one step's latency; up to 8 from batch 16, so each program's weight load (160 KB for the
+    main trunk) serves more steps."""
+    steps = min(8, max(1, batch // 2))
+    return (batch, triton.cdiv(length, steps)), steps
+
+
 def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, bufs: list[Tensor],
                     save: bool):
     """The launches of one layer's forward, as one callable (they run in order on one stream)."""
@@ -440,9 +447,9 @@ def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads
         if states is not bufs[0]:
             bufs[0].copy_(states)
         if save:
-            grid = (batch, triton.cdiv(length, STEPS_PER_PROGRAM))
-            _cfc_expand_kernel[grid](x, ts, states, w_h_t, w_heads_t, b_heads, *bufs[1:], batch, length,
-                                     STEPS=STEPS_PER_PROGRAM, **dims, **meta)
+            grid, steps = _all_steps_grid(batch, length)
+            _cfc_expand_kernel[grid](x, ts, states, w_h_t, w_heads_t, b_heads, *bufs[1:], batch, length, STEPS=steps,
+                                     **dims, **meta)
     return scan_then_expand
 
 
@@ -462,9 +469,8 @@ def _backward_launch(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor,
     def scan_then_gradients():
         d_states = u.new_empty(batch, length, w_h.shape[1])
         backward[(batch,)](grad_out, ts, w_h, w_heads, *saved[:4], d_states, batch, length, **dims, **meta)
-        grid = (batch, triton.cdiv(length, STEPS_PER_PROGRAM))
-        _cfc_grads_kernel[grid](d_states, ts, w_h, w_heads, *saved, *bufs, batch, length, STEPS=STEPS_PER_PROGRAM,
-                                **dims, **meta)
+        grid, steps = _all_steps_grid(batch, length)
+        _cfc_grads_kernel[grid](d_states, ts, w_h, w_heads, *saved, *bufs, batch, length, STEPS=steps, **dims, **meta)
     return scan_then_gradients
 
 
