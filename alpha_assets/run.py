@@ -41,6 +41,7 @@ from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
 from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.gates import GATE_CHECK
 from alpha_core.models import registry
 
 PHASES = ("hyperopt", "train", "eval", "full")
@@ -193,6 +194,9 @@ def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
 # --- following a backfill ---------------------------------------------------------------------------
 
 
+GATE_REASON = "gate: "  # how `LocalBackfill.failure` starts when only checkpoints' validation gates failed
+
+
 @dataclass(frozen=True)
 class RunState:
     run_id: str
@@ -220,11 +224,23 @@ class LocalBackfill:
                            [k.to_user_string() for k in r.dagster_run.asset_selection or ()]) for r in records]
 
     def failure(self, run_id: str) -> str:
+        """Why the run failed: a failed blocking check's own description (a missed gate names its metric and
+        threshold; such a reason starts with GATE_REASON), else the failing step's own error."""
+        checks = [entry.dagster_event.asset_check_evaluation_data
+                  for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
+        missed = [c for c in checks if not c.passed and c.blocking]
+        if missed:
+            gates_only = all(c.check_name == GATE_CHECK for c in missed)
+            return (GATE_REASON if gates_only else "") + "; ".join(
+                f"{c.asset_key.to_user_string()} {c.check_name}: {c.description}" for c in missed)
         for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
             error = record.dagster_event.step_failure_data.error
             while error is not None and error.cause is not None:  # the user code's error, not Dagster's wrapper
                 error = error.cause
-            return f"{record.step_key}: {(error.message if error else 'failed').strip().splitlines()[0]}"
+            message = (error.message if error else "failed").strip().splitlines()[0]
+            # Dagster prefixes the qualified class; alpha's own errors read as the CLI prints them, others by name
+            message = re.sub(r"^alpha_core\.errors\.\w+: |^(\w+\.)+(?=\w+: )", "", message)
+            return f"{record.step_key}: {message}"
         return ""
 
     def cancel(self) -> None:
@@ -250,8 +266,8 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate
                 continue
             seen[run.run_id] = word
             reason = backfill.failure(run.run_id) if word == "FAILED" else ""
-            if word == "FAILED" and "blocking asset check" in reason:
-                word = "GATE"
+            if word == "FAILED" and reason.startswith(GATE_REASON):
+                word, reason = "GATE", reason.removeprefix(GATE_REASON)
             failed += word in ("FAILED", "canceled") or (word == "GATE" and not allow_gate_failures)
             print(f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
                   f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}", file=out, flush=True)

@@ -29,10 +29,9 @@ from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key,
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
 from alpha_core.errors import DataError, PlanError
-from alpha_core.gates import GateThresholds, check_gate
+from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate
 from alpha_core.models import registry
 
-GATE = "validation_gate"
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
 OWNERS = ["team:quant-research"]
@@ -191,7 +190,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
               op_tags=place.op_tags, retry_policy=STEP_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
               owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
               description=f"{name}, one walk-forward fold: {spec.description}",
-              check_specs=[dg.AssetCheckSpec(GATE, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
+              check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
                                              description=(
                   "The validation gate: mean validation AUC (supervised, book) or validation Sharpe (RL) above its "
                   "minimum. A failed gate leaves the attempt unpromoted: nothing downstream, now or later, uses it."))])
@@ -222,7 +221,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             **({"epoch_curves": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
         }
         return dg.MaterializeResult(metadata=clean(meta), check_results=[dg.AssetCheckResult(
-            check_name=GATE, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
+            check_name=GATE_CHECK, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
             description=f"{name} {symbol} fold {fold}: {gate.reason}",
             metadata={"metric": gate.metric, "value": metadata.number(gate.value) or 0.0, "threshold": gate.threshold,
                       "partition": context.partition_key, "attempt": attempt.id})])

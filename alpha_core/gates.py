@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+GATE_CHECK = "validation_gate"  # the name of the Dagster asset check that records this rule for a checkpoint
+
 
 class GateThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -1,14 +1,47 @@
-"""`alpha run` exits non-zero when a checkpoint misses its gate, unless told to report it instead (`make demo`)."""
+"""What `alpha run` says of a failed run, from real runs in an instance: a missed gate is a GATE line with its
+metric and threshold and fails the command unless told to report it instead (`make demo`); any other failure,
+a failed data check included, is FAILED whatever the flag."""
 
 from __future__ import annotations
 
 import io
 
-from alpha_assets.run import RunState, follow
+import dagster as dg
+import pytest
+
+from alpha_assets.definitions import defs
+from alpha_assets.partitions import symbol_fold_key
+from alpha_assets.resources import DataRoot, StorageRoot
+from alpha_assets.run import LocalBackfill, RunState, follow
+
+TINY_TRAIN = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def failures(tiny_data, tmp_path_factory) -> dict[str, str]:
+    """`LocalBackfill.failure` of a run whose checkpoint missed its gate and of a run whose data step failed."""
+    instance = dg.DagsterInstance.ephemeral()
+    assets = list(defs.assets)
+    by_key = {a.key.to_user_string(): a for a in assets}
+    storage = tmp_path_factory.mktemp("storage")
+
+    def run(selection, partition, data=tiny_data, config=None):
+        result = dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
+                                instance=instance, run_config=config, raise_on_error=False,
+                                resources={"data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(storage))})
+        return result
+
+    assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
+    config = {"ops": {"checkpoints__tft": {"config": {**TINY_TRAIN, "min_val_auc": 0.99}}}}
+    gate = run(["checkpoints/tft"], symbol_fold_key("ES.FUT", 1), config=config)
+    no_data = run(["bar_sidecars"], "ZN.FUT")  # tiny_data has ES.FUT and NQ.FUT only
+    assert not gate.success and not no_data.success
+    backfill = LocalBackfill(instance, "unused")
+    return {"gate": backfill.failure(gate.run_id), "data": backfill.failure(no_data.run_id)}
 
 
 class FinishedBackfill:
-    """A finished backfill as the daemon leaves it: one run done, one failed by its blocking gate check."""
+    """A finished backfill: one run done, one failed for `failure`."""
 
     backfill_id = "test"
 
@@ -20,22 +53,28 @@ class FinishedBackfill:
 
     def runs(self) -> list[RunState]:
         return [RunState("a" * 32, "SUCCESS", "ES.FUT", ("ensemble_report",)),
-                RunState("b" * 32, "FAILURE", "ES.FUT|1", ("checkpoints/ppo",))]
+                RunState("b" * 32, "FAILURE", "ES.FUT|1", ("checkpoints/tft",))]
 
     def failure(self, run_id: str) -> str:
         return self._failure
 
 
-GATE = "checkpoints__ppo: dagster._core.errors.DagsterAssetCheckFailedError: 1 blocking asset check failed"
-
-
-def test_a_missed_gate_fails_the_command_by_default():
+def test_a_missed_gate_names_its_metric_and_fails_the_command_by_default(failures):
     out = io.StringIO()
-    assert not follow(FinishedBackfill(GATE), out=out)
-    assert "GATE" in out.getvalue() and "1 failed or canceled" in out.getvalue()
+    assert not follow(FinishedBackfill(failures["gate"]), out=out)
+    (line,) = [line for line in out.getvalue().splitlines() if "ES.FUT|1" in line]
+    assert line.split()[2] == "GATE", line
+    assert "checkpoints/tft validation_gate: tft ES.FUT fold 1: mean validation AUC" in line and "<= 0.99" in line
+    assert "Dagster" not in line and "Error" not in line, line
+    assert "1 failed or canceled" in out.getvalue()
 
 
-def test_a_missed_gate_is_reported_when_allowed_but_a_crash_still_fails():
-    assert follow(FinishedBackfill(GATE), out=io.StringIO(), allow_gate_failures=True)
-    assert not follow(FinishedBackfill("checkpoints__ppo: DataError: x.dbn: record 3: bid_px_00 is 0"),
-                      out=io.StringIO(), allow_gate_failures=True)
+def test_a_missed_gate_is_reported_when_allowed_but_a_crash_still_fails(failures):
+    assert follow(FinishedBackfill(failures["gate"]), out=io.StringIO(), allow_gate_failures=True)
+    out = io.StringIO()
+    assert not follow(FinishedBackfill(failures["data"]), out=out, allow_gate_failures=True)
+    (line,) = [line for line in out.getvalue().splitlines() if "ES.FUT|1" in line]
+    assert line.split()[2] == "FAILED", line
+    assert failures["data"].startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in failures["data"]
+    assert "alpha_core" not in failures["data"], failures["data"]  # the message as the CLI prints it
+
