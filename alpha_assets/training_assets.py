@@ -29,7 +29,7 @@ from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key,
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
 from alpha_core.errors import DataError, PlanError
-from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate
+from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 
 HYPEROPT_CHECK = "hyperopt_isolation"
@@ -203,8 +203,8 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
         with fail_without_retry():
-            summary, value, loss, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data,
-                                                    storage, attempt)
+            summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt)
+        value, loss = gated_value(spec.trainer, summary.model_dump())
         gate = check_gate(spec.trainer, value, GateThresholds(min_val_auc=config.min_val_auc,
                                                                min_val_sharpe=config.min_val_sharpe), loss)
         if gate.passed:
@@ -230,7 +230,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
 
 
 def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt):
-    """Train one fold as `attempt` (not promoted); the summary, the gated value, the training loss, the horizons."""
+    """Train one fold as `attempt` (not promoted): its summary and horizons."""
     common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold,
               "allow_untested_folds": True}  # the fold plan asset already decided, and checked, the layout
     out = attempt.dest.parent
@@ -242,7 +242,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
             symbol=symbol, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
             n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device, **common), params_file,
             attempt_id=attempt.id, promote=False)
-        return s, sum(s.val_auc) / len(s.val_auc), s.final_train_loss, s.horizons
+        return s, s.horizons
     if spec.trainer == "rl":
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
@@ -250,7 +250,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
             model=name, data_dir=data.symbol_dir(symbol), output_dir=out, predecoded_dir=storage.predecoded_dir(symbol),
             symbol=symbol, epochs=config.epochs, timesteps_per_epoch=config.timesteps_per_epoch, device=config.device,
             **common), params_file, attempt_id=attempt.id, promote=False)
-        return s, s.val_sharpe, None, []
+        return s, []
     from alpha_core.train.perception import PerceptionTrainer, TrainConfig, resolve_device
 
     fast = config.gpu_fast_path and resolve_device(config.device).type == "cuda"
@@ -259,7 +259,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         out=attempt.dest, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
         n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device,
         precision=config.precision, cuda_graph=fast, compile=fast, **common), attempt_id=attempt.id).fit(promote=False)
-    return s, s.best_mean_auc, s.final_train_loss, s.horizons
+    return s, s.horizons
 
 
 @dg.asset(
@@ -301,9 +301,10 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
     if not used:
         raise dg.Failure(f"no checkpoint of {symbol} has passed its gate",
                          metadata={"excluded": dg.MetadataValue.json([e.model_dump() for e in upstream_excluded])})
+    # gate=None: the view holds promoted attempts only, each gated at promotion by its own run's thresholds
     report = evaluate(EvalConfig(models_dir=view, data_dir=Path(data.root), output=out / "ensemble_report.json",
                                  symbols=[symbol], predecoded_dir=Path(storage.root) / "predecoded",
-                                 hyperopt_results=hyperopt_results, upstream_excluded=upstream_excluded))
+                                 hyperopt_results=hyperopt_results, upstream_excluded=upstream_excluded, gate=None))
     sym = report.symbols[symbol]
     rows = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
     accounted = {(u["model"], u["fold"]) for u in used} | {(e.model, e.fold) for e in report.excluded}

@@ -79,11 +79,13 @@ def _option_type(annotation) -> tuple[Callable | None, list | None]:
 
 
 def add_config_options(p: argparse.ArgumentParser, config: type[BaseModel], help: dict[str, str],
-                       flags: dict[str, Sequence[str]] | None = None) -> None:
-    """One option per field of `config`: its type, choices and whether it is required come from the field, and
-    its default is shown in --help but left to the config (an option not given is absent from the namespace).
-    A bool defaulting to True becomes `--no-<name>`. `flags` renames options (the first name is shown)."""
+                       flags: dict[str, Sequence[str]] | None = None, skip: Sequence[str] = ()) -> None:
+    """One option per field of `config` but `skip`: its type, choices and whether it is required come from the
+    field, and its default is shown in --help but left to the config (an option not given is absent from the
+    namespace). A bool defaulting to True becomes `--no-<name>`. `flags` renames options (the first name is shown)."""
     for name, field in config.model_fields.items():
+        if name in skip:
+            continue
         kind, choices = _option_type(field.annotation)
         default = None if field.is_required() else field.get_default(call_default_factory=True)
         text = help.get(name, "")
@@ -447,8 +449,10 @@ def add_train_rl_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
+    from alpha_core.gates import GateThresholds
 
-    cfg = EvalConfig(**_given(args))
+    thresholds = {name: getattr(args, name) for name in GateThresholds.model_fields if hasattr(args, name)}
+    cfg = EvalConfig(**_given(args, *GateThresholds.model_fields), gate=GateThresholds(**thresholds))
     if not cfg.models_dir.is_dir():
         raise DataError(cfg.models_dir, "no such models directory")
     if not any(any(cfg.models_dir.glob(f"*/{symbol}/fold-*")) for symbol in cfg.symbols or ["*"]):
@@ -463,6 +467,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def add_evaluate_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.eval.evaluate import EvalConfig
+    from alpha_core.gates import GateThresholds
 
     add_config_options(p, EvalConfig, {
         "models_dir": "models/<model>/<symbol>/fold-<k>/ checkpoints",
@@ -475,7 +480,11 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
         "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
         "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
         "predecoded_dir": "sidecar cache (default: .predecoded beside --output)",
-        "device": "cpu | cuda | cuda:N (default: cuda when available)"})
+        "device": "cpu | cuda | cuda:N (default: cuda when available)"}, skip=("upstream_excluded", "gate"))
+    # the validation gate, as at promotion: a checkpoint at or below it is listed as excluded, "gate failed"
+    add_config_options(p, GateThresholds, {
+        "min_val_auc": "a supervised or book checkpoint's mean validation AUC must be above this",
+        "min_val_sharpe": "an RL checkpoint's validation Sharpe must be above this"})
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -10,7 +10,9 @@ passing attempts; the report reads only the attempts that passed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,3 +48,15 @@ def check_gate(trainer: str, value: float, thresholds: GateThresholds, train_los
     reason = f"{label} {value:.4f} {'>' if value > threshold else '<='} {threshold}" + (
         "" if train_loss is None else f", train loss {train_loss:.4f}") + ("" if finite else ": not finite")
     return GateResult(passed, metric, value, threshold, reason)
+
+
+def gated_value(trainer: str, summary: Mapping[str, Any]) -> tuple[float, float | None]:
+    """(the gated metric, the final training loss) of a training summary (its JSON): an RL agent's validation
+    Sharpe; a supervised model's mean validation AUC at the epoch it kept; the flagship's best mean AUC (the epoch
+    it keeps). Promotion (Dagster) and `alpha evaluate` read the same numbers."""
+    if trainer == "rl":
+        return float(summary["val_sharpe"]), None
+    if trainer == "supervised":
+        aucs = summary["val_auc"]
+        return (sum(aucs) / len(aucs) if aucs else math.nan), float(summary["final_train_loss"])
+    return float(summary["best_mean_auc"]), float(summary["final_train_loss"])

@@ -279,7 +279,8 @@ def _run_evaluate(spec: dict) -> dict:
     started = time.perf_counter()
     report = evaluate(EvalConfig(
         models_dir=work / "models", data_dir=Path(spec["data_dir"]).parent, output=work / "eval" / "ensemble_report.json",
-        symbols=[symbol], predecoded_dir=pd_root, device=spec["device"], hyperopt_results=spec["hyperopt_results"]))
+        symbols=[symbol], predecoded_dir=pd_root, device=spec["device"], hyperopt_results=spec["hyperopt_results"],
+        gate=None))  # as the report asset runs it: every checkpoint is evaluated, whatever its validation score
     call = time.perf_counter() - started
     return {"call_s": call, "work_s": call, "rows": len(report.symbols[symbol].models) if symbol in report.symbols else 0,
             "excluded": [f"{e.model} fold {e.fold}: {e.reason}" for e in report.excluded]}

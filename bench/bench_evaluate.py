@@ -41,6 +41,10 @@ FOLDS = ["--cv-n-folds", "3", "--cv-train-window", "2"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# the time of evaluating every checkpoint, as before the CLI gated them: thresholds every finite one passes
+EVERY_CHECKPOINT = ["--min-val-auc", "0", "--min-val-sharpe", "-1000"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
@@ -83,7 +87,8 @@ def zoo(out: Path, device: str) -> None:
     train_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     assert alpha(["evaluate", "--models-dir", str(models), "--data-dir", str(data), "--output",
-                  str(out / "eval" / "ensemble_report.json"), "--predecoded-dir", str(pd), "--device", device]) == 0
+                  str(out / "eval" / "ensemble_report.json"), "--predecoded-dir", str(pd), "--device", device,
+                  *EVERY_CHECKPOINT]) == 0
     eval_s = time.perf_counter() - t0
     result = {"models": len(registry.REGISTRY), "folds": 3, "scale": "small", "device": device,
               "threads": torch.get_num_threads(), "evaluate_seconds": eval_s, "training_seconds": train_s}
@@ -118,7 +123,7 @@ def train_demo(out: Path) -> float:
 
 def evaluate_args(out: Path, report: Path) -> list[str]:
     return ["--quiet", "evaluate", "--models-dir", str(out / "models"), "--data-dir", str(out / "data"),
-            "--predecoded-dir", str(out / "pd"), "--device", "cpu", "--output", str(report)]
+            "--predecoded-dir", str(out / "pd"), "--device", "cpu", "--output", str(report), *EVERY_CHECKPOINT]
 
 
 def timed_process(args: list[str]) -> dict:

@@ -155,7 +155,8 @@ def test_a_killed_report_leaves_no_report_and_a_rerun_is_whole(supervised_refere
     models.mkdir(parents=True)
     (models / "ES.FUT").symlink_to(fold0.parent, target_is_directory=True)
     argv = ["evaluate", "--models-dir", str(tmp_path / "models"), "--data-dir", str(tiny_data),
-            "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu"]
+            "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu",
+            "--min-val-auc", "0", "--min-val-sharpe", "-1000"]  # a tiny model near chance is still reported
     out = tmp_path / "eval" / "ensemble_report.json"
     assert run_cli([*argv, "--output", str(tmp_path / "straight.json")]) == 0
     assert run_cli([*argv, "--output", str(out)]) == 0

@@ -28,9 +28,14 @@ from alpha_core.eval.predict import (
     supervised_probs,
 )
 from alpha_core.eval.report import load_report
+from alpha_core.gates import GateThresholds, gated_value
 from alpha_core.models import registry
 
 FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2"]
+# the tiny models here are near chance, and these tests are about the report, not their skill: the gate stays on
+# (a non-finite loss still fails it) with thresholds every finite checkpoint passes
+NO_THRESHOLD = ["--min-val-auc", "0", "--min-val-sharpe", "-1000"]
+ANY_FINITE = GateThresholds(min_val_auc=0.0, min_val_sharpe=-1000.0)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +59,8 @@ def trained(tiny_data, tmp_path_factory):
     broken = models / "kan" / "ES.FUT" / "fold-7"
     shutil.copytree(models / "kan" / "ES.FUT" / "fold-0", broken)
     (broken / "model.safetensors").unlink()
-    for fold, change in ((8, {"test_files": []}), (9, {"gate_passed": False})):  # no test file; a failed gate
+    # no test file; a training loss that is not finite fails the gate at any threshold; fold 0 again
+    for fold, change in ((8, {"test_files": []}), (9, {"final_train_loss": math.nan}), (10, {})):
         odd = models / "mamba2" / "ES.FUT" / f"fold-{fold}"
         shutil.copytree(models / "mamba2" / "ES.FUT" / "fold-0", odd)
         summary = json.loads((odd / "summary.json").read_text())
@@ -68,7 +74,7 @@ def test_report_end_to_end(trained, tiny_data):
     out = root / "eval" / "ensemble_report.json"
     threads = torch.get_num_threads()
     assert main(["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu"]) == 0
+                 "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD]) == 0
     assert torch.get_num_threads() == threads  # CPU evaluation runs one intra-op thread per worker, then restores it
     report = load_report(out)  # validates against the schema
     sym = report.symbols["ES.FUT"]
@@ -94,7 +100,8 @@ def test_report_end_to_end(trained, tiny_data):
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("kan", 7)].startswith("unreadable: ") and "model.safetensors: missing" in reasons[("kan", 7)]
     assert reasons[("mamba2", 8)] == "no test file"
-    assert reasons[("mamba2", 9)] == "gate failed"
+    assert reasons[("mamba2", 9)].startswith("gate failed: mean validation AUC") and "not finite" in reasons[("mamba2", 9)]
+    assert reasons[("mamba2", 10)] == "tests on ES.FUT_2024-Q4.dbn.zst like fold 0: one checkpoint per test file"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
     assert "95% CI" in md and "AUC against the oracle" in md
@@ -137,11 +144,11 @@ def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(tra
 def test_every_expected_model_and_fold_is_listed(trained, tiny_data):
     root, pd = trained
     report = evaluate(EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=root / "eval2" / "r.json",
-                                 symbols=["ES.FUT"], predecoded_dir=pd, device="cpu",
+                                 symbols=["ES.FUT"], predecoded_dir=pd, device="cpu", gate=ANY_FINITE,
                                  expected=[("kan", 0), ("kan", 1), ("tft", 0), ("tft", 1), ("mamba2", 9)]))
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("tft", 0)] == reasons[("tft", 1)] == "never materialized"
-    assert reasons[("mamba2", 9)] == "gate failed" and ("kan", 0) not in reasons
+    assert reasons[("mamba2", 9)].startswith("gate failed: ") and ("kan", 0) not in reasons
 
 
 def _truncated(sc: Sidecar, n: int) -> Sidecar:
@@ -250,3 +257,33 @@ def test_the_tft_s_variable_selection_once_per_bar_gives_its_forward_s_numbers()
         whole = torch.sigmoid(model(windows)[:, -1]).numpy()
     np.testing.assert_allclose(_window_probs(model, features, None, 16, norm, torch.device("cpu")), whole, rtol=0,
                                atol=1e-6)
+
+
+def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(trained, tiny_data):
+    """Checkpoints trained outside Dagster (the CLI) meet the same rule as promotion: reported only above the gate,
+    and every one at or below it listed as "gate failed" with its metric and threshold."""
+    root, pd = trained
+    out = root / "eval-gated" / "ensemble_report.json"
+    assert main(["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
+                 "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", "--min-val-auc", "0.52"]) == 0
+    report = load_report(out)
+    sym = report.symbols.get("ES.FUT")
+    reported = {(m, f.fold) for m, r in (sym.models.items() if sym else []) for f in r.folds}
+    reasons = {(e.model, e.fold): e.reason for e in report.excluded}
+    checked = 0
+    for model, fold in [(m, k) for m in ("mamba2", "kan", "ppo", "perception") for k in (0, 1)]:
+        folder = root / "models" / model / "ES.FUT" / f"fold-{fold}"
+        if not folder.exists():
+            continue
+        trainer = registry.get(model).trainer
+        summary = json.loads((folder / ("alpha_train_summary.json" if trainer == "perception" else "summary.json"))
+                             .read_text())
+        value, _ = gated_value(trainer, summary)
+        passes = value > (0.0 if trainer == "rl" else 0.52)
+        assert ((model, fold) in reported) == passes, (model, fold, value, reasons.get((model, fold)))
+        if not passes:
+            label = "validation Sharpe" if trainer == "rl" else "mean validation AUC"
+            assert reasons[(model, fold)] == f"gate failed: {label} {value:.4f} <= {0.0 if trainer == 'rl' else 0.52}" + (
+                "" if trainer == "rl" else f", train loss {summary['final_train_loss']:.4f}"), reasons[(model, fold)]
+        checked += 1
+    assert checked >= 6 and 0 < len(reported) < checked, "the tiny models straddle the gate: both sides are checked"

@@ -18,6 +18,7 @@ from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints
 from alpha_core.eval.predict import load, predict
 from alpha_core.eval.report import load_report
+from alpha_core.gates import GateThresholds
 from alpha_core.train.tracking import Trackers
 
 SMALL = ["--epochs", "1", "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "96", "--n-val-seqs", "96",
@@ -78,7 +79,8 @@ def test_the_dsr_counts_every_trial_and_configuration(bars, tiny_data, tmp_path)
                  *SMALL, *folds]) == 0
     out = tmp_path / "eval" / "ensemble_report.json"
     assert main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--predecoded-dir", str(pd), "--device", "cpu", "--hyperopt-results", f"mamba2={results_path}"]) == 0
+                 "--predecoded-dir", str(pd), "--device", "cpu", "--hyperopt-results", f"mamba2={results_path}",
+                 "--min-val-auc", "0"]) == 0  # a tiny model near chance is still reported
     sym = load_report(out).symbols["ES.FUT"]
     row = sym.models["mamba2"]
     assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
@@ -100,7 +102,8 @@ def test_the_dsr_counts_every_trial_and_configuration(bars, tiny_data, tmp_path)
     leaky_path = tmp_path / "leaky.json"
     leaky_path.write_text(json.dumps(leaky))
     report = evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval2" / "r.json",
-                                 predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path}))
+                                 predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path},
+                                 gate=GateThresholds(min_val_auc=0.0)))
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("mamba2", 1)].startswith(f"hyperopt trained or validated on its test file {sidecars[-1].meta.source.name}")
     # results from before trial Sharpes were recorded are refused, naming the file and the field
@@ -108,7 +111,8 @@ def test_the_dsr_counts_every_trial_and_configuration(bars, tiny_data, tmp_path)
     leaky_path.write_text(json.dumps(old))
     with pytest.raises(DataError, match=r"leaky.json: trials\[0\].val_sharpe: expected a number"):
         evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval3" / "r.json",
-                            predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path}))
+                            predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path},
+                            gate=GateThresholds(min_val_auc=0.0)))
 
 
 def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path):

@@ -59,6 +59,7 @@ from alpha_core.eval.report import (
     SymbolReport,
     write_report,
 )
+from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 from alpha_core.train.perception import resolve_device
 
@@ -86,6 +87,9 @@ class EvalConfig(BaseModel):
 
     # checkpoints the caller already knows are unusable (Dagster: never materialized, gate failed), with the reason
     upstream_excluded: list[Excluded] = []
+    # the validation gate every checkpoint must pass to be reported (alpha_core.gates: the rule of promotion);
+    # None only where each checkpoint already passed its own (Dagster's report reads promoted attempts only)
+    gate: GateThresholds | None = GateThresholds()
 
     @field_validator("expected", mode="before")
     @classmethod
@@ -96,7 +100,10 @@ class EvalConfig(BaseModel):
         return [tuple(v.rsplit(":", 1)) if isinstance(v, str) and ":" in v else v for v in value]
 
 
-def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[Checkpoint], list[Excluded]]:
+def find_checkpoints(models_dir: Path, symbols: list[str] | None,
+                     gate: GateThresholds | None = None) -> tuple[list[Checkpoint], list[Excluded]]:
+    """The readable checkpoints under models_dir/<model>/<symbol>/fold-<k> that pass `gate`, and the others with
+    the reason."""
     found, excluded = [], []
     for fold_dir in sorted(models_dir.glob("*/*/fold-*")):
         model, symbol = fold_dir.parent.parent.name, fold_dir.parent.name
@@ -123,9 +130,17 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None) -> tuple[list[
         except (OSError, ValueError) as exc:
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: {summary_name} ({exc})"))
             continue
-        if summary.get("gate_passed") is False:
-            excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason="gate failed"))
-            continue
+        if gate is not None:
+            try:
+                value, loss = gated_value(spec.trainer, summary)
+            except (KeyError, TypeError, ValueError) as exc:
+                excluded.append(Excluded(model=model, symbol=symbol, fold=fold,
+                                         reason=f"unreadable: {summary_name} has no gated metric ({exc!r})"))
+                continue
+            result = check_gate(spec.trainer, value, gate, loss)
+            if not result.passed:
+                excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"gate failed: {result.reason}"))
+                continue
         ckpt = Checkpoint(model, symbol, fold, fold_dir, spec.trainer, summary)
         if not ckpt.weights.exists():
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: missing {ckpt.weights.name}"))
@@ -207,7 +222,7 @@ def evaluate(cfg: EvalConfig) -> EnsembleReport:
 
 
 def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
-    checkpoints, excluded = find_checkpoints(cfg.models_dir, cfg.symbols)
+    checkpoints, excluded = find_checkpoints(cfg.models_dir, cfg.symbols, cfg.gate)
     excluded += cfg.upstream_excluded
     predecoded = cfg.predecoded_dir or cfg.output.parent / ".predecoded"
     by_symbol: dict[str, list[Checkpoint]] = defaultdict(list)
@@ -273,6 +288,11 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search]
                                      reason=f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})"))
             continue
         test_name, val_name = test_files[0], val_files[-1]
+        twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
+        if twin is not None:  # e.g. a fold folder copied by hand: its days would count twice
+            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
+                                     reason=f"tests on {test_name} like fold {twin}: one checkpoint per test file"))
+            continue
         try:
             test, val = bars[test_name], bars[val_name]
             model = load(ckpt, device)
