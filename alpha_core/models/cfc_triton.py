@@ -232,8 +232,8 @@ def _add4(a1, a2, a3, a4, b1, b2, b3, b4):
 @triton.jit
 def _step_weights(w_h_t, w_heads_t, b_heads, H: tl.constexpr, U: tl.constexpr):
     """W_h^T and the four heads as [H, U] tiles, read from the transposed weights (W_h^T [H, U], W_heads^T [U, 4H]):
-    memory runs along each product's output, so the layout Triton picks keeps its lanes there and every reduction
-    within threads and across warps, never a shuffle tree per element."""
+    memory runs along each product's output, so the layout Triton picks puts its lanes there and reduces mostly
+    within threads and across warps (72 shuffles a forward step, against 172 in "rows")."""
     hh = tl.arange(0, H)
     uu = tl.arange(0, U)
     w_k = w_heads_t + uu[None, :] * (4 * H) + hh[:, None]
