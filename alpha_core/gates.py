@@ -4,7 +4,8 @@ Supervised and book models pass when the mean validation AUC of the kept checkpo
 the training loss is finite); RL agents when their validation Sharpe (the evaluator's daily-session Sharpe) is
 above `min_val_sharpe`. Both bounds are strict: a coin flip (AUC 0.5) or a flat policy (Sharpe 0) never passes
 with the defaults. The Dagster checkpoint assets record the result as a blocking asset check and promote only
-passing attempts; the report reads only the attempts that passed.
+passing attempts, whose report reads only those; `alpha evaluate` applies the same rule to checkpoints trained
+outside Dagster.
 """
 
 from __future__ import annotations
