@@ -151,6 +151,8 @@ def _alpha(capsys, argv) -> tuple[int, str]:
     ("evaluate", ["--band", "0.5"], "band"),
     ("evaluate", ["--cost-ticks", "nan"], "cost_ticks"),
     ("evaluate", ["--horizon", "-1"], "horizon"),
+    ("evaluate", ["--min-val-auc", "1.5"], "min_val_auc"),
+    ("evaluate", ["--min-val-sharpe", "nan"], "min_val_sharpe"),
 ])
 def test_hostile_flags_exit_2_naming_the_key_before_any_output(capsys, tmp_path, es, cache, command, flags, key):
     out = tmp_path / "out"
