@@ -194,7 +194,24 @@ def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
 # --- following a backfill ---------------------------------------------------------------------------
 
 
-GATE_REASON = "gate: "  # how `LocalBackfill.failure` starts when only checkpoints' validation gates failed
+# the qualified class name Dagster puts before an error's message: alpha's own errors then read as the CLI prints
+# them, others keep their class name
+QUALIFIED_CLASS = re.compile(r"^alpha_core\.errors\.\w+: |^(\w+\.)+(?=\w+: )")
+GATE_REASON = "gate: "  # how a backfill's `failure` starts when only checkpoints' validation gates failed
+
+
+def describe_failure(missed_checks: list[tuple[str, str, str | None]], step: str | None, error: str | None) -> str:
+    """Why a run failed, as `alpha run` prints it: its failed blocking checks, (asset, check, description), each
+    naming its metric and threshold (prefixed GATE_REASON when all are validation gates); else the failing step
+    and the first line of its own error, without the qualified class name Dagster puts in front."""
+    if missed_checks:
+        gates_only = all(check == GATE_CHECK for _, check, _ in missed_checks)
+        return (GATE_REASON if gates_only else "") + "; ".join(
+            f"{asset} {check}: {description}" for asset, check, description in missed_checks)
+    if step is None:
+        return ""
+    message = (error or "failed").strip().splitlines()[0]
+    return f"{step}: {QUALIFIED_CLASS.sub('', message)}"
 
 
 @dataclass(frozen=True)
@@ -224,24 +241,16 @@ class LocalBackfill:
                            [k.to_user_string() for k in r.dagster_run.asset_selection or ()]) for r in records]
 
     def failure(self, run_id: str) -> str:
-        """Why the run failed: a failed blocking check's own description (a missed gate names its metric and
-        threshold; such a reason starts with GATE_REASON), else the failing step's own error."""
         checks = [entry.dagster_event.asset_check_evaluation_data
                   for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
-        missed = [c for c in checks if not c.passed and c.blocking]
-        if missed:
-            gates_only = all(c.check_name == GATE_CHECK for c in missed)
-            return (GATE_REASON if gates_only else "") + "; ".join(
-                f"{c.asset_key.to_user_string()} {c.check_name}: {c.description}" for c in missed)
+        missed = [(c.asset_key.to_user_string(), c.check_name, c.description) for c in checks
+                  if not c.passed and c.blocking]
         for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
             error = record.dagster_event.step_failure_data.error
             while error is not None and error.cause is not None:  # the user code's error, not Dagster's wrapper
                 error = error.cause
-            message = (error.message if error else "failed").strip().splitlines()[0]
-            # Dagster prefixes the qualified class; alpha's own errors read as the CLI prints them, others by name
-            message = re.sub(r"^alpha_core\.errors\.\w+: |^(\w+\.)+(?=\w+: )", "", message)
-            return f"{record.step_key}: {message}"
-        return ""
+            return describe_failure(missed, record.step_key, error.message if error else "failed")
+        return describe_failure(missed, None, None)
 
     def cancel(self) -> None:
         from dagster._core.execution.backfill import BulkActionStatus
@@ -400,6 +409,9 @@ STATUS = """query Status($id: String!) { partitionBackfillOrError(backfillId: $i
   ... on Error { message } } }"""
 SET_POOL = "mutation Pool($key: String!, $limit: Int!) { setConcurrencyLimit(concurrencyKey: $key, limit: $limit) }"
 POOL_LIMIT = "query Limit($key: String!) { instance { concurrencyLimit(concurrencyKey: $key) { limit } } }"
+FAILURE = """query Failure($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection { events {
+  __typename ... on AssetCheckEvaluationEvent { evaluation { checkName success severity description assetKey { path } } }
+  ... on ExecutionStepFailureEvent { stepKey error { message causes { message } } } } } } }"""
 CANCEL = """mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename
   ... on Error { message } } }"""
 
@@ -453,7 +465,16 @@ class RemoteBackfill:
                            ["/".join(a["path"]) for a in r["assetSelection"] or ()]) for r in self._backfill()["runs"]]
 
     def failure(self, run_id: str) -> str:
-        return f"{self.url}/runs/{run_id}"
+        """As `LocalBackfill.failure` (checks of ERROR severity: GraphQL does not say which block), and the run's page."""
+        events = self.query(FAILURE, {"id": run_id})["logsForRun"].get("events", [])
+        missed = [("/".join(e["evaluation"]["assetKey"]["path"]), e["evaluation"]["checkName"],
+                   e["evaluation"]["description"]) for e in events if e["__typename"] == "AssetCheckEvaluationEvent"
+                  and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "ERROR"]
+        failed = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+        error = failed[0]["error"] if failed else None
+        deepest = (error["causes"] or [error])[-1]["message"] if error else None
+        reason = describe_failure(missed, failed[0]["stepKey"] if failed else None, deepest)
+        return f"{reason} ({self.url}/runs/{run_id})" if reason else f"{self.url}/runs/{run_id}"
 
     def cancel(self) -> None:
         self.query(CANCEL, {"id": self.backfill_id})

@@ -290,11 +290,21 @@ def test_the_ui_shows_the_report_and_a_missed_gate(tiny_data, tmp_path, monkeypa
                 return run(["checkpoints/tft"], symbol_fold_key("ES.FUT", fold), config)
 
             assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
-            assert not train(1, 0.99).success, "the gate cannot be met"
+            missed = train(1, 0.99)
+            assert not missed.success, "the gate cannot be met"
+            no_data = run(["bar_sidecars"], "ZN.FUT")  # tiny_data holds ES.FUT and NQ.FUT
+            assert not no_data.success
             assert train(0, 0.0).success
             assert run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["tft"]}}}}).success
         server.wait_up()
         assert server.graphql("{ shouldShowNux }") == {"shouldShowNux": False}, "a sign-up dialog covers the UI"
+        # what `alpha run --remote` prints for that run: the gate's metric and threshold, and the run's page
+        reason = alpha_run.RemoteBackfill(server.url).failure(missed.run_id)
+        assert reason.startswith(alpha_run.GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), reason
+        assert "mean validation AUC" in reason and "<= 0.99" in reason and reason.endswith(f"/runs/{missed.run_id})")
+        reason = alpha_run.RemoteBackfill(server.url).failure(no_data.run_id)
+        assert reason.startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in reason, reason
+        assert "alpha_core" not in reason and reason.endswith(f"/runs/{no_data.run_id})"), reason
 
         report = interact(f"{server.url}/assets/ensemble_report", REPORT_PAGE, tmp_path / "chrome-report")
         assert report["results"], f"no results table on the report's page: {report['page']}"
