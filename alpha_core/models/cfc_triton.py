@@ -325,10 +325,13 @@ def _cfc_expand_kernel(xproj, ts, states, w_h_t, w_heads_t, b_heads, u_s, f1_s, 
 
 
 @triton.jit
-def _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, H: tl.constexpr, U: tl.constexpr):
-    """Step t's dL/dh from the layer's output and what the backward reads: (go, tanh ff1, tanh ff2, g, ts, u)."""
-    return (tl.load(grad_out + at_h + t * H).to(tl.float32), tl.load(f1_s + at_h + t * H), tl.load(f2_s + at_h + t * H),
-            tl.load(g_s + at_h + t * H), tl.load(ts + at_h + t * H).to(tl.float32), tl.load(u_s + at_u + t * U))
+def _grad_inputs(grad, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, live, H: tl.constexpr, U: tl.constexpr):
+    """Step t's dL/dh (from the layer's output, or the whole) and what the backward reads: (dL/dh, tanh ff1,
+    tanh ff2, g, ts, u); zeros where not `live`."""
+    at = at_h + t * H
+    return (tl.load(grad + at, mask=live, other=0.0).to(tl.float32), tl.load(f1_s + at, mask=live, other=0.0),
+            tl.load(f2_s + at, mask=live, other=0.0), tl.load(g_s + at, mask=live, other=0.0),
+            tl.load(ts + at, mask=live, other=0.0).to(tl.float32), tl.load(u_s + at_u + t * U, mask=live, other=0.0))
 
 
 @triton.jit
@@ -340,12 +343,12 @@ def _cfc_bwd_scan_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, d_sta
     wh, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
     at_u = row * L * U + tl.arange(0, U)
     at_h = row * L * H + tl.arange(0, H)
-    go, f1, f2, g, ts_t, u = _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, L - 1, H, U)
+    go, f1, f2, g, ts_t, u = _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, L - 1, True, H, U)
     carry = tl.zeros([H], dtype=tl.float32)
     for i in range(L):
         t = L - 1 - i
         go_next, f1_next, f2_next, g_next, ts_next, u_next = _grad_inputs(
-            grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, tl.maximum(t - 1, 0), H, U)
+            grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, tl.maximum(t - 1, 0), True, H, U)
         gh = go + carry
         tl.store(d_states + at_h + t * H, gh)
         d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)[4]
@@ -366,12 +369,7 @@ def _cfc_grads_kernel(d_states, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_
     for s in range(STEPS):
         t = tl.program_id(1) * STEPS + s
         live = t < L
-        gh = tl.load(d_states + at_h + t * H, mask=live, other=0.0)
-        f1 = tl.load(f1_s + at_h + t * H, mask=live, other=0.0)
-        f2 = tl.load(f2_s + at_h + t * H, mask=live, other=0.0)
-        g = tl.load(g_s + at_h + t * H, mask=live, other=0.0)
-        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
-        u = tl.load(u_s + at_u + t * U, mask=live, other=0.0)
+        gh, f1, f2, g, ts_t, u = _grad_inputs(d_states, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, live, H, U)
         d1, d2, d3, d_pre, d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)
         tl.store(d_heads + at_o + t * 4 * H, d1, mask=live)
         tl.store(d_heads + at_o + t * 4 * H + H, d2, mask=live)
