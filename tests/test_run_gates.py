@@ -25,11 +25,10 @@ def failures(tiny_data, tmp_path_factory) -> dict[str, str]:
     by_key = {a.key.to_user_string(): a for a in assets}
     storage = tmp_path_factory.mktemp("storage")
 
-    def run(selection, partition, data=tiny_data, config=None):
-        result = dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
-                                instance=instance, run_config=config, raise_on_error=False,
-                                resources={"data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(storage))})
-        return result
+    def run(selection, partition, config=None):
+        return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
+                              instance=instance, run_config=config, raise_on_error=False,
+                              resources={"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(storage))})
 
     assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
     config = {"ops": {"checkpoints__tft": {"config": {**TINY_TRAIN, "min_val_auc": 0.99}}}}

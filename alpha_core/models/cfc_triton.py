@@ -402,20 +402,16 @@ LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048
                                                         (None, "tiles", 32, 8)]
 
 
-def _plan(batch: int) -> tuple[str, int, int]:
-    """(kernels, rows per tile, warps) for this batch, from `LAUNCH_PLAN`."""
-    return next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])[1:]
-
-
-def _meta(name: str, rows: int, warps: int, dtype: torch.dtype) -> tuple[int, dict]:
-    """(rows per program, meta-parameters). num_stages=1: software pipelining would multi-buffer the weight tiles
-    in shared memory (over 300 KB for the main trunk); they are loop-invariant. Tiles use TF32 where torch's own
-    fp32 matmuls may."""
-    meta = {"num_warps": warps, "num_stages": 1}
-    if KERNELS[name][2] != "tile":
-        return 1, meta
+def _plan(batch: int, dtype: torch.dtype) -> tuple[tuple, int, dict]:
+    """(KERNELS entry, rows per program, meta-parameters) for this batch, from `LAUNCH_PLAN`. num_stages=1:
+    software pipelining would multi-buffer the weight tiles in shared memory (over 300 KB for the main trunk);
+    they are loop-invariant. Tiles use TF32 where torch's own fp32 matmuls may."""
+    _, name, rows, warps = next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])
+    kernels, meta = KERNELS[name], {"num_warps": warps, "num_stages": 1}
+    if kernels[2] != "tile":
+        return kernels, 1, meta
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    return rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
+    return kernels, rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
 
 
 def _all_steps_grid(batch: int, length: int) -> tuple[tuple[int, int], int]:
@@ -430,9 +426,7 @@ def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads
                     save: bool):
     """The launches of one layer's forward, as one callable (they run in order on one stream)."""
     batch, length, units = x.shape
-    name, rows, warps = _plan(batch)
-    rows, meta = _meta(name, rows, warps, x.dtype)
-    forward, _, kind = KERNELS[name]
+    (forward, _, kind), rows, meta = _plan(batch, x.dtype)
     dims = {"H": w_h.shape[1], "U": units}
     if kind != "steps":
         return partial(forward[(triton.cdiv(batch, rows),)], x, ts, w_h, w_heads, b_heads, *bufs, batch, length,
@@ -456,9 +450,7 @@ def _backward_launch(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor,
     """The launches of one layer's backward, as one callable; `saved` is u, tanh ff1, tanh ff2, g, t_a."""
     u = saved[0]
     batch, length, units = u.shape
-    name, rows, warps = _plan(batch)
-    rows, meta = _meta(name, rows, warps, grad_out.dtype)
-    _, backward, kind = KERNELS[name]
+    (_, backward, kind), rows, meta = _plan(batch, grad_out.dtype)
     dims = {"H": w_h.shape[1], "U": units}
     if kind != "steps":
         return partial(backward[(triton.cdiv(batch, rows),)], grad_out, ts, w_h, w_heads, *saved, *bufs, batch,
