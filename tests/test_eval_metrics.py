@@ -19,6 +19,7 @@ from alpha_core.eval.metrics import (
     COST_SENSITIVITY_TICKS,
     EULER_GAMMA,
     auc,
+    average_ranks,
     bar_pnl,
     bootstrap_sharpe_interval,
     daily_pnl,
@@ -367,6 +368,14 @@ def test_auc_edges():
         auc([0.2, np.nan], [0, 1])
     with pytest.raises(ValueError):
         auc([0.2, 0.3], [0, 1, 1])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 500])
+def test_average_ranks_are_scipys_rankdata(n):
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(0, 3, n), rng.random(n), np.r_[rng.integers(0, 2, n), [-np.inf, np.inf]]):
+        x = values.astype(float)
+        np.testing.assert_array_equal(average_ranks(x), stats.rankdata(x))
 
 
 # ----------------------------------------------------------------------------------------------- PSR / DSR

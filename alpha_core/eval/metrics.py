@@ -27,7 +27,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm, rankdata
 
 from alpha_core.data.front_month import session_days
 
@@ -268,6 +267,16 @@ def hit_rate(position: Any, next_return: Any) -> float:
     return float((np.sign(pos[held]) == np.sign(ret[held])).sum() / n) if n else 0.0
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their mean rank (scipy.stats.rankdata's default, without importing scipy)."""
+    order = np.argsort(x, kind="mergesort")
+    first_of_run = np.r_[True, x[order][1:] != x[order][:-1]]
+    run_of = np.empty(len(x), dtype=np.int64)
+    run_of[order] = np.cumsum(first_of_run) - 1
+    bounds = np.r_[np.flatnonzero(first_of_run), len(x)]  # run r spans sorted positions bounds[r]..bounds[r+1]-1
+    return 0.5 * (bounds[run_of] + bounds[run_of + 1] + 1)
+
+
 def auc(probs: Any, labels: Any) -> float | np.ndarray:
     """ROC AUC per horizon, ignoring rows whose label is NaN.
 
@@ -293,7 +302,7 @@ def auc(probs: Any, labels: Any) -> float | np.ndarray:
         n1 = int(yj.sum())
         n0 = len(yj) - n1
         if n1 and n0:
-            r1 = rankdata(pj)[yj == 1.0].sum()
+            r1 = average_ranks(pj)[yj == 1.0].sum()
             out[j] = (r1 - n1 * (n1 + 1) / 2) / (n1 * n0)
     return float(out[0]) if one else out
 
@@ -318,6 +327,8 @@ def _psr(sr: float, g3: float, g4: float, n: int, benchmark: float) -> float:
     num = (sr - benchmark) * math.sqrt(n - 1)
     if denom == 0.0:
         return 0.5 if num == 0 else (1.0 if num > 0 else 0.0)
+    from scipy.stats import norm  # here: importing scipy.stats costs a training pod a second at start
+
     return float(norm.cdf(num / math.sqrt(denom)))
 
 
@@ -357,6 +368,8 @@ def expected_max_sharpe(n_trials: int, trials_sharpe_var: float) -> float:
     n = int(n_trials)
     if n == 1:
         return 0.0
+    from scipy.stats import norm
+
     z = (1 - EULER_GAMMA) * norm.ppf(1 - 1 / n) + EULER_GAMMA * norm.ppf(1 - 1 / (n * math.e))
     return float(math.sqrt(trials_sharpe_var) * z)
 

@@ -541,8 +541,8 @@ class CapturedStep:
     def __init__(self, trainer: PerceptionTrainer) -> None:
         self.trainer = trainer
         device, batch = trainer.device, trainer.cfg.batch_size
-        table = [[trainer.lrs_at(step)[g["name"]] for g in trainer.optimizer.param_groups]
-                 for step in range(trainer.total_steps + 1)]
+        names = [g["name"] for g in trainer.optimizer.param_groups]
+        table = [[lrs[name] for name in names] for lrs in map(trainer.lrs_at, range(trainer.total_steps + 1))]
         self.lr_table = torch.tensor(table, device=device)
         self.cursor = torch.zeros((), dtype=torch.long, device=device)  # the epoch's next window
         self.offsets = torch.arange(batch, device=device)
