@@ -3,8 +3,7 @@
 # failed CUDA-graph capture poisons the process. Results land in $OUT (or bench/out). Example modes:
 #   1:fp32:1:c 4096:bf16:1:c 4096:fp32:1
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/device_setup.sh || exit
 out=${OUT:-bench/out}
 mkdir -p "$out"
 for mode in "$@"; do

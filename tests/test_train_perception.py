@@ -89,6 +89,27 @@ def test_cv_split_single_fold_and_sliding_window(book_dir, tmp_path):
     assert [sc.meta.source.name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
 
 
+def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
+    """Folds differ in time scale (and products in tick size); as tensors, not constants baked into the traced
+    graph, they leave it unchanged, so the compile cache that step pods share serves every fold after the first."""
+    graphs = []
+
+    def keep_code(gm, _inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    trainers = [PerceptionTrainer(config(book_dir, tmp_path / str(fold), cv_n_folds=2, cv_train_window=2, cv_fold=fold))
+                for fold in (0, 1)]
+    assert trainers[0].time_scale != trainers[1].time_scale
+    trainers[1].tick_size.fill_(0.0001)  # as for a product with another tick size
+    for trainer in trainers:
+        batch = trainer.train_loader.next_batch(2)
+        torch._dynamo.reset()
+        torch.compile(trainer._forward_loss, backend=keep_code)(batch.x, batch.dt, batch.labels, batch.outcome_long,
+                                                                 batch.outcome_short)
+    assert len(graphs) == 2 and graphs[0] == graphs[1]
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [

@@ -102,6 +102,9 @@ class PerceptionModel(nn.Module):
         self.register_buffer("bucket_of_unit", bucket, persistent=False)
         weights = torch.tensor(cfg.horizon_weights or [1.0] * n_h, dtype=torch.float32)
         self.register_buffer("horizon_weights", weights, persistent=False)
+        # a tensor, not a Python float that torch.compile would bake into the graph: every fold (each has its own
+        # time scale) then compiles to the same graph, which the shared compile cache serves to the next pod
+        self.register_buffer("time_scale", torch.tensor(cfg.time_scale, dtype=torch.float32), persistent=False)
         h = torch.tensor(cfg.horizons, dtype=torch.float32)
         self.register_buffer("smooth_lambda", cfg.smoothness_base_lambda * h / h[0], persistent=False)
         # controller state (persistent: part of a resumable training state)
@@ -128,7 +131,7 @@ class PerceptionModel(nn.Module):
         """(encoder output [B, K, d], time steps [B, K], the main trunk's time input per unit [B, K, hidden])."""
         enc = self.encoder(self.input_proj(x))
         log_tau = torch.where(self.buckets_tied(), self.log_tau.mean().expand_as(self.log_tau), self.log_tau)
-        steps = dt / self.cfg.time_scale
+        steps = dt / self.time_scale
         return enc, steps, steps.unsqueeze(-1) * torch.exp(-log_tau)[self.bucket_of_unit]
 
     def forward(self, x: Tensor, dt: Tensor) -> dict[str, Tensor]:
@@ -151,7 +154,7 @@ class PerceptionModel(nn.Module):
     # --- losses and controller updates -----------------------------------------------------------------
 
     def loss(self, out: dict[str, Tensor], labels: Tensor, outcome_long: Tensor, outcome_short: Tensor,
-             tick_size: float) -> tuple[Tensor, dict[str, Tensor]]:
+             tick_size: float | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Total loss and its detached parts per horizon (for the controllers, traces and validation)."""
         logits = out["logits"].float()
         mask = torch.isfinite(labels)

@@ -267,7 +267,8 @@ class PerceptionTrainer:
         self.train_files = [by_path[r.path] for r in fold.train]
         self.val_files = [by_path[r.path] for r in fold.val]
         self.horizons = self.train_files[0].meta.horizons
-        self.tick_size = self.train_files[0].meta.tick_size
+        # a tensor, like the model's time scale: one compiled graph for every product
+        self.tick_size = torch.tensor(self.train_files[0].meta.tick_size, device=self.device)
         self.norm = fit_norm_stats(self.train_files)
         spacing = np.concatenate([np.asarray(sc.dt[1:]) for sc in self.train_files])
         self.time_scale = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
