@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", type=int, default=0, help="also profile this many steps per mode")
     parser.add_argument("--small-batch-scan", choices=sorted(cfc_triton.KERNELS),
-                        help="the fused CfC scan up to batch 64 (default: LAUNCH_PLAN's), e.g. steps to time the candidate")
+                        help="the fused CfC scan up to batch 64 (default: LAUNCH_PLAN's), e.g. tiles")
     args = parser.parse_args()
     if args.small_batch_scan:
         _, _, rows, warps = cfc_triton.LAUNCH_PLAN[0]

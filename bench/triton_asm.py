@@ -1,7 +1,7 @@
 """Compile the fused CfC scan kernels for an H100/H200 (sm_90) on a machine without a GPU, and count what one step
 of each kernel's loop executes.
 
-    .venv/bin/python bench/triton_asm.py [--kernel _cfc_fwd_scan_kernel,...] [--warps 8] [--dump DIR]
+    .venv/bin/python bench/triton_asm.py [--kernel _cfc_fwd_row_kernel,...] [--warps 8] [--dump DIR]
 
 Why: the device machine is lent by the minute, and a step of a scan is latency-bound: its barriers (BAR),
 shared-memory round trips (LDS/STS), shuffle trees (SHFL) and spills (LDL/STL) show in the SASS without one.
@@ -29,7 +29,7 @@ H, U, L = 64, 128, 64
 
 def signature(kernel) -> tuple[dict, dict]:
     """Argument types and constexprs at the flagship's sizes (main trunk), as a launch at fp32 would see them."""
-    given = {"L": L, "H": H, "U": U, "BB": 16, "PRECISION": "tf32", "SAVE": True, "STEPS": 8}
+    given = {"L": L, "H": H, "U": U, "BB": 16, "PRECISION": "tf32", "SAVE": True}
     constexprs = {name: given[name] for name in kernel.arg_names if name in given}
     sig = {name: "constexpr" if name in constexprs else "i32" if name == "B" else "*fp32" for name in kernel.arg_names}
     return sig, constexprs

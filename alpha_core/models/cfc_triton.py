@@ -9,15 +9,10 @@ measurements (`LAUNCH_PLAN`):
 - "rows": at small batch, one row per program, its matrix-vector products as multiply + reduce (exact fp32),
   every weight tile laid out [H, U] so that each product's output is already in the layout of the next one's input;
 - "tiles": above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls
-  may);
-- "steps", a candidate for small batch, built from what the compiled code of "rows" shows (bench/triton_asm.py):
-  there a step is latency-bound on shared-memory round trips, and most of them convert the layout of the five
-  values stored per step for the backward (15 barriers a forward step, 13 a backward one, and a shuffle tree
-  per element where memory runs along a reduction). Its loops store only the state (forward) or dL/dh
-  (backward), read weights laid out along each product's output, share one reduction among the four heads and
-  load the next step's inputs ahead (5 and 7 barriers); what the backward reads and the gradients per step are
-  then computed by kernels over all steps at once, with the same step functions. Not in the plan until it is
-  timed on a GPU (bench/bench_cfc_scan.py has it).
+  may).
+A row kernel with a third of the barriers per step (its loops storing only the state, the rest recomputed over
+all steps at once afterwards) and one that loads each step's inputs a step ahead both measured slower at batch 1
+on an H200 (bench/README.md, "triton_asm.py"): a row step is not bound by barriers or load latency alone.
 Independent layers (the flagship's main and aux trunks) run side by side on their own streams.
 
 The math is exactly `CfCScan`'s (cfc.py): per step, with ts the elapsed time per unit,
@@ -224,161 +219,6 @@ def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, 
         carry = tl.sum(wh * d_a[None, :], axis=1)
 
 
-@triton.jit
-def _add4(a1, a2, a3, a4, b1, b2, b3, b4):
-    return a1 + b1, a2 + b2, a3 + b3, a4 + b4
-
-
-@triton.jit
-def _step_weights(w_h_t, w_heads_t, b_heads, H: tl.constexpr, U: tl.constexpr):
-    """W_h^T and the four heads as [H, U] tiles, read from the transposed weights (W_h^T [H, U], W_heads^T [U, 4H]):
-    memory runs along each product's output, so the layout Triton picks puts its lanes there and reduces mostly
-    within threads and across warps (72 shuffles a forward step, against 172 in "rows")."""
-    hh = tl.arange(0, H)
-    uu = tl.arange(0, U)
-    w_k = w_heads_t + uu[None, :] * (4 * H) + hh[:, None]
-    return (tl.load(w_h_t + hh[:, None] * U + uu[None, :]), tl.load(w_k), tl.load(w_k + H), tl.load(w_k + 2 * H),
-            tl.load(w_k + 3 * H), tl.load(b_heads + hh), tl.load(b_heads + H + hh), tl.load(b_heads + 2 * H + hh),
-            tl.load(b_heads + 3 * H + hh))
-
-
-@triton.jit
-def _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4):
-    """One CfC step of one row: (u, tanh ff1, tanh ff2, g, t_a, the new state). The four head products are one
-    reduction, so they share its trip through shared memory."""
-    u = _tanh(0.666 * (x_t + tl.sum(wh * h[:, None], axis=0)))
-    z = (1.7159 * u)[None, :]
-    o1, o2, ta, tb = tl.reduce((w1 * z, w2 * z, w3 * z, w4 * z), 1, _add4)
-    ta += b3
-    g = tl.sigmoid(ta * ts_t + (tb + b4))
-    f1 = _tanh(o1 + b1)
-    f2 = _tanh(o2 + b2)
-    return u, f1, f2, g, ta, f1 * (1.0 - g) + g * f2
-
-
-@triton.jit
-def _grad_weights(w_h, w_heads, H: tl.constexpr, U: tl.constexpr):
-    """W_h and the four heads as [H, U] tiles of the weights as stored (W_h [U, H], W_heads [4H, U]): the backward's
-    products run the other way, so the stored layout already puts memory along their outputs."""
-    hh = tl.arange(0, H)
-    uu = tl.arange(0, U)
-    w_k = w_heads + hh[:, None] * U + uu[None, :]
-    return (tl.load(w_h + uu[None, :] * H + hh[:, None]), tl.load(w_k), tl.load(w_k + H * U),
-            tl.load(w_k + 2 * H * U), tl.load(w_k + 3 * H * U))
-
-
-@triton.jit
-def _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4):
-    """A step's gradients from dL/dh (gh): into the four head outputs (d1, d2, d3, d_pre) and through them into
-    the pre-activation (d_a, = d xproj)."""
-    d_pre = gh * (f2 - f1) * g * (1.0 - g)
-    d1 = gh * (1.0 - g) * (1.0 - f1 * f1)
-    d2 = gh * g * (1.0 - f2 * f2)
-    d3 = d_pre * ts_t
-    d_z = tl.sum(w1 * d1[:, None] + w2 * d2[:, None] + w3 * d3[:, None] + w4 * d_pre[:, None], axis=0)
-    return d1, d2, d3, d_pre, d_z * (1.7159 * 0.666) * (1.0 - u * u)
-
-
-@triton.jit
-def _cfc_fwd_scan_kernel(xproj, ts, w_h_t, w_heads_t, b_heads, states, B, L: tl.constexpr, H: tl.constexpr,
-                         U: tl.constexpr):
-    """The recurrence alone, one row per program: only the fp32 states are stored (each store in the loop costs
-    a layout conversion through shared memory), and the next step's inputs load while this step computes."""
-    row = tl.program_id(0).to(tl.int64)
-    wh, w1, w2, w3, w4, b1, b2, b3, b4 = _step_weights(w_h_t, w_heads_t, b_heads, H, U)
-    at_u = row * L * U + tl.arange(0, U)
-    at_h = row * L * H + tl.arange(0, H)
-    h = tl.zeros([H], dtype=tl.float32)
-    x_t = tl.load(xproj + at_u).to(tl.float32)
-    ts_t = tl.load(ts + at_h).to(tl.float32)
-    for t in range(L):
-        ahead = tl.minimum(t + 1, L - 1)
-        x_next = tl.load(xproj + at_u + ahead * U).to(tl.float32)
-        ts_next = tl.load(ts + at_h + ahead * H).to(tl.float32)
-        h = _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4)[5]
-        tl.store(states + at_h + t * H, h)
-        x_t = x_next
-        ts_t = ts_next
-
-
-@triton.jit
-def _cfc_expand_kernel(xproj, ts, states, w_h_t, w_heads_t, b_heads, u_s, f1_s, f2_s, g_s, ta_s, B,
-                       L: tl.constexpr, H: tl.constexpr, U: tl.constexpr, STEPS: tl.constexpr):
-    """What the backward reads (u, tanh ff1, tanh ff2, g, t_a), recomputed from the scan's states with the scan's
-    own step: STEPS steps of one row per program, all programs at once, as nothing here waits on a previous step."""
-    row = tl.program_id(0).to(tl.int64)
-    wh, w1, w2, w3, w4, b1, b2, b3, b4 = _step_weights(w_h_t, w_heads_t, b_heads, H, U)
-    at_u = row * L * U + tl.arange(0, U)
-    at_h = row * L * H + tl.arange(0, H)
-    for s in range(STEPS):
-        t = tl.program_id(1) * STEPS + s
-        live = t < L
-        x_t = tl.load(xproj + at_u + t * U, mask=live, other=0.0).to(tl.float32)
-        ts_t = tl.load(ts + at_h + t * H, mask=live, other=0.0).to(tl.float32)
-        h = tl.load(states + at_h + (t - 1) * H, mask=live & (t > 0), other=0.0)
-        u, f1, f2, g, ta, _ = _step(x_t, ts_t, h, wh, w1, w2, w3, w4, b1, b2, b3, b4)
-        tl.store(u_s + at_u + t * U, u, mask=live)
-        tl.store(f1_s + at_h + t * H, f1, mask=live)
-        tl.store(f2_s + at_h + t * H, f2, mask=live)
-        tl.store(g_s + at_h + t * H, g, mask=live)
-        tl.store(ta_s + at_h + t * H, ta, mask=live)
-
-
-@triton.jit
-def _grad_inputs(grad, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, live, H: tl.constexpr, U: tl.constexpr):
-    """Step t's dL/dh (from the layer's output, or the whole) and what the backward reads: (dL/dh, tanh ff1,
-    tanh ff2, g, ts, u); zeros where not `live`."""
-    at = at_h + t * H
-    return (tl.load(grad + at, mask=live, other=0.0).to(tl.float32), tl.load(f1_s + at, mask=live, other=0.0),
-            tl.load(f2_s + at, mask=live, other=0.0), tl.load(g_s + at, mask=live, other=0.0),
-            tl.load(ts + at, mask=live, other=0.0).to(tl.float32), tl.load(u_s + at_u + t * U, mask=live, other=0.0))
-
-
-@triton.jit
-def _cfc_bwd_scan_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, d_states, B, L: tl.constexpr,
-                         H: tl.constexpr, U: tl.constexpr):
-    """The backward recurrence alone, steps in reverse: stores dL/dh per step (fp32) and nothing else, loading the
-    previous step's inputs while this step computes."""
-    row = tl.program_id(0).to(tl.int64)
-    wh, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
-    at_u = row * L * U + tl.arange(0, U)
-    at_h = row * L * H + tl.arange(0, H)
-    go, f1, f2, g, ts_t, u = _grad_inputs(grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, L - 1, True, H, U)
-    carry = tl.zeros([H], dtype=tl.float32)
-    for i in range(L):
-        t = L - 1 - i
-        go_next, f1_next, f2_next, g_next, ts_next, u_next = _grad_inputs(
-            grad_out, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, tl.maximum(t - 1, 0), True, H, U)
-        gh = go + carry
-        tl.store(d_states + at_h + t * H, gh)
-        d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)[4]
-        carry = tl.sum(wh * d_a[None, :], axis=1)
-        go, f1, f2, g, ts_t, u = go_next, f1_next, f2_next, g_next, ts_next, u_next
-
-
-@triton.jit
-def _cfc_grads_kernel(d_states, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B,
-                      L: tl.constexpr, H: tl.constexpr, U: tl.constexpr, STEPS: tl.constexpr):
-    """From dL/dh per step, the gradients into xproj, the four head outputs and ts: STEPS steps of one row per
-    program, all programs at once."""
-    row = tl.program_id(0).to(tl.int64)
-    _, w1, w2, w3, w4 = _grad_weights(w_h, w_heads, H, U)
-    at_u = row * L * U + tl.arange(0, U)
-    at_h = row * L * H + tl.arange(0, H)
-    at_o = row * L * 4 * H + tl.arange(0, H)
-    for s in range(STEPS):
-        t = tl.program_id(1) * STEPS + s
-        live = t < L
-        gh, f1, f2, g, ts_t, u = _grad_inputs(d_states, ts, u_s, f1_s, f2_s, g_s, at_h, at_u, t, live, H, U)
-        d1, d2, d3, d_pre, d_a = _step_grad(gh, f1, f2, g, ts_t, u, w1, w2, w3, w4)
-        tl.store(d_heads + at_o + t * 4 * H, d1, mask=live)
-        tl.store(d_heads + at_o + t * 4 * H + H, d2, mask=live)
-        tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3, mask=live)
-        tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre, mask=live)
-        tl.store(d_ts + at_h + t * H, d_pre * tl.load(ta_s + at_h + t * H, mask=live, other=0.0), mask=live)
-        tl.store(d_xproj + at_u + t * U, d_a, mask=live)
-
-
 def _pow2(n: int) -> bool:
     return 16 <= n <= 256 and n & (n - 1) == 0
 
@@ -388,14 +228,11 @@ def supported(hidden: int, units: int) -> bool:
     return _pow2(hidden) and _pow2(units)
 
 
-KERNELS = {  # name -> (forward kernel, backward kernel, how a program works: a "tile" of rows, one "row", or
-    # "steps": one row's recurrence alone, what it saves recomputed or derived afterwards over all steps at once)
+KERNELS = {  # name -> (forward kernel, backward kernel, how a program works: a "tile" of rows or one "row")
     "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, "row"),
     "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, "tile"),
-    "steps": (_cfc_fwd_scan_kernel, _cfc_bwd_scan_kernel, "steps"),
 }
-# (largest batch, kernels, rows per tile, warps): the first entry that covers the batch ("steps" is not in it until
-# timed against "rows"). Measured on an H200 with
+# (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
 # rows with 8 warps 0.45 ms (16-row tiles 0.50); at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
 LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048, "tiles", 16, 8),
@@ -414,54 +251,22 @@ def _plan(batch: int, dtype: torch.dtype) -> tuple[tuple, int, dict]:
     return kernels, rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
 
 
-def _all_steps_grid(batch: int, length: int) -> tuple[tuple[int, int], int]:
-    """(grid, steps per program) of the kernels over all steps of "steps": at batch 1 one step per program, so the
-    kernel takes about one step's latency; up to 8 from batch 16, so each program's weight load (160 KB for the
-    main trunk) serves more steps."""
-    steps = min(8, max(1, batch // 2))
-    return (batch, triton.cdiv(length, steps)), steps
-
-
 def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, bufs: list[Tensor],
                     save: bool):
-    """The launches of one layer's forward, as one callable (they run in order on one stream)."""
+    """The launch of one layer's forward kernel, as a callable for `_concurrently`."""
     batch, length, units = x.shape
-    (forward, _, kind), rows, meta = _plan(batch, x.dtype)
-    dims = {"H": w_h.shape[1], "U": units}
-    if kind != "steps":
-        return partial(forward[(triton.cdiv(batch, rows),)], x, ts, w_h, w_heads, b_heads, *bufs, batch, length,
-                       SAVE=save, **dims, **meta)
-
-    def scan_then_expand():
-        w_h_t, w_heads_t = w_h.t().contiguous(), w_heads.t().contiguous()
-        states = bufs[0] if x.dtype == torch.float32 else x.new_empty(bufs[0].shape, dtype=torch.float32)
-        forward[(batch,)](x, ts, w_h_t, w_heads_t, b_heads, states, batch, length, **dims, **meta)
-        if states is not bufs[0]:
-            bufs[0].copy_(states)
-        if save:
-            grid, steps = _all_steps_grid(batch, length)
-            _cfc_expand_kernel[grid](x, ts, states, w_h_t, w_heads_t, b_heads, *bufs[1:], batch, length, STEPS=steps,
-                                     **dims, **meta)
-    return scan_then_expand
+    (forward, _, _), rows, meta = _plan(batch, x.dtype)
+    return partial(forward[(triton.cdiv(batch, rows),)], x, ts, w_h, w_heads, b_heads, *bufs, batch, length,
+                   SAVE=save, H=w_h.shape[1], U=units, **meta)
 
 
 def _backward_launch(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, saved: list[Tensor],
                      bufs: list[Tensor]):
-    """The launches of one layer's backward, as one callable; `saved` is u, tanh ff1, tanh ff2, g, t_a."""
-    u = saved[0]
-    batch, length, units = u.shape
-    (_, backward, kind), rows, meta = _plan(batch, grad_out.dtype)
-    dims = {"H": w_h.shape[1], "U": units}
-    if kind != "steps":
-        return partial(backward[(triton.cdiv(batch, rows),)], grad_out, ts, w_h, w_heads, *saved, *bufs, batch,
-                       length, **dims, **meta)
-
-    def scan_then_gradients():
-        d_states = u.new_empty(batch, length, w_h.shape[1])
-        backward[(batch,)](grad_out, ts, w_h, w_heads, *saved[:4], d_states, batch, length, **dims, **meta)
-        grid, steps = _all_steps_grid(batch, length)
-        _cfc_grads_kernel[grid](d_states, ts, w_h, w_heads, *saved, *bufs, batch, length, STEPS=steps, **dims, **meta)
-    return scan_then_gradients
+    """The launch of one layer's backward kernel, as a callable; `saved` is u, tanh ff1, tanh ff2, g, t_a."""
+    batch, length, units = saved[0].shape
+    (_, backward, _), rows, meta = _plan(batch, grad_out.dtype)
+    return partial(backward[(triton.cdiv(batch, rows),)], grad_out, ts, w_h, w_heads, *saved, *bufs, batch, length,
+                   H=w_h.shape[1], U=units, **meta)
 
 
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
