@@ -104,7 +104,7 @@ def main() -> None:
     for batch in map(int, args.batches.split(",")):
         row = {"batch": batch, "torch_ms": time_pass(batch, fused=False), "fused_default_ms": None}
         for name in names:
-            if cfc_triton.KERNELS[VARIANTS[name][1]][2] != "tile" and batch > 512:
+            if not cfc_triton.KERNELS[VARIANTS[name][1]][2] and batch > 512:
                 continue
             cfc_triton.LAUNCH_PLAN = [VARIANTS[name]]
             try:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from alpha_core.models import cfc_triton
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
 
@@ -141,12 +140,7 @@ def main() -> None:
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", type=int, default=0, help="also profile this many steps per mode")
-    parser.add_argument("--small-batch-scan", choices=sorted(cfc_triton.KERNELS),
-                        help="the fused CfC scan up to batch 64 (default: LAUNCH_PLAN's), e.g. tiles")
     args = parser.parse_args()
-    if args.small_batch_scan:
-        _, _, rows, warps = cfc_triton.LAUNCH_PLAN[0]
-        cfc_triton.LAUNCH_PLAN[0] = (64, args.small_batch_scan, rows, warps)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "modes": []}

@@ -26,12 +26,11 @@ CHECK = textwrap.dedent("""
     for name in cfc_triton.KERNELS:  # every kernel pair, whatever the plan picks
         cfc_triton.LAUNCH_PLAN = [(None, name, 16, 4)]
         torch.manual_seed(0)
-        # two layers in one call; batch 19 for tiles: a full block of 16 rows and a partly masked one; 3 for one
-        # row per program; hidden != units both ways; per-unit and per-sample time steps
-        batch = {"tile": 19, "row": 3}[cfc_triton.KERNELS[name][2]]
+        # two layers in one call; batch 19: for tiles a full block of 16 rows and a partly masked one;
+        # hidden != units both ways; per-unit and per-sample time steps
         layers = [CfC(8, 16, backbone_units=32), CfC(8, 32, backbone_units=16)]
-        xs = [torch.randn(batch, 7, 8, requires_grad=True) for _ in layers]
-        ts = [torch.rand(batch, 7, 16, requires_grad=True), torch.rand(batch, 7, 1, requires_grad=True)]
+        xs = [torch.randn(19, 6, 8, requires_grad=True) for _ in layers]
+        ts = [torch.rand(19, 6, 16, requires_grad=True), torch.rand(19, 6, 1, requires_grad=True)]
         cells = [layer.rnn_cell for layer in layers]
         heads = [c._head_params() for c in cells]
         fused = fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs)], ts,

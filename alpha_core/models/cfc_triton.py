@@ -228,9 +228,9 @@ def supported(hidden: int, units: int) -> bool:
     return _pow2(hidden) and _pow2(units)
 
 
-KERNELS = {  # name -> (forward kernel, backward kernel, how a program works: a "tile" of rows or one "row")
-    "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, "row"),
-    "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, "tile"),
+KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns a tile of rows or one row)
+    "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, False),
+    "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, True),
 }
 # (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
@@ -239,34 +239,19 @@ LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048
                                                         (None, "tiles", 32, 8)]
 
 
-def _plan(batch: int, dtype: torch.dtype) -> tuple[tuple, int, dict]:
-    """(KERNELS entry, rows per program, meta-parameters) for this batch, from `LAUNCH_PLAN`. num_stages=1:
-    software pipelining would multi-buffer the weight tiles in shared memory (over 300 KB for the main trunk);
-    they are loop-invariant. Tiles use TF32 where torch's own fp32 matmuls may."""
+def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
+    """(kernel, grid, meta-parameters) for this batch, from `LAUNCH_PLAN`.
+
+    num_stages=1: software pipelining would multi-buffer the weight tiles in shared memory (over 300 KB for the
+    main trunk); they are loop-invariant. Tiles use TF32 where torch's own fp32 matmuls may."""
     _, name, rows, warps = next(entry for entry in LAUNCH_PLAN if entry[0] is None or batch <= entry[0])
-    kernels, meta = KERNELS[name], {"num_warps": warps, "num_stages": 1}
-    if kernels[2] != "tile":
-        return kernels, 1, meta
+    forward, backward_kernel, tiled = KERNELS[name]
+    kernel = backward_kernel if backward else forward
+    if not tiled:
+        return kernel, (batch,), {"num_warps": warps, "num_stages": 1}
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    return kernels, rows, {**meta, "BB": rows, "PRECISION": "tf32" if tf32 else "ieee"}
-
-
-def _forward_launch(x: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, bufs: list[Tensor],
-                    save: bool):
-    """The launch of one layer's forward kernel, as a callable for `_concurrently`."""
-    batch, length, units = x.shape
-    (forward, _, _), rows, meta = _plan(batch, x.dtype)
-    return partial(forward[(triton.cdiv(batch, rows),)], x, ts, w_h, w_heads, b_heads, *bufs, batch, length,
-                   SAVE=save, H=w_h.shape[1], U=units, **meta)
-
-
-def _backward_launch(grad_out: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, saved: list[Tensor],
-                     bufs: list[Tensor]):
-    """The launch of one layer's backward kernel, as a callable; `saved` is u, tanh ff1, tanh ff2, g, t_a."""
-    batch, length, units = saved[0].shape
-    (_, backward, _), rows, meta = _plan(batch, grad_out.dtype)
-    return partial(backward[(triton.cdiv(batch, rows),)], grad_out, ts, w_h, w_heads, *saved, *bufs, batch, length,
-                   H=w_h.shape[1], U=units, **meta)
+    meta = {"BB": rows, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": warps, "num_stages": 1}
+    return kernel, (triton.cdiv(batch, rows),), meta
 
 
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
@@ -318,7 +303,9 @@ def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_he
     outs, launches = [], []
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
         bufs = _fwd_buffers(x, wh, save)
-        launches.append(_forward_launch(x, t, wh, wk, bk, bufs, save))
+        kernel, grid, meta = _launch(x.shape[0], x.dtype, backward=False)
+        launches.append(partial(kernel[grid], x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1], H=wh.shape[1],
+                                U=x.shape[2], SAVE=save, **meta))
         outs += bufs
     _concurrently(launches, xproj[0].device)
     return outs
@@ -338,7 +325,9 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
     for i, (go, t, wh, wk) in enumerate(zip(grad_out, ts, w_h, w_heads, strict=True)):
         u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
-        launches.append(_backward_launch(go, t, wh, wk, [u, f1, f2, g, ta], bufs))
+        kernel, grid, meta = _launch(u.shape[0], go.dtype, backward=True)
+        launches.append(partial(kernel[grid], go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1],
+                                H=wh.shape[1], U=u.shape[2], **meta))
         outs += bufs
     _concurrently(launches, grad_out[0].device)
     return outs
