@@ -2,7 +2,7 @@
 
     python bench/bench_train_gpu.py --data-dir DIR/ES.FUT/mbp-10 --predecoded-dir PD --out results.json
 
-For each mode (batch size x precision x eager/CUDA graph x compile x fused Triton or torch CfC scan) it builds
+For each mode (batch size x precision x eager/CUDA graph x compile x fused or torch CfC scan) it builds
 the real `PerceptionTrainer` (K=64, default widths), runs warm-up steps (the graph is captured there), then
 times `--steps` training steps, each including the device-resident loader's gather, with CUDA events, and
 reports sequences/s, the time to the first step (compile and capture included) and peak GPU memory. It also
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from alpha_core.models import cfc_triton
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
 
@@ -135,7 +136,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/bench_train_gpu"))
     parser.add_argument("--modes", default="1:fp32:0,1:fp32:1,64:fp32:1,4096:fp32:0,4096:fp32:1,4096:bf16:1",
-                        help="batch:precision:graph(0|1)[:c for torch.compile][:t for the torch CfC scan], comma-separated")
+                        help="batch:precision:graph(0|1)[:c for torch.compile][:t for the torch CfC scan]"
+                             "[:r for Triton's row kernel in place of the CUDA one at small batch], comma-separated")
     parser.add_argument("--skip-inference", action="store_true")
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
@@ -146,11 +148,16 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "modes": []}
     for spec in args.modes.split(","):
         batch, precision, graph, *flags = spec.split(":")
+        plan = cfc_triton.LAUNCH_PLAN
+        if "r" in flags:
+            cfc_triton.LAUNCH_PLAN = [(64, "rows", 1, 8), *plan[1:]]
         try:
             r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags,
                          fused="t" not in flags)
         except Exception as exc:  # report and go on: one broken mode must not cost the whole device call
             r = {"mode": spec, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        cfc_triton.LAUNCH_PLAN = plan
+        r["small_batch_scan"] = "rows" if "r" in flags else "cuda"
         print(json.dumps(r), flush=True)
         results["modes"].append(r)
         args.out.write_text(json.dumps(results, indent=2))

@@ -42,6 +42,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from alpha_core.models.cfc_cuda import RowScan
+
 
 @triton.jit
 def _tanh(x):
@@ -229,13 +231,14 @@ def supported(hidden: int, units: int) -> bool:
 
 
 KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns a tile of rows or one row)
+    "cuda": (RowScan(False, _cfc_fwd_row_kernel), RowScan(True, _cfc_bwd_row_kernel), False),  # cfc_cuda.py
     "rows": (_cfc_fwd_row_kernel, _cfc_bwd_row_kernel, False),
     "tiles": (_cfc_fwd_kernel, _cfc_bwd_kernel, True),
 }
 # (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
 # rows with 8 warps 0.45 ms (16-row tiles 0.50); at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
-LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "rows", 1, 8), (2048, "tiles", 16, 8),
+LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "cuda", 1, 8), (2048, "tiles", 16, 8),
                                                         (None, "tiles", 32, 8)]
 
 

@@ -1,0 +1,161 @@
+"""CUDA C compiled at run time with NVRTC and launched on torch's current stream.
+
+Why: Triton chooses the thread layout of every reduction itself, and for a batch-1 recurrence that choice costs
+a dozen shared-memory round trips per step (bench/README.md, "triton_asm.py"). A few kernels are therefore
+written in CUDA C, where the layout is ours. NVRTC ships with every CUDA build of torch (a pip dependency of
+it), so no CUDA toolkit, compiler or CUDA_HOME is needed: the production image is a CUDA *runtime* image.
+
+Launches go through the driver API (cuLaunchKernel) on torch's current stream, so they are recorded by CUDA
+graph capture like any other kernel, and they work inside a torch.library custom op under torch.compile.
+`compile_cubin` needs no GPU (the tests use it to check that the sources compile and fit in registers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from functools import cache
+
+import torch
+
+
+class NvrtcUnavailable(RuntimeError):
+    """No NVRTC library or no CUDA driver: callers fall back to their Triton kernels."""
+
+
+def _nvrtc_candidates() -> list[str]:
+    """Names and paths to try for libnvrtc: the soname torch's CUDA build links against, then any copy in a
+    pip `nvidia` package (cu12: nvidia/cuda_nvrtc/lib, cu13: nvidia/cu13/lib)."""
+    names = []
+    if torch.version.cuda:
+        names.append(f"libnvrtc.so.{torch.version.cuda.split('.')[0]}")
+    names += ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+    for entry in sys.path:
+        names += sorted(glob.glob(os.path.join(entry, "nvidia", "*", "lib", "libnvrtc.so.*[0-9]")), reverse=True)
+    return names
+
+
+@cache
+def _nvrtc() -> ctypes.CDLL:
+    for name in _nvrtc_candidates():
+        # NVRTC opens its builtins library by name at compile time; one found beside it must be loaded first
+        for builtins in glob.glob(os.path.join(os.path.dirname(name), "libnvrtc-builtins.so.*[0-9]")):
+            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        return lib
+    raise NvrtcUnavailable("no NVRTC library found (libnvrtc.so.*, normally installed with CUDA torch)")
+
+
+@cache
+def _driver() -> ctypes.CDLL:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise NvrtcUnavailable(f"no CUDA driver: {exc}") from exc
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    lib.cuModuleLoadData.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+    lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
+    return lib
+
+
+def _check_nvrtc(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"NVRTC {what}: {_nvrtc().nvrtcGetErrorString(code).decode()}")
+
+
+def _check_driver(code: int, what: str) -> None:
+    if code != 0:
+        text = ctypes.c_char_p()
+        _driver().cuGetErrorString(code, ctypes.byref(text))
+        raise RuntimeError(f"CUDA {what}: {(text.value or b'unknown error').decode()}")
+
+
+def compile_cubin(source: str, names: list[str], arch: str, options: tuple[str, ...] = ()) -> tuple[bytes, dict, str]:
+    """Compile `source` for `arch` (e.g. "sm_90"). `names` are the kernels to export, template arguments
+    included ("cfc_fwd<64, 128, 256, true>"). Returns (cubin, {name: lowered symbol}, compiler log)."""
+    lib = _nvrtc()
+    program = ctypes.c_void_p()
+    _check_nvrtc(lib.nvrtcCreateProgram(ctypes.byref(program), source.encode(), b"alpha.cu", 0, None, None), "create")
+    try:
+        for name in names:
+            _check_nvrtc(lib.nvrtcAddNameExpression(program, name.encode()), "name")
+        opts = [f"--gpu-architecture={arch}", "--std=c++17", *options]
+        array = (ctypes.c_char_p * len(opts))(*(o.encode() for o in opts))
+        status = lib.nvrtcCompileProgram(program, len(opts), array)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(program, log)
+        if status != 0:
+            raise RuntimeError(f"NVRTC compile failed for {arch}:\n{log.value.decode(errors='replace')}")
+        _check_nvrtc(lib.nvrtcGetCUBINSize(program, ctypes.byref(size)), "cubin size")
+        cubin = ctypes.create_string_buffer(size.value)
+        _check_nvrtc(lib.nvrtcGetCUBIN(program, cubin), "cubin")
+        lowered = {}
+        for name in names:
+            symbol = ctypes.c_char_p()
+            _check_nvrtc(lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(symbol)), "lowered name")
+            lowered[name] = symbol.value.decode()
+        return cubin.raw, lowered, log.value.decode(errors="replace")
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def _make_context_current(index: int) -> None:
+    """Torch's (primary) context of device `index` current on this thread, which a driver-API call needs; the
+    runtime makes it current lazily, so e.g. a fresh autograd thread may not have it yet."""
+    driver = _driver()
+    current = ctypes.c_void_p()
+    _check_driver(driver.cuCtxGetCurrent(ctypes.byref(current)), "current context")
+    device, primary = ctypes.c_int(), ctypes.c_void_p()
+    _check_driver(driver.cuDeviceGet(ctypes.byref(device), index), "device")
+    _check_driver(driver.cuDevicePrimaryCtxRetain(ctypes.byref(primary), device), "primary context")
+    driver.cuDevicePrimaryCtxRelease(device)  # torch holds its own reference
+    if current.value != primary.value:
+        _check_driver(driver.cuCtxSetCurrent(primary), "set context")
+
+
+class Kernel:
+    """One compiled kernel on one device: `kernel(grid, block, *args)` launches on the current stream.
+    Arguments are tensors (passed as device pointers) or ints (C int)."""
+
+    def __init__(self, function: ctypes.c_void_p, device: torch.device) -> None:
+        self.function = function
+        self.device = device
+
+    def __call__(self, grid: int, block: int, *args) -> None:
+        values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        _make_context_current(self.device.index)
+        _check_driver(_driver().cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, 0, stream, params, None),
+                      "launch")
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[tuple, Kernel] = {}
+
+
+def kernel(source: str, name: str, device: torch.device) -> Kernel:
+    """`name` from `source`, compiled for `device`'s architecture once per process and loaded into its context."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (source, name, index)
+    with _LOCK:
+        if key not in _LOADED:
+            major, minor = torch.cuda.get_device_capability(index)
+            cubin, lowered, _ = compile_cubin(source, [name], f"sm_{major}{minor}")
+            _make_context_current(index)
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            _check_driver(_driver().cuModuleLoadData(ctypes.byref(module), cubin), "module load")
+            _check_driver(_driver().cuModuleGetFunction(ctypes.byref(function), module, lowered[name].encode()),
+                          "function")
+            _LOADED[key] = Kernel(function, torch.device("cuda", index))
+        return _LOADED[key]

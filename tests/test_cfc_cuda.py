@@ -1,0 +1,54 @@
+"""The CfC scan's CUDA C kernels (alpha_core.models.cfc_cuda): they compile for an H100/H200 without spilling, and
+on a GPU they equal the torch scan (the CUDA half of tests/test_cfc_triton.py) or hand a bf16 scan to Triton."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from alpha_core.models import cfc_cuda, nvrtc
+
+FLAGSHIP = [(64, 128), (64, 64)]  # (hidden, backbone units) of the main and aux trunks
+
+
+def test_lane_layout_is_checked():
+    assert cfc_cuda.supported(64, 128, 256) and cfc_cuda.supported(64, 64, 512)
+    assert not cfc_cuda.supported(16, 16, 256)  # fewer than four weights per lane
+    assert not cfc_cuda.supported(64, 128, 2048)  # over a block's 1024 threads
+    assert not cfc_cuda.supported(64, 128, 96)  # lanes do not divide the units
+
+
+@pytest.mark.parametrize("hidden,units", FLAGSHIP)
+def test_scan_kernels_compile_for_sm90_with_weights_in_registers(hidden, units):
+    names = [cfc_cuda.forward_name(hidden, units, 256, True), cfc_cuda.forward_name(hidden, units, 256, False),
+             cfc_cuda.backward_name(hidden, units, 256)]
+    cubin, lowered, log = nvrtc.compile_cubin(cfc_cuda.SOURCE, names, "sm_90", ("--ptxas-options=-v",))
+    assert cubin and set(lowered) == set(names)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) == 3 and all(s == ("0", "0") for s in spills), log  # a spill re-reads weights every step
+
+
+def test_a_compile_error_names_the_line():
+    with pytest.raises(RuntimeError, match=r"alpha\.cu\(\d+\).*undefined"):
+        nvrtc.compile_cubin("__global__ void k() { undefined_name(); }", ["k"], "sm_90")
+
+
+@pytest.mark.cuda
+def test_bf16_scan_takes_the_triton_row_kernel(monkeypatch):
+    from alpha_core.models import cfc_triton
+    from alpha_core.models.cfc import CfC, parallel_cfc
+
+    monkeypatch.setattr(nvrtc, "_LOADED", {})
+    torch.manual_seed(2)
+    layers = [CfC(64, h, backbone_units=u).cuda() for h, u in FLAGSHIP]
+    xs = [torch.randn(3, 64, 64, device="cuda") for _ in layers]
+    ts = [torch.rand(3, 64, device="cuda") for _ in layers]
+    assert cfc_triton.LAUNCH_PLAN[0][1] == "cuda"
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        fused = parallel_cfc(layers, xs, ts, fused=True)
+        reference = parallel_cfc(layers, xs, ts, fused=False)
+    for a, b in zip(fused, reference, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+    assert nvrtc._LOADED == {}
