@@ -22,8 +22,7 @@ def test_lane_layout_is_checked():
 
 @pytest.mark.parametrize("hidden,units", FLAGSHIP)
 def test_scan_kernels_compile_for_sm90_with_weights_in_registers(hidden, units):
-    names = [cfc_cuda.forward_name(hidden, units, 256, True), cfc_cuda.forward_name(hidden, units, 256, False),
-             cfc_cuda.backward_name(hidden, units, 256)]
+    names = list(cfc_cuda.kernel_names(hidden, units, 256))
     cubin, lowered, log = nvrtc.compile_cubin(cfc_cuda.SOURCE, names, "sm_90", ("--ptxas-options=-v",))
     assert cubin and set(lowered) == set(names)
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)

@@ -172,8 +172,8 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
     Their weights are assembled block-diagonally, so each step is one recurrent GEMM, one head GEMM and one
     set of elementwise kernels for all of them: a recurrence is a chain of small serial kernels, and halving
     that chain is what matters at small batch on a GPU. Results and gradients equal running each layer alone.
-    With `fused` on CUDA (and sizes the kernel supports) each layer's whole scan is instead one Triton kernel
-    per direction (cfc_triton.py), the layers side by side on their own streams: no chain of launches at all.
+    With `fused` on CUDA (and sizes the kernels support) each layer's whole scan is instead one kernel per
+    direction (cfc_triton.py, cfc_cuda.py), the layers side by side on their own streams: no chain of launches.
     Returns each layer's outputs [B, L, H_i] (from zero initial states).
     """
     cells = [layer.rnn_cell for layer in layers]

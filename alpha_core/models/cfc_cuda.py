@@ -258,6 +258,12 @@ def backward_name(hidden: int, units: int, threads: int) -> str:
     return f"cfc_bwd<{hidden}, {units}, {threads}>"
 
 
+def kernel_names(hidden: int, units: int, threads: int) -> tuple[str, str, str]:
+    """Every kernel a layer of this size may launch, compiled together."""
+    return (forward_name(hidden, units, threads, True), forward_name(hidden, units, threads, False),
+            backward_name(hidden, units, threads))
+
+
 class RowScan:
     """A scan direction with the launch interface of a Triton kernel (`kernel[grid](*args, **meta)`), as
     cfc_triton's launch plan calls it: the CUDA kernel where it applies, else the Triton row kernel `fallback`."""
@@ -279,7 +285,7 @@ class RowScan:
             name = (backward_name(hidden, units, threads) if self.backward
                     else forward_name(hidden, units, threads, meta["SAVE"]))
             try:
-                kernel = nvrtc.kernel(SOURCE, name, tensors[0].device)
+                kernel = nvrtc.load(SOURCE, kernel_names(hidden, units, threads), tensors[0].device)[name]
             except nvrtc.NvrtcUnavailable as exc:
                 if not RowScan._warned:
                     warnings.warn(f"CfC scan: {exc}; using the Triton row kernel", stacklevel=2)

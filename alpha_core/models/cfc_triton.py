@@ -6,8 +6,10 @@ and as many backward, so at small batch a training step waits on ~1,000 serial l
 batch rows and loads the weights once, before its loop over the L steps (re-reading them at every step cost up
 to a third more at batch 1); state stays in registers. Shapes of program (`KERNELS`), chosen by batch size from
 measurements (`LAUNCH_PLAN`):
-- "rows": at small batch, one row per program, its matrix-vector products as multiply + reduce (exact fp32),
-  every weight tile laid out [H, U] so that each product's output is already in the layout of the next one's input;
+- "cuda": at small batch, the hand-written CUDA C kernels of cfc_cuda.py, one block per row (twice as fast as
+  "rows" at batch 1 on an H200); they hand what they do not cover (bf16, odd sizes, no NVRTC) to "rows";
+- "rows": one row per program, its matrix-vector products as multiply + reduce (exact fp32), every weight tile
+  laid out [H, U] so that each product's output is already in the layout of the next one's input;
 - "tiles": above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls
   may).
 A row kernel with a third of the barriers per step (its loops storing only the state, the rest recomputed over
@@ -237,7 +239,8 @@ KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns 
 }
 # (largest batch, kernels, rows per tile, warps): the first entry that covers the batch. Measured on an H200 with
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
-# rows with 8 warps 0.45 ms (16-row tiles 0.50); at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
+# cuda with 8 warps 0.224 ms (16 warps 0.261, Triton rows 0.451, 16-row tiles 0.50); at 64, 0.311 (rows 0.557);
+# at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
 LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "cuda", 1, 8), (2048, "tiles", 16, 8),
                                                         (None, "tiles", 32, 8)]
 

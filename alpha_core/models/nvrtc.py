@@ -141,21 +141,26 @@ class Kernel:
 
 
 _LOCK = threading.Lock()
-_LOADED: dict[tuple, Kernel] = {}
+_LOADED: dict[tuple, dict[str, Kernel]] = {}
 
 
-def kernel(source: str, name: str, device: torch.device) -> Kernel:
-    """`name` from `source`, compiled for `device`'s architecture once per process and loaded into its context."""
+def load(source: str, names: tuple[str, ...], device: torch.device) -> dict[str, Kernel]:
+    """The kernels `names` of `source`, compiled together (one NVRTC run) for `device`'s architecture once per
+    process and loaded into its context."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (source, name, index)
+    key = (source, names, index)
     with _LOCK:
         if key not in _LOADED:
             major, minor = torch.cuda.get_device_capability(index)
-            cubin, lowered, _ = compile_cubin(source, [name], f"sm_{major}{minor}")
+            cubin, lowered, _ = compile_cubin(source, list(names), f"sm_{major}{minor}")
             _make_context_current(index)
-            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            module = ctypes.c_void_p()
             _check_driver(_driver().cuModuleLoadData(ctypes.byref(module), cubin), "module load")
-            _check_driver(_driver().cuModuleGetFunction(ctypes.byref(function), module, lowered[name].encode()),
-                          "function")
-            _LOADED[key] = Kernel(function, torch.device("cuda", index))
+            kernels = {}
+            for name in names:
+                function = ctypes.c_void_p()
+                _check_driver(_driver().cuModuleGetFunction(ctypes.byref(function), module, lowered[name].encode()),
+                              "function")
+                kernels[name] = Kernel(function, torch.device("cuda", index))
+            _LOADED[key] = kernels
         return _LOADED[key]
