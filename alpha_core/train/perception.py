@@ -61,6 +61,7 @@ from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 from alpha_core.weights import save_weights
 
 VAL_SEED_OFFSET = 0xC0FFEE
+SMALL_BATCH = 64  # up to this batch, compile without benchmarking elementwise kernels' block sizes
 SUMMARY = "alpha_train_summary.json"
 STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "state.json"
 RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size")  # they change nothing trained
@@ -225,9 +226,12 @@ class PerceptionTrainer:
             fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
             capturable=cfg.cuda_graph,
         )
-        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels
-        self.forward_loss = torch.compile(self._forward_loss) if cfg.compile else self._forward_loss
-        self.update_controllers = (torch.compile(self.model.update_controllers) if cfg.compile
+        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels; at a small
+        # batch no kernel is big enough for a choice of block size to matter, so Inductor does not benchmark
+        # candidates for each elementwise kernel (a cold compile's share of a B=1 fold, bench/README.md)
+        options = {"triton.autotune_pointwise": False} if cfg.batch_size <= SMALL_BATCH else None
+        self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
+        self.update_controllers = (torch.compile(self.model.update_controllers, options=options) if cfg.compile
                                    else self.model.update_controllers)
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
