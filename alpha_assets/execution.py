@@ -65,7 +65,7 @@ def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[d
                     {"name": "HOME", "value": HOME},
                     {"name": "XDG_CACHE_HOME", "value": f"{HOME}/.cache"},
                     # compiled kernels on the shared volume: only the first pod of an image compiles the
-                    # flagship (about 30 s on an H200); the caches key on torch, GPU and source, and write atomically
+                    # flagship (about 11 s on an H200); the caches key on torch, GPU and source, and write atomically
                     {"name": "TRITON_CACHE_DIR", "value": f"{COMPILE_CACHE}/triton"},
                     {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{COMPILE_CACHE}/torchinductor"},
                     {"name": "MPLCONFIGDIR", "value": f"{HOME}/.config/matplotlib"},
