@@ -51,3 +51,35 @@ def test_bf16_scan_takes_the_triton_row_kernel(monkeypatch):
     for a, b in zip(fused, reference, strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
     assert nvrtc._LOADED == {}
+
+
+@pytest.fixture
+def no_nvrtc(monkeypatch):
+    """A machine whose torch brings no NVRTC library."""
+    monkeypatch.setattr(nvrtc, "_nvrtc_candidates", lambda: ["/nonexistent/libnvrtc.so.99"])
+    nvrtc._nvrtc.cache_clear()
+    yield
+    nvrtc._nvrtc.cache_clear()
+
+
+def test_a_missing_nvrtc_is_reported_as_unavailable(no_nvrtc):
+    with pytest.raises(nvrtc.NvrtcUnavailable, match="no NVRTC library"):
+        nvrtc.compile_cubin("__global__ void k() {}", ["k"], "sm_90")
+
+
+@pytest.mark.cuda
+def test_without_nvrtc_the_scan_warns_once_and_takes_triton(no_nvrtc, monkeypatch):
+    from alpha_core.models.cfc import CfC, parallel_cfc
+
+    monkeypatch.setattr(nvrtc, "_LOADED", {})
+    monkeypatch.setattr(cfc_cuda.RowScan, "nvrtc_missing", False)
+    torch.manual_seed(3)
+    layers = [CfC(64, h, backbone_units=u).cuda() for h, u in FLAGSHIP]
+    xs = [torch.randn(2, 64, 64, device="cuda") for _ in layers]
+    ts = [torch.rand(2, 64, device="cuda") for _ in layers]
+    with torch.no_grad(), pytest.warns(UserWarning, match="using the Triton row kernel") as caught:
+        fused = parallel_cfc(layers, xs, ts, fused=True)
+    assert sum("Triton row kernel" in str(w.message) for w in caught) == 1 and cfc_cuda.RowScan.nvrtc_missing
+    with torch.no_grad():
+        for a, b in zip(fused, parallel_cfc(layers, xs, ts, fused=False), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

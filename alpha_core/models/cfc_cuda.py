@@ -268,7 +268,7 @@ class RowScan:
     """A scan direction with the launch interface of a Triton kernel (`kernel[grid](*args, **meta)`), as
     cfc_triton's launch plan calls it: the CUDA kernel where it applies, else the Triton row kernel `fallback`."""
 
-    _warned = False
+    nvrtc_missing = False  # set at the first failed load, so later launches go straight to Triton
 
     def __init__(self, backward: bool, fallback) -> None:
         self.backward = backward
@@ -280,16 +280,15 @@ class RowScan:
     def _launch(self, grid: tuple[int], args: tuple, meta: dict) -> None:
         hidden, units, threads = meta["H"], meta["U"], 32 * meta["num_warps"]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if (tensors[0].is_cuda and supported(hidden, units, threads)
+        if (not RowScan.nvrtc_missing and tensors[0].is_cuda and supported(hidden, units, threads)
                 and all(t.dtype == torch.float32 for t in tensors)):
             name = (backward_name(hidden, units, threads) if self.backward
                     else forward_name(hidden, units, threads, meta["SAVE"]))
             try:
                 kernel = nvrtc.load(SOURCE, kernel_names(hidden, units, threads), tensors[0].device)[name]
             except nvrtc.NvrtcUnavailable as exc:
-                if not RowScan._warned:
-                    warnings.warn(f"CfC scan: {exc}; using the Triton row kernel", stacklevel=2)
-                    RowScan._warned = True
+                warnings.warn(f"CfC scan: {exc}; using the Triton row kernel", stacklevel=2)
+                RowScan.nvrtc_missing = True
             else:
                 *pointers, _batch, length = args
                 kernel(grid[0], threads, *pointers, length)

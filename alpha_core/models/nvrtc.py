@@ -41,10 +41,10 @@ def _nvrtc_candidates() -> list[str]:
 @cache
 def _nvrtc() -> ctypes.CDLL:
     for name in _nvrtc_candidates():
-        # NVRTC opens its builtins library by name at compile time; one found beside it must be loaded first
-        for builtins in glob.glob(os.path.join(os.path.dirname(name), "libnvrtc-builtins.so.*[0-9]")):
-            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
         try:
+            if os.sep in name:  # NVRTC opens its builtins by name at compile time: load the one beside it first
+                for builtins in glob.glob(os.path.join(os.path.dirname(name), "libnvrtc-builtins.so.*[0-9]")):
+                    ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
             lib = ctypes.CDLL(name)
         except OSError:
             continue
@@ -109,18 +109,24 @@ def compile_cubin(source: str, names: list[str], arch: str, options: tuple[str, 
         lib.nvrtcDestroyProgram(ctypes.byref(program))
 
 
-def _make_context_current(index: int) -> None:
-    """Torch's (primary) context of device `index` current on this thread, which a driver-API call needs; the
-    runtime makes it current lazily, so e.g. a fresh autograd thread may not have it yet."""
+@cache
+def _primary_context(index: int) -> int:
+    """Torch's context on device `index` (the runtime's primary context; torch holds its own reference)."""
     driver = _driver()
-    current = ctypes.c_void_p()
-    _check_driver(driver.cuCtxGetCurrent(ctypes.byref(current)), "current context")
-    device, primary = ctypes.c_int(), ctypes.c_void_p()
+    device, context = ctypes.c_int(), ctypes.c_void_p()
     _check_driver(driver.cuDeviceGet(ctypes.byref(device), index), "device")
-    _check_driver(driver.cuDevicePrimaryCtxRetain(ctypes.byref(primary), device), "primary context")
-    driver.cuDevicePrimaryCtxRelease(device)  # torch holds its own reference
-    if current.value != primary.value:
-        _check_driver(driver.cuCtxSetCurrent(primary), "set context")
+    _check_driver(driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "primary context")
+    driver.cuDevicePrimaryCtxRelease(device)
+    return context.value
+
+
+def _make_current(context: int) -> None:
+    """A driver-API call needs the context current on this thread; the runtime makes it current lazily, so a
+    fresh thread (the autograd engine's, say) may not have it yet."""
+    current = ctypes.c_void_p()
+    _check_driver(_driver().cuCtxGetCurrent(ctypes.byref(current)), "current context")
+    if current.value != context:
+        _check_driver(_driver().cuCtxSetCurrent(ctypes.c_void_p(context)), "set context")
 
 
 class Kernel:
@@ -130,12 +136,13 @@ class Kernel:
     def __init__(self, function: ctypes.c_void_p, device: torch.device) -> None:
         self.function = function
         self.device = device
+        self.context = _primary_context(device.index)
 
     def __call__(self, grid: int, block: int, *args) -> None:
         values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
         params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        _make_context_current(self.device.index)
+        _make_current(self.context)
         _check_driver(_driver().cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, 0, stream, params, None),
                       "launch")
 
@@ -153,7 +160,7 @@ def load(source: str, names: tuple[str, ...], device: torch.device) -> dict[str,
         if key not in _LOADED:
             major, minor = torch.cuda.get_device_capability(index)
             cubin, lowered, _ = compile_cubin(source, list(names), f"sm_{major}{minor}")
-            _make_context_current(index)
+            _make_current(_primary_context(index))
             module = ctypes.c_void_p()
             _check_driver(_driver().cuModuleLoadData(ctypes.byref(module), cubin), "module load")
             kernels = {}
