@@ -260,3 +260,114 @@ def test_unknown_scale_or_symbol_is_a_plan_error(tmp_path):
     with pytest.raises(PlanError, match="quarters"):
         generate_demo_data(tmp_path, scale="tiny", symbols=["ES.FUT"], quarters=0)
     assert not list(tmp_path.iterdir())  # nothing written before the validation failed
+
+
+# --- scale `real`: the original workload's shape ------------------------------------------------------------
+
+_NS_MIN = 60_000_000_000
+
+
+def _ct(ts_ns: np.ndarray) -> np.ndarray:
+    """America/Chicago wall-clock datetimes of UTC nanosecond timestamps."""
+    from zoneinfo import ZoneInfo
+
+    ct = ZoneInfo("America/Chicago")
+    return np.array([dt.datetime.fromtimestamp(t / 1e9, ct).replace(tzinfo=None) for t in ts_ns.tolist()])
+
+
+def _session(ct_times: np.ndarray) -> np.ndarray:
+    """CME session (trade date) of each Chicago time: the session opens at 17:00 CT the evening before."""
+    return np.array([(t + dt.timedelta(hours=7)).date() for t in ct_times.tolist()])
+
+
+@pytest.fixture(scope="module")
+def real_bars(tmp_path_factory) -> Path:
+    """Two quarters of ES.FUT bars at scale `real` (no book: the bar run alone)."""
+    out = tmp_path_factory.mktemp("real")
+    paths = generate_demo_data(out, scale="real", symbols=["ES.FUT"], quarters=2, book_sessions=0)
+    assert [p.parent.name for p in paths] == ["ohlcv-1m", "ohlcv-1m"]
+    return out
+
+
+def test_real_scale_bars_have_the_original_shape(real_bars):
+    """~63 sessions a quarter of ~1,380 front-month bars, the daily break, weekends, the roll, quarters that tile."""
+    files = sorted((real_bars / "ES.FUT" / "ohlcv-1m").glob("*.dbn.zst"))
+    spans = []
+    for path in files:
+        store, bars = _load(path)
+        front, back = _outright_ids(store)
+        ts = bars["ts_event"].astype(np.int64)
+        ct = _ct(ts)
+        sessions = _session(ct)
+        assert 62 <= len(set(sessions.tolist())) <= 65
+        assert not any(t.hour == 16 for t in ct)  # the 16:00-17:00 CT break
+        assert not any(t.weekday() == 5 or (t.weekday() == 6 and t.hour < 17) for t in ct)  # weekend
+        # per session, the dominant outright trades in nearly every minute of the 23 hours
+        outright = np.isin(bars["instrument_id"], [front, back])
+        per_session = {}
+        for s, iid in zip(sessions[outright].tolist(), bars["instrument_id"][outright].tolist(), strict=True):
+            per_session.setdefault(s, {}).setdefault(iid, 0)
+            per_session[s][iid] += 1
+        dominant = np.array([max(c.values()) for c in per_session.values()])
+        assert 1_340 <= np.median(dominant) <= 1_380, np.median(dominant)
+        # the expiring contract leads until the roll in its expiry month, the next one after
+        first_s, last_s = min(per_session), max(per_session)
+        assert max(per_session[first_s], key=per_session[first_s].get) == front
+        assert max(per_session[last_s], key=per_session[last_s].get) == back
+        spans.append((int(ts.min()), int(ts.max())))
+    assert spans[0][1] < spans[1][0]  # consecutive quarters do not overlap
+
+
+def test_real_scale_bar_oracle_aligns_with_the_sidecar(real_bars, tmp_path):
+    from alpha_core.data.oracle import oracle_auc, oracle_probabilities
+    from alpha_core.data.sidecar import ensure_sidecar
+
+    path = sorted((real_bars / "ES.FUT" / "ohlcv-1m").glob("*.dbn.zst"))[0]
+    sc, _ = ensure_sidecar(path, tmp_path)
+    assert 80_000 < len(sc.ts) < 95_000  # ~87,000 front-month bars a quarter
+    assert oracle_probabilities(sc) is not None
+    assert min(oracle_auc([sc])) > 0.6
+
+
+def test_real_scale_book_around_the_roll(tmp_path, monkeypatch):
+    """The MBP-10 file holds the sessions around the roll, at the price of the bars, with its own exact oracle;
+    same seed, same bytes."""
+    import dataclasses
+
+    from alpha_core.data import demo
+
+    light = dataclasses.replace(SCALES["real"], book_events_per_session=20_000)  # the default's 1M: bench/
+    monkeypatch.setitem(demo.SCALES, "real", light)
+    paths = generate_demo_data(tmp_path / "a", scale="real", symbols=["ZN.FUT"], quarters=1)
+    again = generate_demo_data(tmp_path / "b", scale="real", symbols=["ZN.FUT"], quarters=1)
+    for p, q in zip(paths, again, strict=True):
+        assert p.read_bytes() == q.read_bytes()
+    mbp_path, bar_path = sorted(paths)
+    store, a = _load(mbp_path)
+    _, bars = _load(bar_path)
+    last = (a["flags"] & dbn.F_LAST) != 0
+    sessions = sorted(set(_session(_ct(a["ts_recv"][last][::500].astype(np.int64))).tolist()))
+    assert sessions == [dt.date(2024, 3, 6), dt.date(2024, 3, 7), dt.date(2024, 3, 8)]  # the roll: Thu 7 March
+    assert 3 * 20_000 * 1.2 < len(a) < 3 * 20_000 * 1.4  # one record an event, two a trade
+    front, back = _outright_ids(store)
+    trades = a[a["action"] == b"T"]
+    assert (trades["instrument_id"] == front).sum() > 100 and (trades["instrument_id"] == back).sum() > 100
+    # the book quotes where the bars trade at the same time
+    bar_close = bars["close"][bars["instrument_id"] == front]
+    bar_ts = bars["ts_event"][bars["instrument_id"] == front]
+    book_front = a[last & (a["instrument_id"] == front)]
+    at = np.searchsorted(bar_ts, book_front["ts_recv"][0])
+    assert abs(int(book_front["bid_px_00"][0]) - int(bar_close[at])) < 0.01 * int(bar_close[at])
+    orc = np.load(tmp_path / "a" / "ZN.FUT" / "oracle" / mbp_path.name.replace(".dbn.zst", ".oracle.npz"))
+    np.testing.assert_array_equal(orc["book_ts"], a["ts_recv"][last].astype(np.int64))
+    assert orc["book_prob"].shape == (int(last.sum()), 3)
+    bar_minutes = np.unique(bars["ts_event"].astype(np.int64))
+    np.testing.assert_array_equal(orc["bar_ts"], bar_minutes)
+
+
+def test_book_sessions_is_checked(tmp_path):
+    with pytest.raises(PlanError, match="book_sessions applies to scale 'real' only"):
+        generate_demo_data(tmp_path, scale="tiny", symbols=["ES.FUT"], book_sessions=2)
+    with pytest.raises(PlanError, match="book_sessions must be a non-negative integer"):
+        generate_demo_data(tmp_path, scale="real", symbols=["ES.FUT"], book_sessions=-1)
+    assert not list(tmp_path.iterdir())
