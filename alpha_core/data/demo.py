@@ -88,10 +88,11 @@ BAR_HORIZONS_MIN = (5, 15, 60)  # minutes
 class DemoScale:
     """Size of the demo set: quarters per symbol, sessions per quarter file, mean events per session.
 
-    With `book_sessions` set, a quarter is every CME session of its calendar quarter (`sessions_per_quarter` is
-    then the nominal count) and the two schemas come from two runs of the model on two clocks: the OHLCV-1m file
-    from `events_per_session` events in every session, the MBP-10 file from `book_events_per_session` events in
-    only `book_sessions` sessions around the roll (module docstring, "Scale real")."""
+    With `book_sessions` set, a quarter is the CME sessions of its calendar quarter (at most `sessions_per_quarter`
+    of them, around the roll: `real` takes all) and the two schemas come from two runs of the model on two clocks:
+    the OHLCV-1m file from `events_per_session` events in every session, the MBP-10 file from
+    `book_events_per_session` events in only `book_sessions` sessions around the roll (module docstring, "Scale
+    real"). bench/bench_scale.py caps the sessions to measure how each cost grows with a file's length."""
 
     name: str
     quarters: int
@@ -108,9 +109,10 @@ SCALES: dict[str, DemoScale] = {
         DemoScale("small", 6, 5, 6_000),
         # 10 sessions x 165k (+-5%) events = 1.57-1.73M events ~ 2.05-2.25M MBP-10 records per file (>= 2M)
         DemoScale("full", 4, 10, 165_000),
-        # the original workload: 8 calendar quarters (730 days) of ~63 sessions; ~1,370 one-minute bars a session
-        # from 60k events; MBP-10 for the 3 sessions around each roll at 1M events (~1.3M records) a session
-        DemoScale("real", 8, 63, 60_000, book_sessions=3, book_events_per_session=1_000_000),
+        # the original workload: 8 calendar quarters (730 days) of every session (62-65; 66 is the most weekdays a
+        # quarter can have); ~1,375 one-minute bars a session from 60k events; MBP-10 for the 3 sessions around
+        # each roll at 1M events (~1.3M records) a session
+        DemoScale("real", 8, 66, 60_000, book_sessions=3, book_events_per_session=1_000_000),
     )
 }
 
@@ -687,6 +689,11 @@ def _write_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoScale, 
     return [mbp_path, bar_path]
 
 
+def _around(center: int, n: int, total: int) -> int:
+    """First index of the n consecutive items of `total` centred on index `center`."""
+    return min(max(0, center - (n - 1) // 2), total - n)
+
+
 def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> list[Path]:
     """Scale `real`: bars from a run over every session of the calendar quarter (trades only), the book from a
     second run at book density over `sc.book_sessions` sessions around the roll, starting at the first run's mid.
@@ -694,6 +701,9 @@ def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoSc
     names, ids = _contracts(prod, year, qn)
     days = _quarter_sessions(year, qn)
     roll_idx = bisect.bisect_left(days, _roll_date(year, 3 * qn))
+    if sc.sessions_per_quarter < len(days):  # a shorter file of the same density, around the roll
+        lo = _around(roll_idx, sc.sessions_per_quarter, len(days))
+        days, roll_idx = days[lo : lo + sc.sessions_per_quarter], roll_idx - lo
     q = _run(prod, names, ids, days, roll_idx, sc.events_per_session, rng := _rng(seed, prod, year, qn))
     trades = _trades(q, rng)
     stem = f"{prod.symbol}_{year}-Q{qn}"
@@ -707,7 +717,7 @@ def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoSc
     written = [bar_path]
     n_book = min(sc.book_sessions or 0, len(days))
     if n_book:
-        lo = min(max(0, roll_idx - (n_book - 1) // 2), len(days) - n_book)
+        lo = _around(roll_idx, n_book, len(days))
         first = int(np.searchsorted(q.t, _ct_ns(days[lo] - dt.timedelta(days=1), 17, 0)))
         start_ticks = int(q.mid[min(first, len(q.t) - 1)])
         book_rng = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 1])
