@@ -37,9 +37,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.data_assets import CPU_POOL
 from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
+from alpha_core import cpus
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK
 from alpha_core.models import registry
@@ -378,6 +380,10 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
             raise PlanError("DAGSTER_HOME is not set: point it at the instance folder (e.g. dagster_home/)")
         instance = dg.DagsterInstance.get()
     instance.event_log_storage.set_concurrency_slots(GPU_POOL, p.max_parallel)
+    # every step is a process on this host: the CPU pools scale with its cores, each step gets its share of them
+    host = cpus.local_plan(cpus.decide(cpus.cgroup_cpu_limit(), cpus.affinity_cpus(), None), p.max_parallel)
+    for pool in (CPU_TRAINING_POOL, CPU_POOL):
+        instance.event_log_storage.set_concurrency_slots(pool, host.cpu_pool_limit)
     cpu_limit = instance.event_log_storage.get_concurrency_info(CPU_TRAINING_POOL).limit
     backfill = PartitionBackfill.from_asset_graph_subset(
         backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
@@ -385,9 +391,10 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
         title=p.title, description=p.description, run_config=p.run_config)
     instance.add_backfill(backfill)
     print(f"backfill {backfill.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
-          f"{pool_limits(p.max_parallel, cpu_limit)}", flush=True)
+          f"{pool_limits(p.max_parallel, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
+          f"{host.cpus_per_step} CPU thread(s) per step ({cpus.ENV})", flush=True)
     source = LocalBackfill(instance, backfill.backfill_id)
-    daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel)})
+    daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)

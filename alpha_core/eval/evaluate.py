@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alpha_core import artifacts, progress
+from alpha_core import artifacts, cpus, progress
 from alpha_core.bounds import Device, NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
@@ -216,6 +216,7 @@ def _searches(cfg: EvalConfig, symbol: str, models: set[str]) -> dict[str, Searc
 
 @torch.no_grad()
 def evaluate(cfg: EvalConfig) -> EnsembleReport:
+    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     device = resolve_device(cfg.device)
     with one_intra_op_thread() if device.type == "cpu" else nullcontext():  # CPU: parallel over batches instead
         return _evaluate(cfg, device)

@@ -16,7 +16,6 @@ Bars before the first full window (or without a decision) stay flat, decided on 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from alpha_core import cpus
 from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
@@ -120,7 +120,7 @@ def check_decision_clock(model: str, file: str, bars_ts: np.ndarray, position: n
 
 def cpu_workers() -> int:
     """The cores this process may use (at most MAX_CPU_WORKERS): CPU inference runs one batch per core."""
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_CPU_WORKERS))
+    return max(1, min(cpus.step_cpus(), MAX_CPU_WORKERS))
 
 
 @contextmanager

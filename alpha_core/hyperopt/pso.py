@@ -31,7 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 import alpha_core
-from alpha_core import progress
+from alpha_core import cpus, progress
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import Count, Device, NonNegInt, Seed
 from alpha_core.data.dbn import MBP10, OHLCV_1M
@@ -112,6 +112,7 @@ class HyperoptConfig(BaseModel):
 
 
 def hyperopt(cfg: HyperoptConfig) -> dict:
+    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
     if spec.search_space is None:
         raise PlanError(f"model {cfg.model!r} has no hyperopt search space (models with one: "

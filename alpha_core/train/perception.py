@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file
 
 import alpha_core
-from alpha_core import artifacts
+from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_directory, atomic_write_json
 from alpha_core.bounds import (
     MAX_BATCH_ELEMENTS,
@@ -587,4 +587,5 @@ class CapturedStep:
 
 
 def train(cfg: TrainConfig) -> TrainSummary:
+    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     return PerceptionTrainer(cfg).fit()

@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
-from alpha_core import artifacts
+from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import Count, NonNegFloat, check_batch_fits
 from alpha_core.data.dbn import OHLCV_1M
@@ -78,6 +78,7 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
              attempt_id: str | None = None, promote: bool = True,
              folds: list[FoldData] | None = None) -> list[RLFoldSummary]:
     """Train every requested fold, each as attempt `attempt_id` promoted to `fold-<k>` if `promote`."""
+    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     device = resolve_device(cfg.device)
     agent_cls = AGENT_CONFIGS[cfg.model]
     file_params = _agent_params(load_params_file(params_file), agent_cls, str(params_file))

@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
-from alpha_core import artifacts
+from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import MAX_BATCH_ELEMENTS, Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
@@ -97,6 +97,7 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
 
     Each fold is written as attempt `attempt_id` (a new id when None) and promoted to `fold-<k>` if `promote`.
     """
+    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
     if spec.trainer != "supervised":
         raise PlanError(f"model {cfg.model!r} is trained by `alpha {'train' if spec.trainer == 'perception' else 'train-rl'}`")
