@@ -5,6 +5,7 @@ They hold slots of the `cpu` pool (dagster.yaml's default limit); fold plans fol
 """
 
 import dagster as dg
+from pydantic import Field
 
 from alpha_assets.automation import FOLD_PLANS_AUTOMATION
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
@@ -30,8 +31,10 @@ class SidecarConfig(dg.Config):
 
 
 class FoldConfig(dg.Config):
-    cv_n_folds: int = N_FOLDS
-    cv_train_window: int = 0
+    """The walk-forward window (0: n_files - N_FOLDS - 1, the CLI's default). The number of folds is not
+    configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
+
+    cv_train_window: int = Field(0, ge=0)
 
 
 def sidecar_manifest(items: list[Predecoded]) -> list[dict]:
@@ -150,7 +153,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     for kind, upstream in (("book", "book_sidecars"), ("bars", "bar_sidecars")):
         sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
         refs = [file_ref(sc) for sc in sidecars]
-        plan = plan_folds(refs, config.cv_n_folds, config.cv_train_window)
+        plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
         problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
@@ -165,7 +168,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         metadata={
             "path": dg.MetadataValue.path(str(path)),
             "run_id": context.run.run_id,
-            "cv_n_folds": config.cv_n_folds,
+            "cv_n_folds": N_FOLDS,
             "train_window": plans["book"]["window"],
             "folds_table": dg.MetadataValue.md("\n".join(table)),
             "plans": dg.MetadataValue.json(plans),

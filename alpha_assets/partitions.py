@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dagster as dg
 
+from alpha_core.data.folds import N_FOLDS
 from alpha_core.data.products import PRODUCTS
 from alpha_core.errors import PlanError
 
 SYMBOLS = list(PRODUCTS)
-N_FOLDS = 3  # walk-forward folds per symbol (the fold plan's default)
 SYMBOL_DIM, FOLD_DIM = "symbol", "wf_fold"
 
 symbol_partitions = dg.StaticPartitionsDefinition(SYMBOLS)

@@ -99,7 +99,8 @@ def lineage(symbols: list[str], models: list[str], phase: str) -> dict[str, list
     return targets
 
 
-def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, run_id: str, max_parallel: int = MAX_PARALLEL,
+def plan(symbols: list[str], models: str, phase: str, epochs: int | None, trials: int | None, run_id: str,
+         max_parallel: int = MAX_PARALLEL,
          train_config: dict | None = None, hyperopt_config: dict | None = None) -> Plan:
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
@@ -117,16 +118,16 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int, trials: int, 
         raise PlanError(f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit "
                         f"(got {run_id!r})")
     for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
-        if value < 1:
+        if value is not None and value < 1:
             raise PlanError(f"{name} must be >= 1 (got {value})")
     targets = lineage(symbols, names, phase)
     ops = {}
     for key in targets:
         kind, _, model = key.partition("/")
-        if kind == "hyperopt":
-            ops[f"hyperopt__{model}"] = {"config": {"trials": trials, **(hyperopt_config or {})}}
+        if kind == "hyperopt":  # unset values stay the trainers' defaults, as for every other door
+            ops[f"hyperopt__{model}"] = {"config": {**({"trials": trials} if trials else {}), **(hyperopt_config or {})}}
         elif kind == "checkpoints":
-            ops[f"checkpoints__{model}"] = {"config": {"epochs": epochs, **(train_config or {})}}
+            ops[f"checkpoints__{model}"] = {"config": {**({"epochs": epochs} if epochs else {}), **(train_config or {})}}
         elif kind == "ensemble_report":  # the models the report must account for
             ops[kind] = {"config": {"models": names}}
     result = Plan(run_id, phase, symbols, names, max_parallel, targets, {"ops": ops} if ops else {})

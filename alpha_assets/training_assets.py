@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+from pydantic import ValidationError
 
 from alpha_assets import metadata
 from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
@@ -28,7 +29,7 @@ from alpha_assets.metadata import clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
-from alpha_core.errors import DataError, PlanError
+from alpha_core.errors import DataError, PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 
@@ -39,30 +40,33 @@ MODELS = registry.select("all")  # every registry model: the asset graph never d
 
 
 class TrainAssetConfig(dg.Config):
-    """Launchpad settings of a checkpoint (defaults sized for CPU demos; raise them on GPU pods)."""
+    """Launchpad settings of a checkpoint. A value left unset is the CLI trainer's own default (EPOCHS 50 for the
+    ensemble, the flagship's spec defaults, ...), so the UI, the scheduled retrain, `alpha run` and the original
+    commands train alike; each value is checked by the trainer's own config."""
 
-    epochs: int = 2
-    seq_len: int = 32
-    batch_size: int = 64
-    n_train_seqs: int = 2000
-    n_val_seqs: int = 1000
-    timesteps_per_epoch: int = 2000
+    epochs: int | None = None
+    seq_len: int | None = None
+    batch_size: int | None = None
+    n_train_seqs: int | None = None
+    n_val_seqs: int | None = None
+    timesteps_per_epoch: int | None = None  # RL agents
     device: str | None = None
-    precision: str = "fp32"  # fp32 | bf16 (the flagship; bf16 autocast)
-    gpu_fast_path: bool = True  # the flagship on cuda: torch.compile + the whole step in one CUDA graph
+    precision: str | None = None  # fp32 | bf16 (the flagship; bf16 autocast)
     min_val_auc: float = GateThresholds().min_val_auc  # gate: mean validation AUC must be above this
     min_val_sharpe: float = GateThresholds().min_val_sharpe  # RL gate: validation Sharpe must be above this
 
 
 class HyperoptAssetConfig(dg.Config):
-    trials: int = 4
-    epochs: int = 1
-    workers: int = 1
-    seq_len: int = 32
-    batch_size: int = 64
-    n_train_seqs: int = 1000
-    n_val_seqs: int = 500
-    timesteps_per_epoch: int = 1000
+    """Launchpad settings of a search; unset values are `alpha hyperopt`'s defaults (HYPEROPT_TRIALS 20, ...)."""
+
+    trials: int | None = None
+    epochs: int | None = None
+    workers: int | None = None
+    seq_len: int | None = None
+    batch_size: int | None = None
+    n_train_seqs: int | None = None
+    n_val_seqs: int | None = None
+    timesteps_per_epoch: int | None = None
     device: str | None = None
 
 
@@ -117,6 +121,8 @@ def fail_without_retry():
         yield
     except (DataError, PlanError) as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
+    except ValidationError as exc:  # a run config value the trainer's own config refuses
+        raise dg.Failure(description=f"run config: {describe_validation_error(exc)}", allow_retries=False) from exc
 
 
 def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
@@ -155,11 +161,12 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
             results = hyperopt(HyperoptConfig(
                 model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
                 symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
-                **config.model_dump()))
+                **given(config, HyperoptConfig.model_fields)))
         scores = [t["score"] for t in results["trials"]]
         problems = [f"trial {t['trial']}: score {t['score']} is not finite" for t in results["trials"]
                     if not math.isfinite(t["score"])]
-        problems += [f"{len(scores)} of {config.trials} trials completed"] if len(scores) != config.trials else []
+        wanted = results["settings"]["trials"]
+        problems += [f"{len(scores)} of {wanted} trials completed"] if len(scores) != wanted else []
         problems += hyperopt_leakage(FoldPlan.model_validate(plans["plans"]["bars"]), results)
         return dg.MaterializeResult(metadata=clean({
             "wall_time_s": time.perf_counter() - started, "device": str(resolve_device(config.device)),
@@ -229,6 +236,11 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
     return _asset
 
 
+def given(config: dg.Config, fields) -> dict:
+    """The settings of `config` that are set and that a trainer's config has (`fields`); the rest keep its default."""
+    return {k: v for k, v in config.model_dump().items() if v is not None and k in fields}
+
+
 def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt):
     """Train one fold as `attempt` (not promoted): its summary and horizons."""
     common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold,
@@ -237,28 +249,24 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
     if spec.trainer == "supervised":
         from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-        (s,) = train_supervised(SupervisedTrainConfig(
-            model=name, data_dir=data.symbol_dir(symbol), output_dir=out, predecoded_dir=storage.predecoded_dir(symbol),
-            symbol=symbol, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
-            n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device, **common), params_file,
-            attempt_id=attempt.id, promote=False)
+        cfg = SupervisedTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
+                                    predecoded_dir=storage.predecoded_dir(symbol), **common,
+                                    **given(config, SupervisedTrainConfig.model_fields))
+        (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False)
         return s, s.horizons
     if spec.trainer == "rl":
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
-        (s,) = train_rl(RLTrainConfig(
-            model=name, data_dir=data.symbol_dir(symbol), output_dir=out, predecoded_dir=storage.predecoded_dir(symbol),
-            symbol=symbol, epochs=config.epochs, timesteps_per_epoch=config.timesteps_per_epoch, device=config.device,
-            **common), params_file, attempt_id=attempt.id, promote=False)
+        cfg = RLTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
+                            predecoded_dir=storage.predecoded_dir(symbol), **common,
+                            **given(config, RLTrainConfig.model_fields))
+        (s,) = train_rl(cfg, params_file, attempt_id=attempt.id, promote=False)
         return s, []
-    from alpha_core.train.perception import PerceptionTrainer, TrainConfig, resolve_device
+    from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
-    fast = config.gpu_fast_path and resolve_device(config.device).type == "cuda"
-    s = PerceptionTrainer(TrainConfig(
-        mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
-        out=attempt.dest, epochs=config.epochs, seq_len=config.seq_len, batch_size=config.batch_size,
-        n_train_seqs=config.n_train_seqs, n_val_seqs=config.n_val_seqs, device=config.device,
-        precision=config.precision, cuda_graph=fast, compile=fast, **common), attempt_id=attempt.id).fit(promote=False)
+    cfg = TrainConfig(mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
+                      out=out, **common, **given(config, TrainConfig.model_fields))
+    s = PerceptionTrainer(cfg, attempt_id=attempt.id).fit(promote=False)
     return s, s.horizons
 
 
@@ -283,7 +291,7 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
     view = out / "models"  # the checkpoints this report uses: recorded by passing materializations, linked
     if view.exists():  # a re-run under the same RUN_ID: the view (links only) is rebuilt from current metadata
         shutil.rmtree(view)
-    used, upstream_excluded, hyperopt_results = [], [], {}
+    used, upstream_excluded = [], []
     for model in models:
         for fold in range(N_FOLDS):
             meta, reason = passing_checkpoint(context, model, symbol, fold)
@@ -294,17 +302,14 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(meta["path"], target_is_directory=True)
             used.append({"model": model, "fold": fold, "attempt": meta["attempt"], "run_id": meta["run_id"]})
-        hyper = latest_metadata(context, dg.AssetKey(["hyperopt", model]), symbol) if registry.get(
-            model).search_space else None
-        if hyper:
-            hyperopt_results[model] = Path(hyper["path"])
     if not used:
         raise dg.Failure(f"no checkpoint of {symbol} has passed its gate",
                          metadata={"excluded": dg.MetadataValue.json([e.model_dump() for e in upstream_excluded])})
-    # gate=None: the view holds promoted attempts only, each gated at promotion by its own run's thresholds
+    # gate=None: the view holds promoted attempts only, each gated at promotion by its own run's thresholds; the
+    # hyperopt search behind each checkpoint (the DSR's N and V) is the one its summary records, as for the CLI
     report = evaluate(EvalConfig(models_dir=view, data_dir=Path(data.root), output=out / "ensemble_report.json",
                                  symbols=[symbol], predecoded_dir=Path(storage.root) / "predecoded",
-                                 hyperopt_results=hyperopt_results, upstream_excluded=upstream_excluded, gate=None))
+                                 upstream_excluded=upstream_excluded, gate=None))
     sym = report.symbols[symbol]
     rows = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
     accounted = {(u["model"], u["fold"]) for u in used} | {(e.model, e.fold) for e in report.excluded}

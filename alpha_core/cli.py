@@ -336,9 +336,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from alpha_core.train.perception import TrainConfig, train
 
     cfg = TrainConfig(**_given(args))
-    summary = train(cfg)
-    print(f"wrote {cfg.out / 'alpha_train_summary.json'}: best mean AUC {summary.best_mean_auc:.4f} "
-          f"(epoch {summary.best_mean_auc_epoch}), {summary.sequences_per_s:.0f} sequences/s on {summary.device}")
+    for s in train(cfg):
+        print(f"fold {s.cv_fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
+              f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))}, "
+              f"{s.sequences_per_s:.0f} sequences/s on {s.device} -> {cfg.out / f'fold-{s.cv_fold}'}")
     return 0
 
 
@@ -392,7 +393,9 @@ WALK_FORWARD_HELP = {
     "symbol": "product to extract when a file maps several (e.g. ES.FUT)",
     "early_stop_patience": "epochs without improvement; 0 disables",
     "cv_fold": "train this fold only (default: every fold)",
-    "cv_train_window": "files per training window; 0: n_files - cv_n_folds",
+    "cv_train_window": "files per training window; 0: n_files - cv_n_folds - 1",
+    "cv_n_folds": "walk-forward folds, each with a test file (1: a single train/validation split, never tested)",
+    "allow_hyperopt_leakage": "train with params searched on one of the fold's test files (the report excludes it)",
     "seed": "(hex works: 0x4242)",
     "device": "cpu | cuda | cuda:N (default: cuda when available)",
 }
@@ -412,8 +415,9 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
     explicit = {k: values[k] for k in TRAIN_KEYS if k in values}  # flags win over the params file
     explicit.update(_explicit_params(args.param))
     for s in train_supervised(cfg, args.params_file, explicit):
-        print(f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, "
-              f"val AUC {' '.join(f'{a:.3f}' for a in s.val_auc)} -> {cfg.output_dir / f'fold-{s.fold}'}")
+        print(f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
+              f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))} "
+              f"-> {cfg.output_dir / f'fold-{s.fold}'}")
     return 0
 
 
@@ -462,6 +466,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(cfg.output.with_suffix(".md").read_text())
     for e in report.excluded:
         print(f"excluded: {e.model} {e.symbol} fold {e.fold}: {e.reason}", file=sys.stderr)
+    if not any(sym.models for sym in report.symbols.values()):
+        print(f"alpha evaluate: error: nothing could be evaluated ({len(report.excluded)} checkpoint(s) excluded, "
+              f"reasons above; the report lists them in {cfg.output})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -517,9 +525,10 @@ def add_run_parser(sub) -> None:
     # argparse converts string defaults with `type`, so a bad environment value is a clean usage error
     p.add_argument("--max-parallel", type=int, default=env("MAX_PARALLEL", "10"),
                    help="GPU steps at once across the instance: the `gpu` pool limit (env MAX_PARALLEL)")
-    p.add_argument("--epochs", type=int, default=env("EPOCHS", "50"), help="per walk-forward fold (env EPOCHS)")
-    p.add_argument("--hyperopt-trials", type=int, default=env("HYPEROPT_TRIALS", "20"),
-                   help="PSO trials per model (env HYPEROPT_TRIALS)")
+    p.add_argument("--epochs", type=int, default=env("EPOCHS"),
+                   help="per walk-forward fold (env EPOCHS; default: each trainer's, 50 for the ensemble as in the spec)")
+    p.add_argument("--hyperopt-trials", type=int, default=env("HYPEROPT_TRIALS"),
+                   help="PSO trials per model (env HYPEROPT_TRIALS; default: alpha hyperopt's, 20)")
     p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
     p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")

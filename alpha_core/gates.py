@@ -53,11 +53,9 @@ def check_gate(trainer: str, value: float, thresholds: GateThresholds, train_los
 
 def gated_value(trainer: str, summary: Mapping[str, Any]) -> tuple[float, float | None]:
     """(the gated metric, the final training loss) of a training summary (its JSON): an RL agent's validation
-    Sharpe; a supervised model's mean validation AUC at the epoch it kept; the flagship's best mean AUC (the epoch
-    it keeps). Promotion (Dagster) and `alpha evaluate` read the same numbers."""
+    Sharpe; a supervised or book model's mean validation AUC at the epoch of the checkpoint it kept, which is
+    the checkpoint `alpha evaluate` loads. Promotion (Dagster) and `alpha evaluate` read the same numbers."""
     if trainer == "rl":
         return float(summary["val_sharpe"]), None
-    if trainer == "supervised":
-        aucs = summary["val_auc"]
-        return (sum(aucs) / len(aucs) if aucs else math.nan), float(summary["final_train_loss"])
-    return float(summary["best_mean_auc"]), float(summary["final_train_loss"])
+    aucs = summary["val_auc"]
+    return (sum(aucs) / len(aucs) if aucs else math.nan), float(summary["final_train_loss"])

@@ -54,7 +54,7 @@ def stepped_positions(agent, files, cfg: EnvConfig, norm) -> list[np.ndarray]:
     for off, n in zip(market.offsets, market.lengths, strict=True):
         held, position = np.zeros(n), 0.0
         for t in range(cfg.window - 1, n):
-            action, _ = agent.predict(market.observations(np.array([off + t]), np.array([position])), deterministic=True)
+            action, _ = agent.predict(market.observations(np.array([off + t]), np.array([position]))[0], deterministic=True)
             held[t] = position = ACTION_TO_POSITION[int(action[0])]
         out.append(held)
     return out
@@ -76,7 +76,7 @@ def test_rl_validation_batched_gives_the_per_bar_positions(name, tiny_sidecars):
     assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
     assert len(np.unique(np.concatenate(want))) > 1  # the policy trades: the comparison is not of two flat lines
     market, rows = MarketData(val, cfg.window, norm), np.arange(cfg.window - 1, val[0].rows)
-    acts = [agent.predict(market.observations(rows, np.full(len(rows), p)), deterministic=True)[0]
+    acts = [agent.predict(market.observations(rows, np.full(len(rows), p))[0], deterministic=True)[0]
             for p in ACTION_TO_POSITION]
     assert (acts[0] != acts[1]).any() or (acts[1] != acts[2]).any()  # and what it does depends on its position
     segments = greedy_positions(agent, val, cfg, norm, segment_len=100)  # each segment starts flat

@@ -15,12 +15,9 @@ from alpha_core.eval.predict import (
     NO_DECISION,
     DecisionClockError,
     book_close_trade_ts,
-    book_decisions,
     check_decision_clock,
     entry_ts,
     load,
-    perception_snapshot_probs,
-    positions_from_probs,
     predict,
     snapshots_at,
 )
@@ -42,7 +39,7 @@ def run(tiny_data, tmp_path_factory):
                  "--epochs", "1", "--timesteps-per-epoch", "256", "--n-envs", "4", "--window", "8",
                  "--predecoded-dir", str(pd), *FOLDS]) == 0
     assert main(["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(pd), "--out",
-                 str(models / "perception" / "ES.FUT" / "fold-0"), "--epochs", "1", "--batch-size", "32",
+                 str(models / "perception" / "ES.FUT"), "--epochs", "1", "--batch-size", "32",
                  "--n-train-seqs", "64", "--n-val-seqs", "32", "--seq-len", "16", *FOLDS]) == 0
     checkpoints = {c.model: load(c, torch.device("cpu")) for c in find_checkpoints(models, ["ES.FUT"])[0]}
     bars = load_sidecar(next(pd.glob(f"{TEST}.ES.bars.*")))
@@ -99,24 +96,48 @@ def test_every_family_decides_at_or_before_its_entry_price(run, family):
     np.testing.assert_array_equal(unscored.decision_ts, pred.decision_ts)
 
 
-def test_a_signal_that_peeks_one_second_past_the_close_is_caught(run):
+def _cheat(monkeypatch, family: str, how: str) -> None:
+    """Make a family read past its entry trade the way a bug or a cheating model would: its windows end one row
+    later (the next bar, the next book record), or the book is read a second after the close trade."""
+    import alpha_core.eval.predict as predict_module
+    from alpha_core.rl.env import MarketData
+
+    if family == "ppo":  # the agent's observations gather the next bar's window
+        honest = MarketData.windows
+        monkeypatch.setattr(MarketData, "windows",
+                            lambda self, rows: honest(self, np.minimum(rows + 1, len(self.features) - 1)))
+    elif family == "perception" and how == "+1 s":
+        def late(bars, book):
+            close = book_close_trade_ts(bars, book)
+            return snapshots_at(book.ts, np.where(close >= 0, close + 1_000_000_000, -1))
+        monkeypatch.setattr(predict_module, "book_decision_rows", late)
+    elif family == "perception":
+        honest_rows = predict_module.book_decision_rows
+        monkeypatch.setattr(predict_module, "book_decision_rows",
+                            lambda bars, book: np.minimum(honest_rows(bars, book) + 1, book.rows - 1))
+    else:
+        monkeypatch.setattr(predict_module, "bar_decision_rows",
+                            lambda bars: np.minimum(np.arange(bars.rows) + 1, bars.rows - 1))
+
+
+@pytest.mark.parametrize("family, how", [("kan", "next bar"), ("ppo", "next bar"), ("perception", "next record"),
+                                         ("perception", "+1 s")])
+def test_a_model_that_reads_past_its_entry_trade_is_caught(run, monkeypatch, family, how):
+    """The decision time is derived from the rows a prediction actually gathered, not declared: a model that reads
+    one bar, one book record or one second past its entry trade carries that time and fails the check."""
     checkpoints, bars, book = run
-    snap = perception_snapshot_probs(checkpoints["perception"], book)
-    entry = entry_ts(bars, book)
-    close = book_close_trade_ts(bars, book)
-    peek = np.where(close >= 0, close + 1_000_000_000, -1)  # one second after the close trade
-    probs, decision = book_decisions(snap, book.ts, peek)
-    position = positions_from_probs(np.nan_to_num(probs[:, 0], nan=0.5), 0.0)
-    with pytest.raises(DecisionClockError, match=rf"peeking on {TEST}: bar \d+ \(.*\) trades on data from .* after its "
-                                                 r"entry price traded at"):
-        check_decision_clock("peeking", TEST, np.asarray(bars.ts), position, decision, entry)
-    # the old clock (the last snapshot before the minute ends) is caught too
-    rows = snapshots_at(book.ts, np.asarray(bars.ts) + NS_PER_MINUTE - 1)
-    old = np.where(rows >= 0, np.asarray(book.ts)[np.maximum(rows, 0)], NO_DECISION)
-    with pytest.raises(DecisionClockError, match="minute-end"):
-        check_decision_clock("minute-end", TEST, np.asarray(bars.ts), position, old, entry)
-    # and a bar model that decides a second after the close
-    kan = predict(checkpoints["kan"], bars, book, 0, 0.0)
-    late = np.where(kan.decision_ts != NO_DECISION, kan.decision_ts + 1_000_000_000, NO_DECISION)
-    with pytest.raises(DecisionClockError, match=f"kan on {TEST}: bar"):
-        check_decision_clock("kan", TEST, np.asarray(bars.ts), kan.position, late, entry)
+    _cheat(monkeypatch, family, how)
+    pred = predict(checkpoints[family], bars, book, 0, 0.0)
+    with pytest.raises(DecisionClockError, match=rf"{family} on {TEST}: bar \d+ \(.*\) trades on data from .* after "
+                                                 r"its entry price traded at"):
+        check_decision_clock(family, TEST, np.asarray(bars.ts), pred.position, pred.decision_ts, entry_ts(bars, book))
+
+
+def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path, tiny_data):
+    """`alpha evaluate` itself stops on look-ahead (it is a bug to fix, not a checkpoint to skip)."""
+    checkpoints, _, _ = run
+    models = checkpoints["kan"].ckpt.path.parent.parent.parent
+    _cheat(monkeypatch, "kan", "next bar")
+    with pytest.raises(DecisionClockError, match="kan on ES.FUT_"):
+        main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output",
+              str(tmp_path / "r.json"), "--device", "cpu", "--debug"])

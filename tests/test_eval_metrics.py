@@ -35,7 +35,7 @@ from alpha_core.eval.metrics import (
     sharpe,
     sharpe_standard_error,
     summarize,
-    trials_sharpe_var,
+    trials_sharpe_dispersion,
     turnover,
     win_rate,
 )
@@ -524,10 +524,14 @@ def test_summarize_consistent_with_parts():
     assert (s["sharpe_ci_low"], s["sharpe_ci_high"]) == bootstrap_sharpe_interval(daily)
     assert s["sharpe_by_cost"] == {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(position, next_return, c))[1])
                                    for c in COST_SENSITIVITY_TICKS}
-    assert s["dsr_n_trials"] == 20 and s["dsr_trials_sharpe_var"] == 1 / (len(daily) - 1)  # the null variance
+    assert s["dsr_n_trials"] == 20 and s["dsr_variance"] == 1 / (len(daily) - 1)  # the null variance
+    assert s["dsr_null"] == s["dsr"]  # no dispersion among trials given: the DSR is the one at the null variance
+    wide = summarize(ts, position, next_return, 0.05, n_trials=20, trials_dispersion=0.05)
+    assert wide["dsr_variance"] == pytest.approx(1 / (len(daily) - 1) + 0.05)
+    assert wide["dsr"] == deflated_sharpe_ratio(daily, 20, 1 / (len(daily) - 1) + 0.05) < wide["dsr_null"] == s["dsr"]
     assert set(s) == {"n_bars", "n_sessions", "total_pnl", "sharpe", "sharpe_se", "sharpe_ci_low", "sharpe_ci_high",
                       "sharpe_by_cost", "max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades",
-                      "hit_rate", "psr", "dsr", "dsr_n_trials", "dsr_trials_sharpe_var"}
+                      "hit_rate", "psr", "dsr", "dsr_null", "dsr_n_trials", "dsr_variance"}
 
 
 def test_summarize_no_trades():
@@ -617,7 +621,23 @@ def test_cost_sensitivity_falls_with_cost():
     assert s["sharpe_by_cost"]["1"] == s["sharpe"]
 
 
-def test_trials_sharpe_var_is_the_daily_variance_of_the_trials():
-    annual = np.array([1.0, 3.0, -2.0, np.nan])
-    assert trials_sharpe_var(annual) == pytest.approx(np.var(annual[:3] / math.sqrt(252), ddof=1), rel=1e-12)
-    assert trials_sharpe_var([2.0]) is None and trials_sharpe_var([1.5, 1.5, 1.5]) is None and trials_sharpe_var([]) is None
+def test_trials_dispersion_is_their_variance_net_of_sampling_noise():
+    annual = np.array([10.0, 30.0, -20.0, np.nan])
+    daily = annual[:3] / math.sqrt(252)
+    sessions = np.array([60, 60, 40, 60])
+    noise = np.mean((1 + daily**2 / 2) / sessions[:3] * (sessions[:3] - 1) / (sessions[:3] - 3))
+    assert trials_sharpe_dispersion(annual, sessions) == pytest.approx(np.var(daily, ddof=1) - noise, rel=1e-12)
+    assert trials_sharpe_dispersion([2.0], [5]) is None and trials_sharpe_dispersion([], []) is None
+    assert trials_sharpe_dispersion([1.0, 2.0], [3, 60]) is None  # 3 sessions: no estimate
+    assert trials_sharpe_dispersion([1.5, 1.5, 1.5], [5, 5, 5]) == 0.0  # no spread at all: nothing to deflate by
+
+
+def test_trials_dispersion_of_pure_noise_is_about_zero():
+    """Zero-skill trials on a 5-session validation file: their Sharpes spread by sampling noise alone (the raw
+    variance would be ~1/5 per session^2, 50 annualised); the estimate stays near 0 (the issue's V = 7.47)."""
+    rng = np.random.default_rng(3)
+    daily_pnl_of_trials = rng.standard_normal((400, 5))
+    sr = daily_pnl_of_trials.mean(axis=1) / daily_pnl_of_trials.std(axis=1, ddof=1)
+    raw = np.var(sr, ddof=1)
+    assert raw > 0.2
+    assert trials_sharpe_dispersion(sr * math.sqrt(252), np.full(400, 5)) < 0.1 * raw

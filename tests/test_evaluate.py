@@ -21,11 +21,11 @@ from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import (
     CPU_BATCH,
     _window_probs,
+    at_rows,
     book_close_trade_ts,
-    book_decisions,
     load,
-    perception_snapshot_probs,
-    supervised_probs,
+    snapshots_at,
+    window_probs_at,
 )
 from alpha_core.eval.report import load_report
 from alpha_core.gates import GateThresholds, gated_value
@@ -53,7 +53,7 @@ def trained(tiny_data, tmp_path_factory):
                  "--epochs", "1", "--timesteps-per-epoch", "512", "--n-envs", "4", "--predecoded-dir", str(pd),
                  "--device", "cpu", "--cv-fold", "0", *FOLDS]) == 0
     assert main(["train", "--mbp10-data-dir", str(book), "--predecoded-dir", str(pd), "--device", "cpu",
-                 "--out", str(models / "perception" / "ES.FUT" / "fold-0"), "--epochs", "1", "--batch-size", "32",
+                 "--out", str(models / "perception" / "ES.FUT"), "--epochs", "1", "--batch-size", "32",
                  "--n-train-seqs", "128", "--n-val-seqs", "64", "--seq-len", "16", "--cv-fold", "0", *FOLDS]) == 0
     # a checkpoint whose weights are gone must be listed, not silently dropped
     broken = models / "kan" / "ES.FUT" / "fold-7"
@@ -91,9 +91,10 @@ def test_report_end_to_end(trained, tiny_data):
             assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
             assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
             # no hyperopt behind these rows: N = the 6 configurations compared, V = the null variance 1/(T-1)
-            assert m.dsr_n_trials == 6 and m.dsr_trials_sharpe_var == pytest.approx(1 / (m.n_sessions - 1))
+            assert m.dsr_n_trials == 6 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
             assert m.dsr < m.psr or m.psr in (0.0, 1.0)
-        assert result.n_configurations == 6 and result.trials_sharpe_var_source.startswith("null variance")
+            assert m.dsr == m.dsr_null  # no trials: V is the null variance
+        assert result.n_configurations == 6 and result.dsr_estimator.startswith("null variance")
     assert sym.models["mamba2"].oos.n_sessions == sum(f.metrics.n_sessions for f in sym.models["mamba2"].folds)
     weights = sym.ensembles["validation_weighted"].folds[0].weights
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
@@ -162,10 +163,12 @@ def test_predictions_use_only_bars_up_to_each_bar(trained):
     (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "mamba2" and c.fold == 0]
     test = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
     model = load(ckpt, torch.device("cpu"))
-    full = supervised_probs(model, test)
+    full, read = window_probs_at(model, test)
     n = test.rows // 2
-    cut = supervised_probs(model, _truncated(test, n))
+    cut, cut_read = window_probs_at(model, _truncated(test, n))
     np.testing.assert_array_equal(cut, full[:n])
+    decided = read >= 0
+    assert (read[decided] == np.flatnonzero(decided)).all()  # each window read up to its own bar, no further
 
 
 def test_a_cheating_model_is_exposed_by_the_one_bar_shift():
@@ -191,14 +194,15 @@ def test_the_book_model_decides_on_nothing_after_each_close_trade(trained):
     bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
     close = book_close_trade_ts(bars, book)
     model = load(ckpt, torch.device("cpu"))
-    full, decided = book_decisions(perception_snapshot_probs(model, book), book.ts, close)
+    rows = snapshots_at(book.ts, close)
+    full, read = (at_rows(a, rows, fill) for a, fill in zip(window_probs_at(model, book), (np.nan, -1), strict=True))
     checked = 0
     for m in np.flatnonzero(np.isfinite(full[:, 0]))[:: max(1, bars.rows // 6)]:
         keep = int(np.searchsorted(np.asarray(book.ts), close[m], side="right"))  # snapshots with ts <= close trade
         cut = _truncated(book, keep)
-        probs, when = book_decisions(perception_snapshot_probs(model, cut), cut.ts, close[: m + 1])
-        np.testing.assert_allclose(probs[m], full[m], rtol=1e-5, atol=1e-6)
-        assert when[m] == decided[m] <= close[m]
+        probs, cut_read = window_probs_at(model, cut, rows[m : m + 1])
+        np.testing.assert_allclose(probs[rows[m]], full[m], rtol=1e-5, atol=1e-6)
+        assert cut_read[rows[m]] == read[m] == rows[m] and np.asarray(book.ts)[read[m]] <= close[m]
         checked += 1
     assert checked >= 4
 
@@ -229,11 +233,11 @@ def test_batched_inference_gives_the_model_s_own_numbers(trained):
     with torch.inference_mode():
         torch.testing.assert_close(model.net.last_logits(x[:64], dt[:64]), model.net(x[:64], dt[:64])["logits"][:, -1],
                                    rtol=0, atol=1e-6)
-    snap = perception_snapshot_probs(model, book)
+    snap, _ = window_probs_at(model, book)
     np.testing.assert_allclose(snap[k - 1 :], whole, rtol=0, atol=1e-6)
     assert np.isnan(snap[: k - 1]).all()
     rows = np.array([0, k - 2, k - 1, k + 5, book.rows - 1, k + 5])  # before the first window, repeated, last
-    some = perception_snapshot_probs(model, book, rows)
+    some, _ = window_probs_at(model, book, rows)
     picked = np.array([k - 1, k + 5, book.rows - 1])
     np.testing.assert_allclose(some[picked], snap[picked], rtol=0, atol=1e-6)
     assert np.isnan(np.delete(some, picked, axis=0)).all()
@@ -241,7 +245,7 @@ def test_batched_inference_gives_the_model_s_own_numbers(trained):
     mamba2 = load(checkpoints["mamba2"], torch.device("cpu"))
     with torch.no_grad():
         whole = torch.sigmoid(mamba2.net(_windows(mamba2, bars.features))[:, -1]).numpy()
-    np.testing.assert_allclose(supervised_probs(mamba2, bars)[mamba2.window - 1 :], whole, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(window_probs_at(mamba2, bars)[0][mamba2.window - 1 :], whole, rtol=0, atol=1e-6)
 
 
 def test_the_tft_s_variable_selection_once_per_bar_gives_its_forward_s_numbers():
@@ -255,8 +259,9 @@ def test_the_tft_s_variable_selection_once_per_bar_gives_its_forward_s_numbers()
     windows = torch.from_numpy(features).unfold(0, 16, 1).transpose(1, 2).contiguous()
     with torch.no_grad():
         whole = torch.sigmoid(model(windows)[:, -1]).numpy()
-    np.testing.assert_allclose(_window_probs(model, features, None, 16, norm, torch.device("cpu")), whole, rtol=0,
-                               atol=1e-6)
+    probs, read = _window_probs(model, features, None, 16, norm, torch.device("cpu"), np.arange(15, len(features)))
+    np.testing.assert_allclose(probs, whole, rtol=0, atol=1e-6)
+    assert (read == np.arange(15, len(features))).all()
 
 
 def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(trained, tiny_data):

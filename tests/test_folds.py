@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from alpha_core.data.folds import (
+    N_FOLDS,
     FileRef,
     Fold,
     FoldPlan,
@@ -26,9 +27,17 @@ def names(files):
     return [f.name for f in files]
 
 
-def test_single_fold_trains_on_all_but_last_and_validates_on_last():
+def test_the_default_plan_is_the_pipelines_walk_forward_with_a_test_file_in_every_fold():
+    plan = plan_folds(refs(6))
+    assert plan.cv_n_folds == N_FOLDS == 3 and plan.window == 2
+    assert all(len(f.test) == 1 for f in plan.folds)
+    with pytest.raises(PlanError, match=r"4 files are too few for 3 walk-forward folds .* --cv-n-folds 1"):
+        plan_folds(refs(4))
+
+
+def test_single_fold_is_an_explicit_opt_in_that_trains_on_all_but_last_and_validates_on_last():
     with pytest.warns(UntestedFoldWarning, match="no test file"):
-        plan = plan_folds(refs(4))
+        plan = plan_folds(refs(4), cv_n_folds=1)
     (fold,) = plan.folds
     assert names(fold.train) == ["f0", "f1", "f2"] and names(fold.val) == ["f3"] and fold.test == []
     assert plan.window == 3
@@ -62,10 +71,9 @@ def test_a_fold_without_a_test_file_is_an_explicit_opt_in():
     assert names(plan.folds[0].test) == ["f4"] and plan.folds[1].test == []
 
 
-@pytest.mark.filterwarnings("ignore::alpha_core.data.folds.UntestedFoldWarning")
 def test_files_are_ordered_by_time_not_by_input_order():
-    plan = plan_folds(list(reversed(refs(3))))
-    assert names(plan.folds[0].train) == ["f0", "f1"]
+    plan = plan_folds(list(reversed(refs(6))))
+    assert names(plan.folds[0].train) == ["f0", "f1"] and names(plan.folds[2].test) == ["f5"]
 
 
 @pytest.mark.parametrize(
@@ -74,8 +82,8 @@ def test_files_are_ordered_by_time_not_by_input_order():
         (5, 0, 0, r"--cv-n-folds must be >= 1 \(got 0\)"),
         (5, 2, -1, r"--cv-train-window must be >= 0 \(got -1\)"),
         (1, 1, 0, r"need >= 2 files for single-fold temporal split, found 1"),
-        (2, 2, 0, r"cv_train_window resolves to 0 \(n_files=2, n_folds=2\)"),
-        (3, 2, 0, r"cv_train_window resolves to 0 \(n_files=3, n_folds=2\)"),
+        (2, 2, 0, r"2 files are too few for 2 walk-forward folds .* at least 4 files"),
+        (3, 2, 0, r"3 files are too few for 2 walk-forward folds .* at least 4 files"),
         (4, 3, 2, r"CV layout overflows: cv_fold=2 \+ window=2 \+ 1 val file > 4 files available"),
     ],
 )

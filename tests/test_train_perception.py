@@ -37,7 +37,7 @@ def config(book_dir, tmp_path, **overrides) -> TrainConfig:
 
 def test_learns_the_planted_signal_below_the_oracle(book_dir, tmp_path):
     cfg = config(book_dir, tmp_path, epochs=2, batch_size=64, n_train_seqs=3000, n_val_seqs=2000, seq_len=32,
-                 lr_warmup_steps=20, early_stop_metric="none")
+                 lr_warmup_steps=20, early_stop_metric="none", cv_n_folds=1)  # 4 tiny files to learn from
     trainer = PerceptionTrainer(cfg)
     summary = trainer.fit()
     auc_h10 = summary.best_mean_auc_per_horizon[0]
@@ -48,7 +48,7 @@ def test_learns_the_planted_signal_below_the_oracle(book_dir, tmp_path):
 def test_summary_has_every_spec_field_and_checkpoints(book_dir, tmp_path):
     cfg = config(book_dir, tmp_path, epochs=2, kernel_step_trace=tmp_path / "out" / "trace.jsonl")
     PerceptionTrainer(cfg).fit()
-    out = tmp_path / "out"
+    out = tmp_path / "out" / "fold-0"
     summary = json.loads((out / SUMMARY).read_text())
     for name, kind in SPEC_FIELDS.items():
         assert isinstance(summary[name], kind), (name, summary[name])
@@ -71,17 +71,28 @@ def test_best_checkpoint_reproduces_its_validation_auc(book_dir, tmp_path):
     cfg = config(book_dir, tmp_path, epochs=3, n_train_seqs=256, n_val_seqs=256)
     summary = PerceptionTrainer(cfg).fit()
     fresh = PerceptionTrainer(cfg)  # same data and config, untrained weights
-    load_model(fresh.model, str(cfg.out / summary.best_h1000_ckpt_path))
+    out = cfg.out / "fold-0"
+    load_model(fresh.model, str(out / summary.best_h1000_ckpt_path))
     _, aucs = fresh.validate_epoch(summary.best_auc_h1000_epoch)
     np.testing.assert_allclose(aucs, summary.best_auc_h1000_per_horizon, atol=1e-9)
-    model = PerceptionModel(PerceptionConfig(**json.loads((cfg.out / "model_config.json").read_text())))
-    load_model(model, str(cfg.out / "trunk_best_h1000.safetensors"))
+    # the checkpoint the gate judges (and evaluation loads) reproduces the AUCs its summary gates on
+    load_model(fresh.model, str(out / summary.checkpoint))
+    _, aucs = fresh.validate_epoch(summary.checkpoint_epoch)
+    assert summary.checkpoint_metric == "mean_auc" and summary.checkpoint == "model_best_mean_auc.safetensors"
+    np.testing.assert_allclose(aucs, summary.val_auc, atol=1e-9)
+    assert summary.val_auc == summary.best_mean_auc_per_horizon
+    model = PerceptionModel(PerceptionConfig(**json.loads((out / "model_config.json").read_text())))
+    load_model(model, str(out / "trunk_best_h1000.safetensors"))
     x, dt = torch.randn(2, 8, model.cfg.n_features), torch.rand(2, 8)
     torch.testing.assert_close(model(x, dt)["logits"], fresh.model.cpu()(x, dt)["logits"])
 
 
-def test_cv_split_single_fold_and_sliding_window(book_dir, tmp_path):
-    single = PerceptionTrainer(config(book_dir, tmp_path / "a"))
+def test_cv_split_default_walk_forward_single_fold_and_sliding_window(book_dir, tmp_path):
+    default = PerceptionTrainer(config(book_dir, tmp_path / "d", cv_fold=2))  # the pipeline's plan: 3 folds, a test each
+    assert [sc.meta.source.name for sc in default.train_files] == ["ES.FUT_2024-Q3.dbn.zst"]
+    assert [sc.meta.source.name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert default.test_names == ["ES.FUT_2025-Q1.dbn.zst"] and default.dest == tmp_path / "d" / "out" / "fold-2"
+    single = PerceptionTrainer(config(book_dir, tmp_path / "a", cv_n_folds=1))
     assert [sc.meta.source.name for sc in single.train_files] == [f"ES.FUT_2024-Q{i}.dbn.zst" for i in (1, 2, 3, 4)]
     assert [sc.meta.source.name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
     sliding = PerceptionTrainer(config(book_dir, tmp_path / "b", cv_n_folds=2, cv_train_window=2, cv_fold=1))
@@ -122,7 +133,7 @@ def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
         (["--cv-fold", "2", "--cv-n-folds", "2"], "--cv-fold 2 must be < --cv-n-folds 2"),
         (["--cv-n-folds", "3", "--cv-train-window", "3"],
          "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available"),
-        (["--cv-n-folds", "5"], "cv_train_window resolves to 0 (n_files=5, n_folds=5)"),
+        (["--cv-n-folds", "5"], "5 files are too few for 5 walk-forward folds"),
         (["--cuda-graph"], "--cuda-graph and --compile are for cuda devices"),
     ],
 )
@@ -139,6 +150,8 @@ def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
     (lone / "only.dbn.zst").write_bytes(next(book_dir.glob("*.dbn.zst")).read_bytes())
     argv = ["train", "--mbp10-data-dir", str(lone), "--predecoded-dir", str(tmp_path / "pd"), "--out", str(tmp_path / "o")]
     assert main(argv) == 2
+    assert f"{lone}: 1 files are too few for 3 walk-forward folds" in capsys.readouterr().err
+    assert main([*argv, "--cv-n-folds", "1"]) == 2
     assert f"need >= 2 files for single-fold temporal split, found 1 under {lone}" in capsys.readouterr().err
 
 

@@ -1,5 +1,5 @@
-"""Issue 10's proofs: hyperopt never touches a test file, the DSR counts every trial, RL validation is the
-evaluator's Sharpe, and early stopping is one rule."""
+"""Hyperopt never touches a test file, and its params are checked where they are used; the DSR counts every trial
+from every door; RL validation is the evaluator's Sharpe; early stopping is one rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import torch
 from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
 from alpha_core.data.predecode import file_ref, predecode
-from alpha_core.errors import DataError
 from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints
 from alpha_core.eval.predict import load, predict
@@ -59,60 +58,81 @@ def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
         assert [t["score"] for t in results["trials"]] == [t["val_sharpe"] for t in results["trials"]]
 
 
-def test_nested_search_stays_inside_its_fold(bars, tmp_path):
+def test_the_original_commands_find_their_search_and_count_every_trial(bars, tiny_data, tmp_path):
+    """The spec's three commands with only their flags: hyperopt into the original layout, train-supervised with its
+    --params-file, evaluate with no --hyperopt-results. Every fold has an out-of-sample row, and the DSR counts
+    N = trials x configurations with V = the null variance + the trials' dispersion (net of noise): the search is
+    found through the checkpoint's own record, the same record Dagster's report reads."""
     bars_dir, pd, sidecars = bars
-    results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "r.json", "--cv-n-folds", "2", "--cv-fold", "1")
-    fold = plan_folds([file_ref(sc) for sc in sidecars], 2).folds[1]
-    assert results["train_files"] == [r.name for r in fold.train] and results["val_files"] == [r.name for r in fold.val]
-    assert results["cv_fold"] == 1
-
-
-def test_the_dsr_counts_every_trial_and_configuration(bars, tiny_data, tmp_path):
-    """N = hyperopt trials x configurations compared, V = the variance of the trials' daily Sharpe; DSR < PSR."""
-    bars_dir, pd, sidecars = bars
-    folds = ["--cv-n-folds", "2"]
-    results_path = tmp_path / "hyperopt" / "results.json"
-    results = _hyperopt("mamba2", bars_dir, pd, results_path, *folds, "--trials", "3")
-    models = tmp_path / "models"
+    run = tmp_path / "run"
+    results_path = run / "hyperopt" / "mamba2" / "ES.FUT" / "results.json"
+    results = _hyperopt("mamba2", bars_dir, pd, results_path, "--trials", "3")
+    assert all(t["val_sessions"] >= 1 for t in results["trials"])
+    models = run / "models"
     assert main(["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir",
                  str(models / "mamba2" / "ES.FUT"), "--params-file", str(results_path), "--predecoded-dir", str(pd),
-                 *SMALL, *folds]) == 0
-    out = tmp_path / "eval" / "ensemble_report.json"
+                 *SMALL]) == 0
+    out = run / "eval" / "ensemble_report.json"
     assert main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--predecoded-dir", str(pd), "--device", "cpu", "--hyperopt-results", f"mamba2={results_path}",
-                 "--min-val-auc", "0"]) == 0  # a tiny model near chance is still reported
+                 "--predecoded-dir", str(pd), "--device", "cpu", "--min-val-auc", "0"]) == 0  # tiny models near chance
     sym = load_report(out).symbols["ES.FUT"]
     row = sym.models["mamba2"]
+    assert [f.fold for f in row.folds] == [0, 1, 2]  # the pipeline's walk-forward plan, a test file in every fold
     assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
-    sharpes = [t["val_sharpe"] for t in results["trials"]]
-    var = metrics.trials_sharpe_var(sharpes)
+    assert row.hyperopt_results == [str(results_path.resolve())]
+    dispersion = metrics.trials_sharpe_dispersion([t["val_sharpe"] for t in results["trials"]],
+                                                  [t["val_sessions"] for t in results["trials"]])
+    assert row.trials_dispersion == dispersion
     for m in (row.oos, *(f.metrics for f in row.folds), *(e.oos for e in sym.ensembles.values())):
         assert m.dsr_n_trials == 9
-        if var is None:  # every trial scored the same: the null variance
-            assert m.dsr_trials_sharpe_var == pytest.approx(1 / (m.n_sessions - 1))
-        else:
-            assert m.dsr_trials_sharpe_var == pytest.approx(var)
+        assert m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1) + (dispersion or 0.0))
         assert m.dsr < m.psr or m.psr in (0.0, 1.0)
-    assert row.hyperopt_results == [str(results_path)]
     md = out.with_suffix(".md").read_text()
-    assert "| mamba2 | " in md and " | 9 | " in md
+    assert "| mamba2 | " in md and " | 9 | " in md and "dsr@null" in md
 
-    # a search that validated on a test file (the old single split) excludes the checkpoints it tuned
-    leaky = {**results, "val_files": [sidecars[-1].meta.source.name]}
-    leaky_path = tmp_path / "leaky.json"
-    leaky_path.write_text(json.dumps(leaky))
-    report = evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval2" / "r.json",
-                                 predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path},
-                                 gate=GateThresholds(min_val_auc=0.0)))
+
+def _train(bars_dir, pd, out, params, *extra):
+    return main(["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir", str(out),
+                 "--params-file", str(params), "--predecoded-dir", str(pd), *SMALL, *extra])
+
+
+def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, tiny_data, tmp_path, capsys):
+    """A trainer refuses a search that trained or validated on one of its test files, naming them; the explicit
+    override trains, records the leak in the summary, and the report lists the fold under Excluded."""
+    bars_dir, pd, sidecars = bars
+    results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "results.json", "--trials", "2")
+    test_file = sidecars[-1].meta.source.name  # fold 2's test file
+    leaky = tmp_path / "leaky.json"
+    leaky.write_text(json.dumps({**results, "val_files": [test_file]}))
+    capsys.readouterr()
+    assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky) == 2
+    err = capsys.readouterr().err
+    assert f"{leaky}: fold 2: test file {test_file} was a hyperopt validation file" in err and err.count("\n") == 1
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("summary.json"))
+    assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky, "--allow-hyperopt-leakage") == 0
+    summary = json.loads((tmp_path / "m" / "mamba2" / "ES.FUT" / "fold-2" / "summary.json").read_text())
+    assert summary["hyperopt_leakage"] == [f"fold 2: test file {test_file} was a hyperopt validation file"]
+    report = evaluate(EvalConfig(models_dir=tmp_path / "m", data_dir=tiny_data, output=tmp_path / "e" / "r.json",
+                                 predecoded_dir=pd, device="cpu", gate=GateThresholds(min_val_auc=0.0)))
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
-    assert reasons[("mamba2", 1)].startswith(f"hyperopt trained or validated on its test file {sidecars[-1].meta.source.name}")
-    # results from before trial Sharpes were recorded are refused, naming the file and the field
-    old = {**results, "trials": [{k: v for k, v in t.items() if k != "val_sharpe"} for t in results["trials"]]}
-    leaky_path.write_text(json.dumps(old))
-    with pytest.raises(DataError, match=r"leaky.json: trials\[0\].val_sharpe: expected a number"):
-        evaluate(EvalConfig(models_dir=models, data_dir=tiny_data, output=tmp_path / "eval3" / "r.json",
-                            predecoded_dir=pd, device="cpu", hyperopt_results={"mamba2": leaky_path},
-                            gate=GateThresholds(min_val_auc=0.0)))
+    assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test file")
+    assert {f.fold for f in report.symbols["ES.FUT"].models["mamba2"].folds} == {0, 1}
+
+
+def test_a_nested_search_trains_only_its_own_fold_and_only_its_own_model(bars, tmp_path, capsys):
+    bars_dir, pd, sidecars = bars
+    nested = tmp_path / "nested.json"
+    results = _hyperopt("mamba2", bars_dir, pd, nested, "--trials", "2", "--cv-fold", "1")
+    fold = plan_folds([file_ref(sc) for sc in sidecars]).folds[1]
+    assert results["train_files"] == [r.name for r in fold.train] and results["val_files"] == [r.name for r in fold.val]
+    assert results["cv_fold"] == 1
+    capsys.readouterr()
+    assert _train(bars_dir, pd, tmp_path / "all", nested) == 2
+    assert "a nested search tuned for fold 1 cannot train fold 0" in capsys.readouterr().err
+    assert _train(bars_dir, pd, tmp_path / "one", nested, "--cv-fold", "1") == 0
+    assert main(["train-supervised", "--model", "kan", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "k"),
+                 "--params-file", str(nested), "--predecoded-dir", str(pd), *SMALL, "--cv-fold", "1"]) == 2
+    assert "hyperopt results of model 'mamba2' cannot train 'kan'" in capsys.readouterr().err
 
 
 def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path):
@@ -138,7 +158,7 @@ def test_dsr_is_below_psr_whenever_there_is_more_than_one_trial():
         if not 0.0 < psr < 1.0:
             continue
         trials = rng.normal(1.0, 3.0, int(rng.integers(2, 40)))
-        var = metrics.trials_sharpe_var(trials)
+        var = 1 / (len(daily) - 1) + metrics.trials_sharpe_dispersion(trials, np.full(len(trials), 60))
         for n in (2, 7, 100):
             assert metrics.deflated_sharpe_ratio(daily, n, var) < psr
             assert metrics.deflated_sharpe_ratio(daily, n) < psr  # null variance

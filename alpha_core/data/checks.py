@@ -1,8 +1,15 @@
-"""Integrity checks of built sidecars: what the Dagster gates and `alpha predecode` verify."""
+"""Integrity checks of built sidecars: what the Dagster gates and `alpha predecode` verify.
+
+Every check streams: a sidecar is read in blocks of BLOCK_ROWS rows (`Sidecar.read`, plain reads, nothing
+memory-mapped), so the memory a check takes is one block whatever the file's size, and nothing it read stays in
+the process's resident set afterwards. What a check needs across a block boundary is carried: the previous row,
+the rows per session, and for bar labels the rows up to the longest horizon after the block.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -10,7 +17,7 @@ from alpha_core.data.front_month import NS_PER_DAY, session_days
 from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.sidecar import BOOK, Sidecar
 
-BLOCK_ROWS = 1 << 18
+BLOCK_ROWS = 1 << 17  # rows per block: about 20 MB of book features
 # legal but suspicious data (a failed check, not an error): thresholds far outside what CME data shows
 MAX_SPREAD_TICKS = 1000  # best ask - best bid of a front-month snapshot
 MAX_JUMP = 0.10  # relative price change between consecutive rows of one contract (limit moves are 7%)
@@ -22,38 +29,34 @@ FEW_ROWS_SHARE = 0.05  # a session (not the file's first or last) with fewer row
 MAX_INVALID_SHARE = 0.05  # snapshots dropped for a crossed, locked or one-sided top of book (pre-open auctions)
 
 
-def expected_label_tail(sc: Sidecar) -> np.ndarray:
-    """bool [N, H]: the only rows allowed NaN: the horizon runs past the end of the file or, for bars, no bar
-    follows the row up to its horizon (no trade after its close: no price to label with)."""
-    n = sc.rows
-    tail = np.zeros((n, len(sc.meta.horizons)), dtype=bool)
-    for j, h in enumerate(sc.meta.horizons):
-        if sc.meta.kind == BOOK:
-            tail[max(n - h, 0) :, j] = True
-        else:
-            ts = np.asarray(sc.ts)
-            target = ts + h * NS_PER_MINUTE
-            tail[:, j] = (target > sc.meta.last_ts) | (np.r_[ts[1:], np.iinfo(np.int64).max] > target)
-    return tail
+def _blocks(sc: Sidecar, names: tuple[str, ...], back: int = 0) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """(lo, hi, arrays) per block of rows [lo, hi); each array holds rows [max(lo - back, 0), hi)."""
+    for lo in range(0, sc.rows, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, sc.rows)
+        yield lo, hi, {name: sc.read(name, lo - back, hi) for name in names}
 
 
 def sidecar_problems(sc: Sidecar) -> list[str]:
     """Monotonic time, an uncrossed book, finite features, labels NaN only where a horizon leaves the file."""
     problems = []
     name = sc.meta.source.name
-    ts = np.asarray(sc.ts)
-    if len(ts) and (np.diff(ts) < 0).any():
-        problems.append(f"{name}: timestamps go backwards at row {int(np.argmax(np.diff(ts) < 0)) + 1}")
     col = sc.meta.feature_names.index("spread_ticks" if sc.meta.kind == BOOK else "log_range")
-    spread = np.asarray(sc.features[:, col])
-    bad_book = spread <= 0 if sc.meta.kind == BOOK else spread < 0
-    if bad_book.any():
-        problems.append(f"{name}: {int(bad_book.sum())} rows with a crossed/locked book or low > high")
-    for start in range(0, sc.rows, BLOCK_ROWS):
-        block = np.asarray(sc.features[start : start + BLOCK_ROWS])
-        if not np.isfinite(block).all():
-            problems.append(f"{name}: non-finite feature values from row {start}")
-            break
+    backwards = nonfinite = None
+    bad_book = 0
+    for lo, _, a in _blocks(sc, ("ts", "features"), back=1):
+        ts, features = a["ts"], a["features"][min(lo, 1):]
+        if backwards is None and (np.diff(ts) < 0).any():
+            backwards = max(lo - 1, 0) + int(np.argmax(np.diff(ts) < 0)) + 1
+        spread = features[:, col]
+        bad_book += int(np.count_nonzero(spread <= 0 if sc.meta.kind == BOOK else spread < 0))
+        if nonfinite is None and not np.isfinite(features).all():
+            nonfinite = lo
+    if backwards is not None:
+        problems.append(f"{name}: timestamps go backwards at row {backwards}")
+    if bad_book:
+        problems.append(f"{name}: {bad_book} rows with a crossed/locked book or low > high")
+    if nonfinite is not None:
+        problems.append(f"{name}: non-finite feature values from row {nonfinite}")
     return problems + suspicious_rows(sc) + label_tail_problems(sc)
 
 
@@ -69,25 +72,21 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
     if invalid > MAX_INVALID_SHARE * (sc.rows + invalid):
         problems.append(f"{name}: {invalid} of {sc.rows + invalid} front-month snapshots have no valid best bid and "
                         f"ask (crossed, locked or one-sided: over {100 * MAX_INVALID_SHARE:.0f}%) and were dropped")
-    if sc.meta.kind == BOOK:
-        col = sc.meta.feature_names.index("spread_ticks")
-        for lo in range(0, sc.rows, BLOCK_ROWS):
-            spread = np.asarray(sc.features[lo : lo + BLOCK_ROWS, col])
-            if (spread > MAX_SPREAD_TICKS).any():
-                i = int(np.argmax(spread > MAX_SPREAD_TICKS))
-                problems.append(f"{name}: spread_ticks is {spread[i]:.0f} at row {lo + i}, {_when(sc, lo + i)} "
-                                f"(wider than {MAX_SPREAD_TICKS} ticks)")
-                break
+    book = sc.meta.kind == BOOK
+    col = sc.meta.feature_names.index("spread_ticks") if book else None
     sessions: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []  # (row, gap ns, session) of gaps inside a session over MIN_GAP_NS
-    jump = brk = None
-    for lo in range(0, sc.rows, BLOCK_ROWS):
-        a = max(lo - 1, 0)  # one row of overlap: differences across the block boundary
-        ts = np.asarray(sc.ts[a : lo + BLOCK_ROWS])
-        price = np.asarray(sc.price[a : lo + BLOCK_ROWS])
-        iid = np.asarray(sc.instrument_id[a : lo + BLOCK_ROWS])
+    wide = jump = brk = None
+    for lo, _, a in _blocks(sc, ("ts", "price", "instrument_id"), back=1):
+        a0 = max(lo - 1, 0)  # one row of overlap: differences across the block boundary
+        ts, price, iid = a["ts"], a["price"], a["instrument_id"]
+        if book and wide is None:
+            spread = sc.read("features", lo, lo + BLOCK_ROWS)[:, col]
+            if (spread > MAX_SPREAD_TICKS).any():
+                i = int(np.argmax(spread > MAX_SPREAD_TICKS))
+                wide = (lo + i, float(spread[i]))
         day = session_days(ts)
-        own = day[lo - a :]
+        own = day[lo - a0 :]
         for d, c in zip(*np.unique(own, return_counts=True), strict=True):
             sessions[int(d)] = sessions.get(int(d), 0) + int(c)
         if len(ts) < 2:
@@ -95,15 +94,19 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
         gap = np.diff(ts)
         inside = day[1:] == day[:-1]
         for k in np.flatnonzero(inside & (gap > MIN_GAP_NS)):
-            gaps.append((a + int(k) + 1, int(gap[k]), int(day[k])))
+            gaps.append((a0 + int(k) + 1, int(gap[k]), int(day[k])))
         if brk is None and (gap > MAX_BREAK_NS).any():
             k = int(np.argmax(gap > MAX_BREAK_NS))
-            brk = (a + k + 1, int(gap[k]))
+            brk = (a0 + k + 1, int(gap[k]))
         rel = np.abs(np.diff(price)) / np.maximum(np.abs(price[:-1]), np.finfo(np.float64).tiny)
         rel[iid[1:] != iid[:-1]] = 0.0  # a roll: the contract changes (prices are stitched there anyway)
         if jump is None and (rel > MAX_JUMP).any():
             k = int(np.argmax(rel > MAX_JUMP))
-            jump = (a + k + 1, float(rel[k]))
+            jump = (a0 + k + 1, float(rel[k]))
+    if wide is not None:
+        i, spread = wide
+        problems.append(f"{name}: spread_ticks is {spread:.0f} at row {i}, {_when(sc, i)} "
+                        f"(wider than {MAX_SPREAD_TICKS} ticks)")
     if jump is not None:
         i, rel = jump
         problems.append(f"{name}: price jumps {100 * rel:.1f}% at row {i}, {_when(sc, i)}, within one contract "
@@ -129,22 +132,56 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
 
 
 def _when(sc: Sidecar, row: int) -> str:
-    return dt.datetime.fromtimestamp(int(sc.ts[row]) / 1e9, tz=dt.UTC).isoformat()
+    return dt.datetime.fromtimestamp(int(sc.read("ts", row, row + 1)[0]) / 1e9, tz=dt.UTC).isoformat()
 
 
 def _day(day: int) -> str:
     return (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
 
 
+def expected_nan(sc: Sidecar, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """bool [hi - lo, H] twice: where rows [lo, hi) may have no outcome label, and no direction label.
+
+    No outcome label where the horizon runs past the end of the file or, for bars, no bar follows the row up
+    to its horizon (no trade after its close: no price to label with). No direction label there too and, for
+    bars, where the price at the horizon equals the row's own (no move, `alpha_core.data.labels`). Bars read
+    the rows up to the longest horizon after the block."""
+    horizons = sc.meta.horizons
+    n = hi - lo
+    if sc.meta.kind == BOOK:
+        tail = np.stack([np.arange(lo, hi) >= sc.rows - h for h in horizons], axis=1)
+        return tail, tail
+    reach = max(horizons) * NS_PER_MINUTE
+    end = hi
+    ts = sc.read("ts", lo, hi)
+    while end < sc.rows and int(ts[-1]) <= int(ts[n - 1]) + reach:  # read on to the rows the horizons reach
+        more = sc.read("ts", end, end + BLOCK_ROWS)
+        ts, end = np.concatenate([ts, more]), end + len(more)
+    price = sc.read("price", lo, end)
+    own = np.arange(n)
+    tail = np.empty((n, len(horizons)), dtype=bool)
+    flat = np.empty_like(tail)
+    for j, h in enumerate(horizons):
+        target = ts[:n] + h * NS_PER_MINUTE
+        future = np.searchsorted(ts, target, side="right") - 1  # the last bar starting at or before the horizon
+        tail[:, j] = (target > sc.meta.last_ts) | (future <= own)
+        flat[:, j] = ~tail[:, j] & (price[np.maximum(future, 0)] == price[:n])
+    return tail, tail | flat
+
+
 def label_tail_problems(sc: Sidecar) -> list[str]:
-    """Labels must be NaN exactly where the horizon runs past the file's end: none crosses a boundary."""
-    problems = []
-    tail = expected_label_tail(sc)
-    for arr_name in ("labels", "outcome_long", "outcome_short"):
-        nan = np.isnan(np.asarray(getattr(sc, arr_name)))
-        if (nan != tail).any():
-            row, h = np.argwhere(nan != tail)[0]
-            problems.append(
-                f"{sc.meta.source.name}: {arr_name} NaN pattern wrong at row {int(row)}, horizon {sc.meta.horizons[h]}"
-            )
-    return problems
+    """Labels must be NaN exactly where `expected_nan` says: none crosses a boundary, none is made up."""
+    wrong: dict[str, tuple[int, int]] = {}
+    for lo, hi, a in _blocks(sc, ("labels", "outcome_long", "outcome_short")):
+        if len(wrong) == 3:
+            break
+        outcome, direction = expected_nan(sc, lo, hi)
+        for arr_name in ("labels", "outcome_long", "outcome_short"):
+            expected = direction if arr_name == "labels" else outcome
+            off = np.isnan(a[arr_name]) != expected
+            if arr_name not in wrong and off.any():
+                row, h = np.argwhere(off)[0]
+                wrong[arr_name] = (lo + int(row), int(h))
+    return [f"{sc.meta.source.name}: {arr_name} NaN pattern wrong at row {row}, horizon {sc.meta.horizons[h]}"
+            for arr_name in ("labels", "outcome_long", "outcome_short") if arr_name in wrong
+            for row, h in [wrong[arr_name]]]

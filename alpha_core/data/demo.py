@@ -570,8 +570,9 @@ _Z_GRID = np.linspace(-6.0, 6.0, 481)
 
 
 @functools.lru_cache(maxsize=64)
-def _prob_up_table(h: int) -> np.ndarray:
-    """P(sum of the next h mid steps > 0 | z now) on _Z_GRID, Gaussian approximation.
+def _prob_up_table(h: int, given_a_move: bool = False) -> np.ndarray:
+    """P(sum of the next h mid steps > 0 | z now) on _Z_GRID, Gaussian approximation; `given_a_move`: the same,
+    given that the sum is not 0 (the bar labels' definition: a zero move has no direction).
 
     Future latent z[t+k] | z[t] ~ N(PHI^k z, 1 - PHI^2k); the expected step Q*(2*sigmoid(BETA*z)-1) is
     averaged over that Gaussian with the probit approximation. The variance adds the step noise
@@ -588,32 +589,43 @@ def _prob_up_table(h: int) -> np.ndarray:
     w = (1.0 - PHI ** (h - k + 1)) / (1.0 - PHI)  # weight of the i-th future shock in the sum of future z
     var_latent = SIGMA**2 * float((w**2).sum())
     sd = np.sqrt(var_step + slope**2 * var_latent)
-    return ndtr((mean - 0.5) / sd)  # continuity correction: "strictly higher" means sum >= 1
+    up = ndtr((mean - 0.5) / sd)  # continuity correction: "strictly higher" means sum >= 1
+    if not given_a_move:
+        return up
+    down = ndtr((-mean - 0.5) / sd)  # sum <= -1
+    return up / (up + down)
 
 
-def _oracle_prob(z: np.ndarray, orient: np.ndarray, horizons: Sequence[int]) -> np.ndarray:
+def _oracle_prob(z: np.ndarray, orient: np.ndarray, horizons: Sequence[int], given_a_move: bool = False) -> np.ndarray:
     """[len(z), len(horizons)] float32 probabilities of an up-move, read off the tabulated z grid."""
     out = np.empty((len(z), len(horizons)), np.float32)
     zz = np.where(orient > 0, z, -z)  # a mirrored walk moves against the drift: P(S < 0 | z) = P(S > 0 | -z)
     for j, h in enumerate(horizons):
-        out[:, j] = np.interp(zz, _Z_GRID, _prob_up_table(int(h)))
+        out[:, j] = np.interp(zz, _Z_GRID, _prob_up_table(int(h), given_a_move))
     return out
 
 
 def _oracle(q: _Quarter, mbp: np.ndarray) -> dict[str, np.ndarray]:
-    """The oracle npz arrays: per F_LAST record, and per traded minute from the minute's last event."""
+    """The oracle npz arrays: per F_LAST record, and per bar (minute x instrument) from the latent state at its
+    close trade, the same information set as the bar's close; bar probabilities are given a move (the bar labels'
+    definition)."""
     book_ts = mbp["ts_recv"][(mbp["flags"] & dbn.F_LAST) != 0].astype(np.int64)
     book_prob = _oracle_prob(q.z, q.orient, BOOK_HORIZONS)  # one F_LAST record per event, in event order
-    trade_ts = mbp["ts_recv"][mbp["action"] == b"T"].astype(np.int64)
-    bar_ts = np.unique((trade_ts // _NS_MIN) * _NS_MIN)
-    last_ev = np.searchsorted(q.t, bar_ts + _NS_MIN, side="left") - 1
+    trades = mbp[mbp["action"] == b"T"]  # a T record carries its event's time: q.t[event]
+    minute = trades["ts_recv"].astype(np.int64) // _NS_MIN * _NS_MIN
+    iid = trades["instrument_id"]
+    order = np.lexsort((trades["ts_recv"], iid, minute))
+    minute, iid, close_ts = minute[order], iid[order], trades["ts_recv"][order].astype(np.int64)
+    last = np.r_[(minute[1:] != minute[:-1]) | (iid[1:] != iid[:-1]), True]  # each bar's close trade
+    close_ev = np.searchsorted(q.t, close_ts[last])
     rate_per_min = len(q.t) / ((q.end_ns - q.start_ns) / _NS_MIN)  # file average (incl. overnight)
     bar_events = [max(1, int(round(m * rate_per_min))) for m in BAR_HORIZONS_MIN]
-    bar_prob = _oracle_prob(q.z[last_ev], q.orient[last_ev], bar_events)
+    bar_prob = _oracle_prob(q.z[close_ev], q.orient[close_ev], bar_events, given_a_move=True)
     return {
         "book_ts": book_ts,
         "book_prob": book_prob,
-        "bar_ts": bar_ts,
+        "bar_ts": minute[last],
+        "bar_instrument_id": iid[last].astype(np.int64),
         "bar_prob": bar_prob,
         "book_horizons": np.asarray(BOOK_HORIZONS, np.int64),
         "bar_horizons": np.asarray(BAR_HORIZONS_MIN, np.int64),

@@ -1,11 +1,15 @@
-"""Walk-forward fold plans over a symbol's chronologically ordered files (the spec's CV split).
+"""Walk-forward fold plans over a symbol's chronologically ordered files: one plan for every door.
 
-- `cv_n_folds == 1` (the default): train on every file but the last, validate on the last. It has no
-  test file, so nothing it trains is tested out of sample: it is allowed, with a warning.
-- `cv_n_folds > 1`: a sliding window of W training files; fold k trains on files [k, k+W),
+- `cv_n_folds > 1` (the default, `N_FOLDS`, the number of fold partitions Dagster trains): a sliding window
+  of W training files; fold k trains on files [k, k+W),
   validates on file k+W and is tested on file k+W+1. W is `cv_train_window`, or, when 0,
   `n_files - cv_n_folds - 1` (room for a validation and a test file after every fold). A fold
   without a test file is a PlanError unless `allow_untested_folds` (then a warning).
+- `cv_n_folds == 1`, an explicit opt-in: the single train/validation split (every file but the last trains,
+  the last validates). It has no test file, so nothing it trains is tested out of sample: it warns.
+
+The CLI trainers, `alpha hyperopt`, `alpha folds`, `alpha evaluate` and the Dagster assets all default to
+`N_FOLDS` and the same window rule, so the original system's commands and `alpha run` plan the same folds.
 
 Train, validation and test never share a file, and labels are computed per file (NaN past its
 end), so no sample or label horizon crosses a split boundary. `check_leakage` proves both, and
@@ -20,6 +24,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from alpha_core.errors import PlanError
+
+N_FOLDS = 3  # walk-forward folds per symbol, each with a test file: the default of every door
 
 
 class FileRef(BaseModel):
@@ -59,7 +65,7 @@ class UntestedFoldWarning(UserWarning):
     """A plan with a fold that has no test file: what that fold trains is never scored out of sample."""
 
 
-def plan_folds(files: list[FileRef], cv_n_folds: int = 1, cv_train_window: int = 0,
+def plan_folds(files: list[FileRef], cv_n_folds: int = N_FOLDS, cv_train_window: int = 0,
                allow_untested_folds: bool = False) -> FoldPlan:
     """Plan every fold; any layout that does not fit is a PlanError naming the numbers."""
     if cv_n_folds < 1:
@@ -77,7 +83,9 @@ def plan_folds(files: list[FileRef], cv_n_folds: int = 1, cv_train_window: int =
         return FoldPlan(cv_n_folds=1, cv_train_window=cv_train_window, window=n - 1, n_files=n, folds=folds)
     window = cv_train_window if cv_train_window > 0 else max(n - cv_n_folds - 1, 0)
     if window < 1:
-        raise PlanError(f"cv_train_window resolves to 0 (n_files={n}, n_folds={cv_n_folds})")
+        raise PlanError(f"{n} files are too few for {cv_n_folds} walk-forward folds (each needs a training, a "
+                        f"validation and a test file: at least {cv_n_folds + 2} files); lower --cv-n-folds, or pass "
+                        f"--cv-n-folds 1 for a single train/validation split without a test file")
     last = cv_n_folds - 1
     if last + window + 1 > n:
         raise PlanError(

@@ -22,20 +22,39 @@ def oracle_path(source: str | Path) -> Path:
 
 
 def oracle_probabilities(sc: Sidecar) -> np.ndarray | None:
-    """float32 [N, H] oracle up-probability per sidecar row, or None without an oracle file."""
+    """float32 [N, H] oracle up-probability per sidecar row, or None without an oracle file (or not this file's).
+
+    Book rows are keyed by time; bars by (minute, instrument), since on a roll day both contracts trade a bar in
+    the same minute, each with its own close trade."""
     path = oracle_path(sc.meta.source.path)
     if not path.is_file():
         return None
-    prefix = "book" if sc.meta.kind == BOOK else "bar"
+    book = sc.meta.kind == BOOK
+    prefix = "book" if book else "bar"
     with np.load(path) as z:
+        if not book and "bar_instrument_id" not in z:
+            return None  # an older generator's oracle (read at the minute's last event, not its close trade)
         ts, prob, horizons = z[f"{prefix}_ts"], z[f"{prefix}_prob"], z[f"{prefix}_horizons"]
+        iid = np.zeros(len(ts), np.int64) if book else z["bar_instrument_id"]
     if list(horizons) != sc.meta.horizons:
         return None
-    rows = np.searchsorted(ts, sc.ts)
-    rows = np.clip(rows, 0, len(ts) - 1)
-    if not np.array_equal(ts[rows], sc.ts):
+    want_ts = np.asarray(sc.ts, dtype=np.int64)
+    want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(sc.instrument_id, dtype=np.int64)
+    order = np.lexsort((iid, ts))
+    keys = np.stack([ts[order], iid[order]], axis=1)
+    rows = _find(keys, np.stack([want_ts, want_iid], axis=1))
+    if rows is None:
         return None  # not the generator's file for this sidecar
-    return prob[rows]
+    return prob[order][rows]
+
+
+def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:
+    """Row of each wanted (ts, id) pair in lexicographically sorted `keys`, or None if any is missing."""
+    view = np.dtype([("ts", np.int64), ("id", np.int64)])
+    have = np.ascontiguousarray(keys).view(view).ravel()
+    want = np.ascontiguousarray(wanted).view(view).ravel()
+    rows = np.clip(np.searchsorted(have, want), 0, max(len(have) - 1, 0))
+    return rows if len(have) and np.array_equal(have[rows], want) else None
 
 
 def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None) -> list[float] | None:

@@ -13,7 +13,7 @@ from alpha_core.data.folds import FileRef
 from alpha_core.data.products import PRODUCTS, product
 from alpha_core.data.sidecar import LabelConfig, Sidecar, ensure_sidecar
 from alpha_core.data.validate import check_overlaps
-from alpha_core.errors import DataError
+from alpha_core.errors import DataError, PlanError
 
 
 @dataclass
@@ -73,13 +73,14 @@ def predecode(
 
 
 def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None) -> dict[str, list[FileRef]]:
-    """Fold-plan entries per schema from a full checked read of every file, with its records' time range.
+    """Fold-plan entries per schema from a read of every file's timestamps, with its records' time range.
 
-    What `alpha folds` plans from without building sidecars: the same checks as a sidecar build's, and the
+    What `alpha folds` plans from without building sidecars: the checks a time range rests on (record layout,
+    time order, the metadata's range; prices are checked where they are read, when sidecars are built), and the
     same order as training's (records never overlap between files, so record ranges and sidecar rows agree).
     """
     files = discover(directory, schema, symbol)
-    ranges = {f.path: scan(f) for f in files}
+    ranges = {f.path: scan(f, timestamps_only=True) for f in files}
     check_overlaps(files, ranges)
     refs: dict[str, list[FileRef]] = {}
     for f in files:
@@ -105,7 +106,10 @@ def walk_forward(directory: str | Path, schema: str, predecoded_dir: str | Path,
     from alpha_core.data.folds import plan_folds
 
     sidecars = [item.sidecar for item in predecode(directory, predecoded_dir, symbol, schema)]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds)
+    try:
+        plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds)
+    except PlanError as exc:
+        raise PlanError(f"{directory}: {exc}") from exc
     by_path = {sc.meta.source.path: sc for sc in sidecars}
     folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
     return [FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val],

@@ -8,13 +8,17 @@ its entry price). A bar's PnL is the position held over the next bar times that 
 per model. Two ensembles are reported: equal weight, and weights fitted on the VALIDATION files only (each
 model's validation Sharpe, floored at 0; equal weights when none is positive).
 
-Multiple testing: a row's DSR counts N = its hyperopt trials (read from the `hyperopt_results` files the caller
-passes, e.g. the upstream hyperopt materializations) x the configurations the report compares (its model and
-ensemble rows), with V = the variance of the trials' daily validation Sharpe (the null variance when there are
-no trials). Each model's AUC is set beside the demo oracle's on the same rows and horizons it was scored on
-(the book model on its own book labels). Checkpoints that are missing, unreadable, without a test file, with a
-failed gate or tuned on their test file are listed with the reason, never silently dropped; so is every
-`expected` (model, fold) that has no checkpoint at all.
+Multiple testing: a row's DSR counts N = the hyperopt trials behind its checkpoints x the configurations the
+report compares (its model and ensemble rows). The search behind a checkpoint is the one its summary records
+(the results.json its params came from: the same record whichever door trained it), else a `hyperopt_results`
+file given for the model, else `<run>/hyperopt/<model>/<symbol>/results.json` beside `<run>/models` (the
+original layout). V is the variance of N zero-skill Sharpe estimates of the test's length: the null variance
+1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`, net
+of each trial's sampling noise); each row also shows the DSR at the null variance. Each model's AUC is set
+beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
+labels). Checkpoints that are missing, unreadable, without a test file, of an unknown symbol, with a failed
+gate or tuned on their test file are listed with the reason, never silently dropped; so is every `expected`
+(model, fold) that has no checkpoint at all.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from alpha_core.bounds import Device, NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
+from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics
@@ -61,6 +66,7 @@ from alpha_core.eval.report import (
 )
 from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
+from alpha_core.train.params import HyperoptRecord, load_params_file
 from alpha_core.train.perception import resolve_device
 
 ENSEMBLES = ("equal_weight", "validation_weighted")
@@ -80,7 +86,7 @@ class EvalConfig(BaseModel):
     cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
     predecoded_dir: Path | None = None
     device: Device | None = None
-    # model (or "model/SYMBOL") -> the hyperopt results.json behind its checkpoints: the DSR's N and V
+    # model (or "model/SYMBOL") -> the hyperopt results.json behind checkpoints whose summary records none
     hyperopt_results: dict[str, Path] = {}
     # (model, fold) pairs that were requested for every evaluated symbol: one without a checkpoint is listed
     expected: list[tuple[str, NonNegInt]] | None = None
@@ -108,6 +114,10 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
     for fold_dir in sorted(models_dir.glob("*/*/fold-*")):
         model, symbol = fold_dir.parent.parent.name, fold_dir.parent.name
         if symbols and symbol not in symbols:
+            continue
+        if symbol not in PRODUCTS:
+            excluded.append(Excluded(model=model, symbol=symbol, fold=None, reason=(
+                f"{fold_dir.parent}: {symbol} is not a known symbol ({', '.join(PRODUCTS)})")))
             continue
         suffix = fold_dir.name.split("-", 1)[1]
         if not suffix.isdigit():
@@ -149,69 +159,44 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
     return found, excluded
 
 
-def _split_files(ckpt: Checkpoint, book_order: list[str]) -> tuple[list[str], list[str]]:
-    """(validation files, test files) of a checkpoint's fold; the perception summary names no test file."""
-    if ckpt.trainer != "perception":
-        return ckpt.summary["val_files"], ckpt.summary["test_files"]
-    val = ckpt.summary["val_files"]
-    after = book_order.index(val[-1]) + 1
-    return val, book_order[after : after + 1]
-
-
 def _next_move_ticks(bars: Sidecar) -> np.ndarray:
     price = np.asarray(bars.price)
     return np.append(np.diff(price), 0.0) / bars.meta.tick_size
 
 
+def file_score(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> tuple[float, int]:
+    """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions) and its sessions: what
+    validation scores."""
+    summary = metrics.summarize(np.asarray(bars.ts), position, _next_move_ticks(bars), cost_ticks)
+    return summary["sharpe"], summary["n_sessions"]
+
+
 def file_sharpe(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> float:
-    """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions): what validation scores."""
-    return metrics.summarize(np.asarray(bars.ts), position, _next_move_ticks(bars), cost_ticks)["sharpe"]
+    return file_score(bars, position, cost_ticks)[0]
 
 
-@dataclass
-class Search:
-    """The hyperparameter search behind a model: its trials' validation Sharpe and the files it used."""
-
-    path: Path
-    sharpes: list[float]
-    files: set[str]
-
-
-def load_search(path: Path, model: str) -> Search:
-    """A hyperopt results.json; anything unusable is a DataError naming the file and the field."""
+def load_search(path: Path, model: str) -> HyperoptRecord:
+    """A hyperopt results.json given by path; anything unusable is a DataError naming the file and the field."""
     try:
-        results = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise DataError(path, f"unreadable hyperopt results ({exc})") from exc
-    if not isinstance(results, dict):
-        raise DataError(path, "expected a JSON object of hyperopt results")
-    if results.get("model") != model:
-        raise DataError(path, f"model: expected {model!r}, found {results.get('model')!r}")
-    trials = results.get("trials")
-    if not isinstance(trials, list) or not trials:
-        raise DataError(path, "trials: expected a non-empty list of hyperopt trials")
-    sharpes = []
-    for i, trial in enumerate(trials):
-        value = trial.get("val_sharpe") if isinstance(trial, dict) else None
-        if not isinstance(value, int | float):
-            raise DataError(path, f"trials[{i}].val_sharpe: expected a number (results from before trial Sharpes were "
-                                  f"recorded: re-run hyperopt)")
-        sharpes.append(float(value))
-    files = set()
-    for key in ("train_files", "val_files"):
-        if not isinstance(results.get(key), list):
-            raise DataError(path, f"{key}: expected the list of files hyperopt used")
-        files |= set(results[key])
-    return Search(Path(path), sharpes, files)
+        record = load_params_file(path).hyperopt if Path(path).is_file() else None
+    except PlanError as exc:
+        raise DataError(None, str(exc)) from exc
+    if record is None:
+        raise DataError(path, "not a hyperopt results.json (no best_params and trials)")
+    if record.model != model:
+        raise DataError(path, f"model: expected {model!r}, found {record.model!r}")
+    return record
 
 
-def _searches(cfg: EvalConfig, symbol: str, models: set[str]) -> dict[str, Search]:
-    out = {}
-    for model in sorted(models):
-        path = cfg.hyperopt_results.get(f"{model}/{symbol}") or cfg.hyperopt_results.get(model)
-        if path is not None:
-            out[model] = load_search(path, model)
-    return out
+def search_behind(ckpt: Checkpoint, cfg: EvalConfig) -> HyperoptRecord | None:
+    """The search whose params trained `ckpt`: its summary's record, else a results file given for the model,
+    else the original layout's `<run>/hyperopt/<model>/<symbol>/results.json` beside `<run>/models`."""
+    if ckpt.summary.get("hyperopt"):
+        return HyperoptRecord.model_validate(ckpt.summary["hyperopt"])
+    given = cfg.hyperopt_results.get(f"{ckpt.model}/{ckpt.symbol}") or cfg.hyperopt_results.get(ckpt.model)
+    layout = cfg.models_dir.parent / "hyperopt" / ckpt.model / ckpt.symbol / "results.json"
+    path = given or (layout if layout.is_file() else None)
+    return None if path is None else load_search(path, ckpt.model)
 
 
 @torch.no_grad()
@@ -236,7 +221,11 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
                          for m, k in cfg.expected if (m, symbol, k) not in present]
     symbols = {}
     for symbol, ckpts in sorted(by_symbol.items()):
-        folder = symbol_dir(cfg.data_dir, symbol)
+        try:
+            folder = symbol_dir(cfg.data_dir, symbol)
+        except DataError as exc:  # one symbol without data: its checkpoints are listed, the others evaluated
+            excluded += [Excluded(model=c.model, symbol=symbol, fold=c.fold, reason=f"no data: {exc}") for c in ckpts]
+            continue
         bars = {i.sidecar.meta.source.name: i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)}
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
@@ -244,8 +233,7 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         book_items = predecode(folder, predecoded / symbol, symbol, MBP10) if any(
             c.trainer == "perception" for c in ckpts) else []
         book = {i.sidecar.meta.source.name: i.sidecar for i in book_items}
-        searches = _searches(cfg, symbol, {c.model for c in ckpts})
-        symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches, excluded, device)
+        symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
         created=dt.datetime.now(dt.UTC).isoformat(), models_dir=str(cfg.models_dir), horizon_index=cfg.horizon,
         band=cfg.band, cost_ticks=cfg.cost_ticks, symbols=symbols, excluded=excluded,
@@ -263,6 +251,7 @@ class Scored:
     prediction: Prediction
     mask: np.ndarray | None = None  # [rows, H] rows scored per horizon (a prediction and a label)
     weights: dict[str, float] | None = None  # ensembles
+    search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
 
 
 def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
@@ -273,20 +262,31 @@ def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | No
     return pred
 
 
-def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search], excluded, device) -> SymbolReport:
-    book_order = list(book)
+def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple[str | None, HyperoptRecord | None]:
+    """(why the checkpoint cannot be reported, or None; the search behind it)."""
+    if not test_files:
+        return "no test file", None
+    try:
+        search = search_behind(ckpt, cfg)
+    except DataError as exc:
+        return f"unreadable hyperopt results: {exc}", None
+    leaks = ckpt.summary.get("hyperopt_leakage") or []
+    if leaks:
+        return f"trained with --allow-hyperopt-leakage: {'; '.join(leaks)}", search
+    if search is not None and test_files[0] in {*search.train_files, *search.val_files}:
+        return f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})", search
+    return None, search
+
+
+def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> SymbolReport:
     scored: dict[str, list[Scored]] = defaultdict(list)
     test_predictions: dict[str, dict[str, Prediction]] = defaultdict(dict)  # test file -> model -> prediction
     val_sharpe: dict[tuple[str, str], float] = {}  # (test file, model) -> validation Sharpe of that fold
     for ckpt in progress.bar(ckpts, desc=f"evaluate {symbol}", unit="checkpoint"):
-        val_files, test_files = _split_files(ckpt, book_order)
-        if not test_files:
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason="no test file"))
-            continue
-        search = searches.get(ckpt.model)
-        if search is not None and test_files[0] in search.files:
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
-                                     reason=f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})"))
+        val_files, test_files = ckpt.summary["val_files"], ckpt.summary["test_files"]
+        reason, search = _unusable(ckpt, cfg, test_files)
+        if reason is not None:
+            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=reason))
             continue
         test_name, val_name = test_files[0], val_files[-1]
         twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
@@ -308,21 +308,15 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search]
         mask = None
         if pred.probs is not None:
             mask = np.isfinite(pred.probs) & np.isfinite(np.asarray(pred.scored_on.labels))
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask))
+        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, search=search))
         test_predictions[test_name][ckpt.model] = pred
         val_sharpe[(test_name, ckpt.model)] = file_sharpe(val, val_pred.position, cfg.cost_ticks)
 
     n_configs = len(scored) + (len(ENSEMBLES) if test_predictions else 0)  # one band, one horizon
-    models = {}
-    for name, parts in scored.items():
-        search = searches.get(name)
-        trials = search.sharpes if search else []
-        models[name] = _row(cfg, name, parts, bars, trials, n_configs, [search.path] if search else [])
+    models = {name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs) for name, parts in scored.items()}
     ensembles = {}
     if test_predictions:
-        members = sorted({m for by_model in test_predictions.values() for m in by_model})
-        trials = [s for m in members if m in searches for s in searches[m].sharpes]
-        paths = [searches[m].path for m in members if m in searches]
+        searches = _distinct_searches([p for parts in scored.values() for p in parts])
         for kind in ENSEMBLES:
             parts = []
             for test_file, by_model in sorted(test_predictions.items(), key=lambda kv: bars[kv[0]].meta.first_ts):
@@ -340,18 +334,29 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, searches: dict[str, Search]
                                      entry_ts(test, book.get(test_file)))
                 parts.append(Scored(len(parts), test_file, Prediction(pos, decision, None, None),
                                     weights=dict(zip(names, weights.tolist(), strict=True))))
-            ensembles[kind] = _row(cfg, kind, parts, bars, trials, n_configs, paths)
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs)
     return SymbolReport(models=models, ensembles=ensembles)
 
 
-def _row(cfg, name: str, parts: list[Scored], bars, trials: list[float], n_configs: int,
-         paths: list[Path]) -> ModelResult:
+def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
+    """The searches behind some checkpoints, each once (the folds of one run share theirs)."""
+    return list({p.search.sha256: p.search for p in parts if p.search is not None}.values())
+
+
+def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecord], n_configs: int) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
-    each with N = trials x configurations and V from the trials (the null variance without any)."""
-    n_trials = max(1, len(trials))
-    var = metrics.trials_sharpe_var(trials)
-    source = f"hyperopt trials ({len(trials)})" if var is not None else "null variance 1/(T-1) (no trial dispersion)"
-    stats = dict(n_trials=n_trials * n_configs, trials_sharpe_var=var)
+    each with N = trials x configurations and V = the null variance + the trials' dispersion."""
+    sharpes = [s for search in searches for s in search.trial_sharpes]
+    sessions = [t for search in searches for t in search.trial_sessions]
+    dispersion = metrics.trials_sharpe_dispersion(sharpes, sessions)
+    n_trials = max(1, len(sharpes))
+    if dispersion is None:
+        estimator = "null variance 1/(T-1): no hyperopt trials behind this row"
+    else:
+        estimator = (f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
+                     f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
+                     f"(T_val = {min(sessions)}-{max(sessions)} sessions)")
+    stats = dict(n_trials=n_trials * n_configs, trials_dispersion=dispersion)
     folds = []
     for part in sorted(parts, key=lambda p: p.fold):
         test = bars[part.test_file]
@@ -367,8 +372,8 @@ def _row(cfg, name: str, parts: list[Scored], bars, trials: list[float], n_confi
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)
     return ModelResult(name=name, oos=Metrics(**oos), folds=folds, auc=_auc(order), n_trials=n_trials,
-                       n_configurations=n_configs, trials_sharpe_var_source=source,
-                       hyperopt_results=[str(p) for p in paths], equity_ts=ts[::step].tolist(),
+                       n_configurations=n_configs, trials_dispersion=dispersion, dsr_estimator=estimator,
+                       hyperopt_results=[s.path for s in searches], equity_ts=ts[::step].tolist(),
                        equity=np.cumsum(pnl)[::step].tolist())
 
 

@@ -374,15 +374,25 @@ def expected_max_sharpe(n_trials: int, trials_sharpe_var: float) -> float:
     return float(math.sqrt(trials_sharpe_var) * z)
 
 
-def trials_sharpe_var(annual_sharpes: Any, periods_per_year: float = 252) -> float | None:
-    """V of the DSR from hyperopt trials: the sample variance (ddof=1) of their non-annualised Sharpe
-    (annualised / sqrt(periods_per_year)). None when it cannot be estimated (fewer than 2 finite trials)
-    or is 0 (every trial scored the same): the DSR then falls back to the null variance."""
-    s = np.asarray(annual_sharpes, dtype=np.float64)
-    s = s[np.isfinite(s)] / math.sqrt(periods_per_year)
-    if len(s) < 2 or _zero_variance(s):
+def trials_sharpe_dispersion(annual_sharpes: Any, sessions: Any, periods_per_year: float = 252) -> float | None:
+    """The variance of the hyperopt trials' TRUE per-session Sharpe: the sample variance (ddof=1) of their
+    per-session Sharpe (annualised / sqrt(periods_per_year)) minus the mean sampling variance of each estimate
+    at its own length T, ``(1 + SR^2 / 2) / T`` (Lo 2002, normal returns) times the small-sample factor of a
+    t statistic, ``(T - 1) / (T - 3)`` (2x at T = 5), floored at 0.
+
+    Trials scored on a few validation sessions differ mostly by noise: their raw variance would price that
+    noise into the DSR's expected maximum as if the search had found real differences. Trials of 3 sessions or
+    fewer carry no estimate (infinite variance) and are left out; None when fewer than 2 remain."""
+    s = np.asarray(annual_sharpes, dtype=np.float64) / math.sqrt(periods_per_year)
+    t = np.asarray(sessions, dtype=np.float64)
+    if s.shape != t.shape:
+        raise ValueError(f"one session count per trial: {s.shape} Sharpes, {t.shape} counts")
+    ok = np.isfinite(s) & (t > 3)
+    s, t = s[ok], t[ok]
+    if len(s) < 2:
         return None
-    return float(s.var(ddof=1))
+    noise = float(np.mean((1.0 + s * s / 2.0) / t * (t - 1) / (t - 3)))
+    return max(float(s.var(ddof=1)) - noise, 0.0)
 
 
 def deflated_sharpe_ratio(returns: Any, n_trials: int, trials_sharpe_var: float | None = None) -> float:
@@ -415,22 +425,24 @@ def summarize(
     next_return: Any,
     cost_per_unit: Any = DEFAULT_COST_TICKS,
     n_trials: int = 1,
-    trials_sharpe_var: float | None = None,
+    trials_dispersion: float | None = None,
     periods_per_year: float = 252,
 ) -> dict[str, Any]:
     """Every metric of one backtest, as plain Python numbers.
 
     ``ts_ns`` must be strictly increasing (the order defines position_{t-1}). Daily figures use CME
-    session PnL; PSR and DSR are computed on the daily session PnL (non-annualised Sharpe;
-    ``trials_sharpe_var``, if given, is the variance of the trials' *daily* non-annualised Sharpe,
-    i.e. annualised Sharpe / sqrt(periods_per_year); None uses the null variance 1 / (T - 1)). Keys:
+    session PnL; PSR and DSR are computed on the daily session PnL (non-annualised Sharpe). Keys:
 
     ``n_bars``, ``n_sessions`` (sessions with at least one bar), ``total_pnl``, ``sharpe`` (annualised),
     ``sharpe_se`` (`sharpe_standard_error`), ``sharpe_ci_low`` / ``sharpe_ci_high`` (day-block bootstrap 95%),
     ``sharpe_by_cost`` (the Sharpe at each of `COST_SENSITIVITY_TICKS`, keyed ``f"{cost:g}"``),
     ``max_drawdown`` (over bar PnL), ``win_rate``, ``profit_factor`` (over bar PnL; may be inf),
-    ``turnover``, ``n_trades``, ``hit_rate``, ``psr``, ``dsr`` (may be NaN), ``dsr_n_trials`` and
-    ``dsr_trials_sharpe_var`` (the N and V the DSR used; V is NaN when undefined).
+    ``turnover``, ``n_trades``, ``hit_rate``, ``psr``, ``dsr`` (may be NaN), ``dsr_null`` (the DSR at the
+    null variance), ``dsr_n_trials`` and ``dsr_variance`` (the N and V the DSR used; V is NaN when undefined).
+
+    The DSR's V is the variance of N zero-skill Sharpe estimates of this test's length: the null variance
+    ``1 / (T - 1)`` plus ``trials_dispersion``, the variance of the trials' true Sharpe
+    (`trials_sharpe_dispersion`; None or 0: the null variance alone, and then ``dsr == dsr_null``).
     Pass the result through `json_safe` before writing JSON.
     """
     ts = np.asarray(ts_ns)
@@ -446,8 +458,8 @@ def summarize(
     ci_low, ci_high = bootstrap_sharpe_interval(daily, periods_per_year)
     by_cost = {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(pos, next_return, c))[1], periods_per_year)
                for c in COST_SENSITIVITY_TICKS}
-    if trials_sharpe_var is None:
-        trials_sharpe_var = 1.0 / (len(daily) - 1) if len(daily) >= 2 else math.nan
+    null = 1.0 / (len(daily) - 1) if len(daily) >= 2 else math.nan
+    variance = null + (trials_dispersion or 0.0)
     return {
         "n_bars": len(pnl),
         "n_sessions": len(daily),
@@ -464,7 +476,8 @@ def summarize(
         "n_trades": n_trades(pos),
         "hit_rate": hit_rate(pos, next_return),
         "psr": probabilistic_sharpe_ratio(daily),
-        "dsr": deflated_sharpe_ratio(daily, n_trials, None if math.isnan(trials_sharpe_var) else trials_sharpe_var),
+        "dsr": deflated_sharpe_ratio(daily, n_trials, None if math.isnan(variance) else variance),
+        "dsr_null": deflated_sharpe_ratio(daily, n_trials),
         "dsr_n_trials": int(n_trials),
-        "dsr_trials_sharpe_var": float(trials_sharpe_var),
+        "dsr_variance": float(variance),
     }

@@ -1,16 +1,20 @@
 """Out-of-sample predictions of one checkpoint on one file: a position for every bar and the time it was decided.
 
 One decision clock. A position for bar t is entered at bar t's close, the minute's last trade, and held over
-bar t+1 (see `entry_ts`); every model decides no later than that trade:
-- supervised bar models: the up-probability at the last position of the window ending at bar t; the
-  position is +1 above 0.5 + band, -1 below 0.5 - band, else flat. Bar t's close is its last input, so the
-  decision is at the close;
+bar t+1 (see `entry_ts`); every model must decide on data stamped no later than that trade:
+- supervised bar models: the up-probability at the last position of the window ending at bar t
+  (`bar_decision_rows`); the position is +1 above 0.5 + band, -1 below 0.5 - band, else flat;
 - RL agents: the greedy action on the observation of bar t (window + current position), run in sequence
-  (`alpha_core.rl.agents.greedy_positions`, the same function RL validation uses), decided at the close;
+  (`alpha_core.rl.agents.greedy_decisions`, the same function RL validation uses);
 - the book-level perception model: the prediction of the last snapshot at or before bar t's close trade
-  (`book_close_trade_ts`, from the book sidecar's `trade_ts`), never one received after it.
-Bars before the first full window (or without a decision) stay flat, decided on no data (`NO_DECISION`).
-`check_decision_clock` proves decision_ts <= entry_ts for every traded bar; `evaluate` runs it on every model.
+  (`book_decision_rows`, from the book sidecar's `trade_ts`).
+
+The decision time is derived, never declared: every input window is gathered through an explicit row index,
+and a decision's time is the timestamp of the latest row that index read (a bar row: its close trade; a book
+row: its snapshot time), carried with the prediction. So a model, or a change to this module, that reads one
+bar, one record or one second past its entry trade shows it in `decision_ts`, and `check_decision_clock`
+(which `evaluate` runs on every model and ensemble) refuses it. Bars before the first full window (or without
+a decision) stay flat, decided on no data (`NO_DECISION`).
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ class Checkpoint:
 
     @property
     def weights(self) -> Path:
-        return self.path / ("trunk_best_h1000.safetensors" if self.trainer == "perception" else "model.safetensors")
+        """The checkpoint the gate judged: a book model keeps several, its summary names the one it reports."""
+        return self.path / (self.summary["checkpoint"] if self.trainer == "perception" else "model.safetensors")
 
 
 def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
@@ -98,6 +103,22 @@ def snapshots_at(book_ts: np.ndarray, clock: np.ndarray) -> np.ndarray:
     """Row of the last snapshot with ts <= each clock time (-1 where none, or where the clock is < 0)."""
     rows = np.searchsorted(np.asarray(book_ts), clock, side="right") - 1
     return np.where(clock >= 0, rows, -1)
+
+
+def bar_decision_rows(bars: Sidecar) -> np.ndarray:
+    """The bar row whose window decides each bar's position: the bar itself."""
+    return np.arange(bars.rows, dtype=np.int64)
+
+
+def book_decision_rows(bars: Sidecar, book: Sidecar) -> np.ndarray:
+    """The book row whose window decides each bar's position: the last snapshot at or before its close trade."""
+    return snapshots_at(book.ts, book_close_trade_ts(bars, book))
+
+
+def decision_times(read_rows: np.ndarray, row_ts: np.ndarray) -> np.ndarray:
+    """int64 [N]: the timestamp of the latest row each decision read (`NO_DECISION` where it read none)."""
+    read_rows = np.asarray(read_rows, dtype=np.int64)
+    return np.where(read_rows >= 0, np.asarray(row_ts, dtype=np.int64)[np.maximum(read_rows, 0)], NO_DECISION)
 
 
 def check_decision_clock(model: str, file: str, bars_ts: np.ndarray, position: np.ndarray, decision_ts: np.ndarray,
@@ -147,38 +168,41 @@ def _batches(run: Callable[[int], torch.Tensor], starts: range, parallel: bool) 
         return list(pool.map(run, starts))
 
 
-def _padded(fn: Callable[[torch.Tensor], torch.Tensor], index: torch.Tensor, size: int, parallel: bool,
-            pad: bool = True) -> torch.Tensor:
-    """`fn` over `index` in chunks of `size`, concatenated (under inference mode). With `pad` the last chunk is
-    filled up with its last index: matmul kernels can change with the batch size, and so could a result's last
-    bits, so every result is computed in a chunk of the same size, whatever else is predicted with it."""
+def _padded(fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], index: torch.Tensor, size: int, parallel: bool,
+            pad: bool = True) -> tuple[torch.Tensor, ...]:
+    """`fn` over `index` in chunks of `size`, each of its outputs concatenated (under inference mode). With `pad`
+    the last chunk is filled up with its last index: matmul kernels can change with the batch size, and so could
+    a result's last bits, so every result is computed in a chunk of the same size, whatever else is predicted
+    with it."""
 
-    def run(lo: int) -> torch.Tensor:
+    def run(lo: int) -> tuple[torch.Tensor, ...]:
         pick = index[lo : lo + size]
         n = len(pick)
         if pad:
             pick = torch.cat([pick, pick[-1:].expand(size - n)])
         with torch.inference_mode():  # per call: worker threads do not inherit the caller's grad mode
-            return fn(pick)[:n]
+            return tuple(out[:n] for out in fn(pick))
 
-    return torch.cat(_batches(run, range(0, len(index), size), parallel))
+    parts = _batches(run, range(0, len(index), size), parallel)
+    return tuple(torch.cat(outputs) for outputs in zip(*parts, strict=True))
 
 
 def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: int, norm: NormStats,
-                  device: torch.device, rows: np.ndarray | None = None) -> np.ndarray:
-    """Up-probability per horizon at the last position of every window ending at rows seq_len-1 .. N-1, or only of
-    the windows ending at `rows` (each >= seq_len - 1): [windows, H].
+                  device: torch.device, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(up-probability per horizon at the last position of the window ending at each of `rows` (each >=
+    seq_len - 1): [len(rows), H]; the latest row each of those windows read: [len(rows)]).
 
-    The file goes to the device once and is normalised once; each batch of windows is then gathered from it on
-    the device, so the host copies nothing per batch. A model with a `position_wise` part (the TFT's variable
-    selection) runs it once per row, and `forward_windows` on the windows of its output. Batches are padded to
-    the full size (`_padded`): the validation path, which predicts only some snapshots, gets the numbers of the
+    The rows read come from the very index that gathers each window, so they are what the model saw, not what it was
+    meant to see. The file goes to the device once and is normalised once; each batch of windows is then gathered
+    from it on the device, so the host copies nothing per batch. A model with a `position_wise` part (the TFT's
+    variable selection) runs it once per row, and `forward_windows` on the windows of its output. Batches are padded
+    to the full size (`_padded`): the validation path, which predicts only some snapshots, gets the numbers of the
     full file (on the demo checkpoints to the bit: bench_evaluate.py --demo --reference). On CPU the batches are
     small and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in order, unpadded, on
     its own seeded noise, so reruns agree.
     """
-    if len(features) < seq_len or (rows is not None and len(rows) == 0):
-        return np.empty((0, 0), np.float32)
+    if len(rows) == 0:
+        return np.empty((0, 0), np.float32), np.empty(0, np.int64)
     mean, std = (torch.from_numpy(a).to(device) for a in norm.arrays())
     values = torch.from_numpy(np.array(features)).to(device).sub_(mean).div_(std)  # [N, F]
     sampling = hasattr(model, "forward_last")
@@ -187,24 +211,25 @@ def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: i
     batch = CPU_BATCH if cpu else BATCH
     parallel = cpu and not sampling
     if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
-        values = _padded(lambda r: model.position_wise(values[r][None])[0], torch.arange(len(values), device=device),
-                         batch * seq_len, parallel)
-    feats = values.unfold(0, seq_len, 1)  # [W, F (or the position-wise width), K]
-    times = None if dt is None else torch.from_numpy(np.array(dt)).to(device).unfold(0, seq_len, 1)  # [W, K]
-    ends = np.arange(seq_len - 1, len(features)) if rows is None else np.asarray(rows, dtype=np.int64)
+        (values,) = _padded(lambda r: (model.position_wise(values[r][None])[0],),
+                            torch.arange(len(values), device=device), batch * seq_len, parallel)
+    times = None if dt is None else torch.from_numpy(np.array(dt)).to(device)
+    lags = torch.arange(-seq_len + 1, 1, device=device)
 
-    def run(pick: torch.Tensor) -> torch.Tensor:
-        x = feats[pick].transpose(1, 2).contiguous()
+    def run(end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = end[:, None] + lags  # [B, K]: the rows each window reads, oldest first
+        x = values[index]
         if times is not None:  # the book model: its trunk's logits, without the aux path
-            last = model.last_logits(x, times[pick].contiguous())
+            last = model.last_logits(x, times[index])
         elif sampling:
             last = model.forward_last(x, generator=generator)
         else:
             last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
-        return torch.sigmoid(last.float())
+        return torch.sigmoid(last.float()), index.amax(dim=1)
 
-    index = torch.from_numpy(ends - (seq_len - 1)).to(device)  # the windows to predict
-    return _padded(run, index, batch, parallel, pad=not sampling).cpu().numpy()
+    ends = torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device)
+    probs, read = _padded(run, ends, batch, parallel, pad=not sampling)
+    return probs.cpu().numpy(), read.cpu().numpy()
 
 
 def _load_json(path: Path) -> dict:
@@ -242,45 +267,31 @@ def load(ckpt: Checkpoint, device: torch.device) -> Loaded:
     return Loaded(ckpt, device, norm, seq_len, net)
 
 
-def supervised_probs(model: Loaded, bars: Sidecar) -> np.ndarray:
-    """[N, H] up-probabilities per bar (NaN before the first full window)."""
-    probs = np.full((bars.rows, len(bars.meta.horizons)), np.nan, dtype=np.float32)
-    if bars.rows >= model.window:
-        probs[model.window - 1 :] = _window_probs(model.net, bars.features, None, model.window, model.norm,
-                                                  model.device)
-    return probs
-
-
-def perception_snapshot_probs(model: Loaded, book: Sidecar, rows: np.ndarray | None = None) -> np.ndarray:
-    """[N snapshots, H] the book model's up-probabilities per snapshot (NaN before the first full window), or only at
-    the snapshots `rows` (NaN elsewhere)."""
-    snap = np.full((book.rows, len(book.meta.horizons)), np.nan, dtype=np.float32)
+def window_probs_at(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
+    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere)."""
     first = model.window - 1
-    if rows is None:
-        if book.rows > first:
-            snap[first:] = _window_probs(model.net, book.features, book.dt, model.window, model.norm, model.device)
-        return snap
-    rows = np.unique(rows[rows >= first])
-    if len(rows):
-        snap[rows] = _window_probs(model.net, book.features, book.dt, model.window, model.norm, model.device, rows)
-    return snap
+    rows = np.arange(first, sc.rows) if rows is None else np.unique(rows[rows >= first])
+    probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
+    read = np.full(sc.rows, -1, dtype=np.int64)
+    dt = sc.dt if model.ckpt.trainer == "perception" else None
+    probs[rows], read[rows] = _window_probs(model.net, sc.features, dt, model.window, model.norm, model.device, rows)
+    return probs, read
 
 
-def book_decisions(snap: np.ndarray, book_ts: np.ndarray, close_trade: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bar probabilities [N bars, H], decision_ts [N bars]): each bar reads the last snapshot at or before its close
-    trade (`close_trade` -1: no decision, NaN)."""
-    rows = snapshots_at(book_ts, close_trade)
+def at_rows(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
+    """values[rows] per bar, `fill` where a bar has no row (-1)."""
+    out = np.full((len(rows), *values.shape[1:]), fill, dtype=values.dtype)
     ok = rows >= 0
-    probs = np.full((len(close_trade), snap.shape[1]), np.nan, dtype=np.float32)
-    probs[ok] = snap[rows[ok]]
-    decided = ok & np.isfinite(probs).all(axis=1)
-    return probs, np.where(decided, np.asarray(book_ts)[np.maximum(rows, 0)], NO_DECISION)
+    out[ok] = values[rows[ok]]
+    return out
 
 
-def rl_positions(model: Loaded, bars: Sidecar) -> np.ndarray:
-    """Greedy positions of the agent bar by bar: `greedy_positions`, exactly as RL validation runs it."""
+def rl_positions(model: Loaded, bars: Sidecar) -> tuple[np.ndarray, np.ndarray]:
+    """(greedy positions of the agent bar by bar, the latest row each one read): `greedy_decisions`, exactly as
+    RL validation runs it."""
     from alpha_core.rl import EnvConfig, TradingVecEnv, build_agent, load_policy
-    from alpha_core.rl.agents import DQNConfig, PPOConfig, greedy_positions
+    from alpha_core.rl.agents import DQNConfig, PPOConfig, greedy_decisions
 
     ckpt = model.ckpt
     env_cfg = EnvConfig(**_load_json(ckpt.path / "env_config.json"))
@@ -288,27 +299,29 @@ def rl_positions(model: Loaded, bars: Sidecar) -> np.ndarray:
         agent_cfg = {"dqn": DQNConfig, "ppo": PPOConfig}[ckpt.model](**_load_json(ckpt.path / "agent_config.json"))
         env = TradingVecEnv([bars], env_cfg.model_copy(update={"n_envs": 1, "episode_len": 1}), model.norm)
         model.agent = load_policy(build_agent(ckpt.model, env, agent_cfg, device=str(model.device)), ckpt.weights)
-    return greedy_positions(model.agent, [bars], env_cfg, model.norm)[0]
+    return greedy_decisions(model.agent, [bars], env_cfg, model.norm)[0]
 
 
 def predict(model: Loaded, bars: Sidecar, book: Sidecar | None, horizon: int, band: float,
             scored: bool = True) -> Prediction:
-    """The checkpoint's positions on one bar file, on the decision clock (the book file is the same period's).
-    `scored` False: positions only (no `probs`), so the book model predicts only the snapshots bars decide on."""
-    clock = entry_ts(bars, book)
+    """The checkpoint's positions on one bar file, each with the time of the latest data it read (the book file
+    is the same period's). `scored` False: positions only (no `probs`), so the book model predicts only the
+    snapshots bars decide on."""
     if model.ckpt.trainer == "rl":
-        pos = rl_positions(model, bars)
-        decided = np.arange(bars.rows) >= model.window - 1
-        return Prediction(pos, np.where(decided, clock, NO_DECISION), None, None)
+        pos, read = rl_positions(model, bars)
+        return Prediction(pos, decision_times(read, entry_ts(bars, book)), None, None)
     if model.ckpt.trainer == "perception":
         if book is None:
             raise ValueError(f"no book file for {bars.meta.source.name}")
-        close = book_close_trade_ts(bars, book)
-        snap = perception_snapshot_probs(model, book, None if scored else snapshots_at(book.ts, close))
-        probs, decision = book_decisions(snap, book.ts, close)
+        rows = book_decision_rows(bars, book)
+        snap, read = window_probs_at(model, book, None if scored else rows)
+        probs, read = at_rows(snap, rows, np.nan), at_rows(read, rows, -1)
         pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
+        decision = decision_times(np.where(np.isfinite(probs).all(axis=1), read, -1), book.ts)
         return Prediction(pos, decision, snap, book) if scored else Prediction(pos, decision, None, None)
-    probs = supervised_probs(model, bars)
-    decided = np.isfinite(probs[:, horizon])
+    rows = bar_decision_rows(bars)
+    probs, read = window_probs_at(model, bars, rows)
+    probs, read = at_rows(probs, rows, np.nan), at_rows(read, rows, -1)
     pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
-    return Prediction(pos, np.where(decided, clock, NO_DECISION), probs, bars)
+    decision = decision_times(np.where(np.isfinite(probs[:, horizon]), read, -1), entry_ts(bars, book))
+    return Prediction(pos, decision, probs, bars)

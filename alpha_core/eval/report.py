@@ -1,10 +1,10 @@
 """The ensemble report: its schema (pydantic, validated on write and read), Markdown tables and PNG plots.
 
-Every row (each model and ensemble, out of sample and per fold) carries its uncertainty: the number of sessions,
-the Sharpe's standard error (Mertens 2002), a day-block bootstrap 95% interval and the Sharpe at 0, 0.5, 1 and 2
-ticks of cost, beside the PSR and the DSR with the N (trials x configurations) and V (variance of the trials'
-daily Sharpe) it used. Each model row also compares its AUC with the demo oracle's on exactly the rows and
-horizons it was scored on. Files written beside `ensemble_report.json`: `ensemble_report.md` and, per symbol,
+Every row (each model and ensemble, out of sample and per fold) carries its uncertainty: the number of sessions, the
+Sharpe's standard error (Mertens 2002), a day-block bootstrap 95% interval and the Sharpe at 0, 0.5, 1 and 2 ticks
+of cost, beside the PSR and the DSR with the N (trials x configurations) and V it used (and how V was estimated),
+and the DSR at the null variance. Each model row also compares its AUC with the demo oracle's on exactly the rows
+and horizons it was scored on. Files written beside `ensemble_report.json`: `ensemble_report.md` and, per symbol,
 `<symbol>_equity.png` (out-of-sample equity of every model and both ensembles), `<symbol>_drawdown.png` and
 `<symbol>_fold_sharpe.png`. Non-finite numbers are stored as null (an infinite profit factor, an undefined PSR).
 """
@@ -54,8 +54,9 @@ class Metrics(Strict):
     hit_rate: float
     psr: float | None
     dsr: float | None
+    dsr_null: float | None  # the DSR with V = the null variance 1/(T-1) (no dispersion among the trials)
     dsr_n_trials: int  # N: hyperopt trials x configurations the report compares
-    dsr_trials_sharpe_var: float | None  # V: variance of the trials' daily (non-annualised) Sharpe
+    dsr_variance: float | None  # V: the variance of N zero-skill daily (non-annualised) Sharpe estimates
 
     @model_validator(mode="before")
     @classmethod
@@ -93,8 +94,9 @@ class ModelResult(Strict):
     auc: AucComparison | None = None  # pooled over the folds' test files
     n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
     n_configurations: int  # rows the report compares (models + ensembles, x bands x horizons)
-    trials_sharpe_var_source: str  # where V comes from: the hyperopt trials, or the null variance
-    hyperopt_results: list[str] = []  # the results.json files N and V were read from
+    trials_dispersion: float | None  # variance of the trials' true per-session Sharpe (None: no trials)
+    dsr_estimator: str  # how V was estimated, in words
+    hyperopt_results: list[str] = []  # the results.json files of the searches behind this row
     equity_ts: list[int]  # downsampled cumulative PnL (ticks) for plots
     equity: list[float]
 
@@ -127,7 +129,7 @@ def _fmt(value: float | int | None, none: str = "n/a") -> str:
 def _uncertainty(m: Metrics) -> list[str]:
     costs = " / ".join(_fmt(v) for v in m.sharpe_by_cost.values())
     return [str(m.n_sessions), _fmt(m.sharpe), _fmt(m.sharpe_se), f"[{_fmt(m.sharpe_ci_low)}, {_fmt(m.sharpe_ci_high)}]",
-            costs, str(m.dsr_n_trials), _fmt(m.dsr_trials_sharpe_var), _fmt(m.psr), _fmt(m.dsr)]
+            costs, str(m.dsr_n_trials), _fmt(m.dsr_variance), _fmt(m.psr), _fmt(m.dsr), _fmt(m.dsr_null)]
 
 
 def markdown(report: EnsembleReport) -> str:
@@ -135,11 +137,12 @@ def markdown(report: EnsembleReport) -> str:
              f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
              f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
              f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
-             f"V: variance of the trials' daily Sharpe (null variance 1/(T-1) without trials).", ""]
+             f"V: variance of N zero-skill daily Sharpe estimates, the null variance 1/(T-1) plus the dispersion of "
+             f"the trials' true Sharpe (net of their sampling noise); dsr@null: the DSR at the null variance.", ""]
     for symbol, sym in report.symbols.items():
         rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
         costs = "Sharpe @ " + "/".join(next(iter(rows))[1].oos.sharpe_by_cost) + " ticks" if rows else "Sharpe @ cost"
-        head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr"]
+        head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr", "dsr@null"]
         lines += [f"## {symbol}", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
                   "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS))]
         for name, result in rows:

@@ -124,10 +124,10 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     def objective(params: dict) -> tuple[float, dict]:
         torch.set_num_threads(1)
         if spec.trainer == "rl":
-            sharpe = _rl_trial(cfg, params, split)
-            return -sharpe, {"val_sharpe": sharpe}
-        mean_auc, sharpe = _supervised_trial(cfg, params, split)
-        return -mean_auc, {"val_sharpe": sharpe}
+            sharpe, sessions = _rl_trial(cfg, params, split)
+            return -sharpe, {"val_sharpe": sharpe, "val_sessions": sessions}
+        mean_auc, sharpe, sessions = _supervised_trial(cfg, params, split)
+        return -mean_auc, {"val_sharpe": sharpe, "val_sessions": sessions}
 
     trials_bar, best_score = progress.bar(total=cfg.trials, desc=f"hyperopt {cfg.model}", unit="trial"), -math.inf
 
@@ -147,9 +147,9 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         "best_params": best,
         "best_score": -min(h["loss"] for h in history),
         "trials": [{"trial": h["trial"], "params": h["params"], "score": -h["loss"], "val_sharpe": h["val_sharpe"],
-                    "wall_s": h["wall_s"]} for h in history],
+                    "val_sessions": h["val_sessions"], "wall_s": h["wall_s"]} for h in history],
         "val_sharpe": "daily-session Sharpe of each trial's validation positions, annualised, "
-                      f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's)",
+                      f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's), over val_sessions sessions",
         "train_files": [sc.meta.source.name for sc in split.train],
         "val_files": [sc.meta.source.name for sc in split.val],
         "cv_fold": cfg.cv_fold,
@@ -179,9 +179,9 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
     return FoldData(0, [by_path[r.path] for r in train], [by_path[r.path] for r in val], []), plan
 
 
-def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float]:
-    """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint)."""
-    from alpha_core.eval.evaluate import DEFAULT_BAND, DEFAULT_HORIZON, file_sharpe
+def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float, int]:
+    """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint, its sessions)."""
+    from alpha_core.eval.evaluate import DEFAULT_BAND, DEFAULT_HORIZON, file_score
     from alpha_core.eval.predict import Checkpoint, load, predict
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
@@ -195,11 +195,11 @@ def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tup
         ckpt = Checkpoint(cfg.model, cfg.symbol or "", 0, Path(tmp) / "fold-0", "supervised", summary.model_dump())
         val = split.val[-1]
         pred = predict(load(ckpt, resolve_device(cfg.device)), val, None, DEFAULT_HORIZON, DEFAULT_BAND)
-        return float(summary.best_mean_auc), file_sharpe(val, pred.position)
+        return float(summary.best_mean_auc), *file_score(val, pred.position)
 
 
-def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> float:
-    """The trial's validation Sharpe: the RL trainer's, which is the evaluator's."""
+def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, int]:
+    """The trial's validation Sharpe (the RL trainer's, which is the evaluator's) and its sessions."""
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
     with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
@@ -208,4 +208,4 @@ def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> float:
             symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch, seed=cfg.seed,
             device=cfg.device)
         (summary,) = train_rl(train_cfg, explicit_params=params, folds=[split])
-        return float(summary.val_sharpe)
+        return float(summary.val_sharpe), summary.val_sessions

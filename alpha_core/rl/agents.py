@@ -205,7 +205,15 @@ def _market(data: TradingVecEnv | Sequence[Sidecar | MarketSeries], env_cfg: Env
 def greedy_positions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
                      env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
                      segment_len: int | None = None) -> list[np.ndarray]:
-    """The greedy (deterministic) position of the policy at every bar of each file, held over the next bar.
+    """The positions of `greedy_decisions`, one array per file."""
+    return [positions for positions, _ in greedy_decisions(agent, data, env_cfg, norm, segment_len)]
+
+
+def greedy_decisions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+                     env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
+                     segment_len: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per file: the greedy (deterministic) position of the policy at every bar, held over the next bar, and the
+    latest row of the file that position depends on (-1 where it read nothing), for the evaluator's clock.
 
     The agent acts at bars window-1 .. N-1 of a file, starting flat; its position is part of the next
     observation, so a file is a sequence. It is still batched: the position takes three values only, so one
@@ -214,12 +222,16 @@ def greedy_positions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sideca
     the policy one bar at a time). Bars before the first full window are flat. `segment_len` cuts each file into
     segments that start flat (approximate); None (the default, and what the evaluator does) runs each file as
     one sequence. `data`: sidecars/series with `env_cfg` and the training `norm`, or a TradingVecEnv whose
-    files, config and normalisation are reused."""
+    files, config and normalisation are reused.
+
+    A position depends on its own observation and, through the position it starts from, on every earlier one
+    of its sequence: the latest row it read is the running maximum of the rows its observations gathered."""
     market, cfg = _market(data, env_cfg, norm)
     acting = [np.arange(off + cfg.window - 1, off + n) for off, n in zip(market.offsets, market.lengths, strict=True)]
     rows = np.concatenate(acting)
     table = np.ones((int(market.lengths.sum()), 3), dtype=np.int64)  # the flat action where the agent does not act
-    table[rows] = _greedy_actions(agent, market, rows)
+    read = np.full(len(table), -1, dtype=np.int64)
+    table[rows], read[rows] = _greedy_actions(agent, market, rows)
     steps = table.tolist()  # Python lists: the walk below costs ~0.1 us a bar
     action = np.ones(len(table), dtype=np.int64)
     for bars in acting:
@@ -230,22 +242,27 @@ def greedy_positions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sideca
                 a = steps[g][a]
                 path.append(a)
             action[bars[lo : lo + step]] = path
+            read[bars[lo : lo + step]] = np.maximum.accumulate(read[bars[lo : lo + step]])
     held = ACTION_TO_POSITION[action]
-    return [held[off : off + n] for off, n in zip(market.offsets, market.lengths, strict=True)]
+    return [(held[off : off + n], np.where(read[off : off + n] >= 0, read[off : off + n] - off, -1))
+            for off, n in zip(market.offsets, market.lengths, strict=True)]
 
 
-def _greedy_actions(agent: BaseAlgorithm, market: MarketData, rows: np.ndarray) -> np.ndarray:
-    """[len(rows), 3]: the greedy action at each global row from each previous position (short, flat, long),
-    which is also the index of the position it takes; observations in batches of at most OBS_BATCH_ELEMENTS."""
+def _greedy_actions(agent: BaseAlgorithm, market: MarketData, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([len(rows), 3]: the greedy action at each global row from each previous position (short, flat, long),
+    which is also the index of the position it takes; [len(rows)]: the latest global row each observation read),
+    observations in batches of at most OBS_BATCH_ELEMENTS."""
     width = market.window * market.n_features + 1
     per_batch = max(1, OBS_BATCH_ELEMENTS // (len(ACTION_TO_POSITION) * width))
     out = np.empty((len(rows), len(ACTION_TO_POSITION)), dtype=np.int64)
+    read = np.empty(len(rows), dtype=np.int64)
     for lo in range(0, len(rows), per_batch):
         g = rows[lo : lo + per_batch]
-        obs = market.observations(np.repeat(g, len(ACTION_TO_POSITION)), np.tile(ACTION_TO_POSITION, len(g)))
+        obs, seen = market.observations(np.repeat(g, len(ACTION_TO_POSITION)), np.tile(ACTION_TO_POSITION, len(g)))
         actions, _ = agent.predict(obs, deterministic=True)
         out[lo : lo + len(g)] = np.asarray(actions, dtype=np.int64).reshape(len(g), len(ACTION_TO_POSITION))
-    return out
+        read[lo : lo + len(g)] = seen.reshape(len(g), len(ACTION_TO_POSITION)).max(axis=1)
+    return out, read
 
 
 def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],

@@ -116,13 +116,16 @@ class MarketData:
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self._lags = np.arange(-window + 1, 1)
 
-    def windows(self, rows: np.ndarray) -> np.ndarray:
-        """[B, window, F] features of the bars ending at global rows `rows` (one gather, no per-env loop)."""
-        return self.features[rows[:, None] + self._lags]
+    def windows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([B, window, F] features of the bars ending at global rows `rows`, [B] the latest global row each
+        window read): one gather, no per-env loop; the rows read come from the gather's own index."""
+        index = rows[:, None] + self._lags
+        return self.features[index], index.max(axis=1)
 
-    def observations(self, rows: np.ndarray, position: np.ndarray) -> np.ndarray:
-        win = self.windows(rows).reshape(len(rows), -1)
-        return np.concatenate([win, position[:, None].astype(np.float32)], axis=1)
+    def observations(self, rows: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat observations, the latest global row each read): the window, then the current position."""
+        win, read = self.windows(rows)
+        return np.concatenate([win.reshape(len(rows), -1), position[:, None].astype(np.float32)], axis=1), read
 
 
 def split_observation(obs, window: int, n_features: int):
@@ -176,7 +179,7 @@ class TradingVecEnv(VecEnv):
         self.episode_return[idx] = 0.0
 
     def _obs(self) -> np.ndarray:
-        return self.data.observations(self.t, self.position)
+        return self.data.observations(self.t, self.position)[0]
 
     # -- VecEnv API ------------------------------------------------------------------------------------
     def reset(self) -> np.ndarray:
@@ -217,7 +220,7 @@ class TradingVecEnv(VecEnv):
                 infos[i]["TimeLimit.truncated"] = True
                 infos[i]["episode_return"] = float(self.episode_return[i])
             self._start_episodes(done_idx)
-            obs[done_idx] = self.data.observations(self.t[done_idx], self.position[done_idx])
+            obs[done_idx] = self.data.observations(self.t[done_idx], self.position[done_idx])[0]
         return obs, rewards.astype(np.float32), dones, infos
 
     def close(self) -> None:

@@ -45,7 +45,7 @@ from alpha_core.bounds import (
     check_batch_fits,
 )
 from alpha_core.data.dbn import MBP10
-from alpha_core.data.folds import plan_folds
+from alpha_core.data.folds import N_FOLDS, plan_folds
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import file_ref, predecode
@@ -94,8 +94,8 @@ class TrainConfig(BaseModel):
     auto_horizon_weights: bool = False
     batch_size: Count = 1
     val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
-    cv_fold: NonNegInt = 0
-    cv_n_folds: int = Field(1, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
+    cv_fold: NonNegInt | None = None  # None: every fold of the plan, each into `out/fold-<k>`
+    cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
     cv_train_window: int = Field(0, le=MAX_COUNT)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     smoothness_base_lambda: NonNegFloat = 0.0
@@ -137,6 +137,13 @@ class TrainSummary(BaseModel):
     cv_fold: int
     train_files: list[str]
     val_files: list[str]
+    test_files: list[str]  # the fold's test file (what `alpha evaluate` trades it on)
+    # the one checkpoint the gate judges and evaluation loads: the best epoch by the early-stop metric
+    # (mean AUC when it is `none`), as every supervised trainer keeps
+    checkpoint_metric: str
+    checkpoint: str  # file name in the fold folder
+    checkpoint_epoch: int
+    val_auc: list[float]  # per horizon, at the checkpoint's epoch
     loss_ema_per_horizon: list[float]
     lambda_per_horizon: list[float]
     aux_stop_grad_lifted: bool
@@ -171,7 +178,7 @@ def validate(cfg: TrainConfig) -> None:
         )
     if cfg.cv_n_folds < 1:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cfg.cv_n_folds})")
-    if cfg.cv_fold >= cfg.cv_n_folds:
+    if cfg.cv_fold is not None and cfg.cv_fold >= cfg.cv_n_folds:
         raise PlanError(f"--cv-fold {cfg.cv_fold} must be < --cv-n-folds {cfg.cv_n_folds}")
     if cfg.cv_train_window < 0:
         raise PlanError(f"--cv-train-window must be >= 0 (got {cfg.cv_train_window})")
@@ -190,12 +197,19 @@ def resolve_device(name: str | None) -> torch.device:
     return device
 
 
+def fold_dir(out: Path, fold: int) -> Path:
+    """Where a fold's checkpoint is promoted: `fold-<k>` under the output directory, as every trainer writes."""
+    return Path(out) / f"fold-{fold}"
+
+
 class PerceptionTrainer:
-    """One attempt at training `cfg.out`: a fresh one, the one `--resume` continues, or `attempt_id`'s."""
+    """One attempt at training fold `cfg.cv_fold` (0 when unset; `train` runs every fold) into `cfg.out/fold-<k>`:
+    a fresh one, the one `--resume` continues, or `attempt_id`'s."""
 
     def __init__(self, cfg: TrainConfig, attempt_id: str | None = None) -> None:
         validate(cfg)
-        self.cfg = cfg
+        self.cfg = cfg = cfg.model_copy(update={"cv_fold": cfg.cv_fold or 0})
+        self.dest = fold_dir(cfg.out, cfg.cv_fold)
         self.device = resolve_device(cfg.device)
         if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
@@ -246,13 +260,13 @@ class PerceptionTrainer:
         """`attempt_id` as given (Dagster: the run id, so a retried step continues it); with `--resume`, the
         latest unfinished attempt (or the promoted one, already complete); else a new attempt."""
         if attempt_id is not None:
-            return artifacts.Attempt(self.cfg.out, attempt_id)
+            return artifacts.Attempt(self.dest, attempt_id)
         if self.cfg.resume:
-            found = artifacts.latest_incomplete(self.cfg.out) or artifacts.promoted(self.cfg.out)
+            found = artifacts.latest_incomplete(self.dest) or artifacts.promoted(self.dest)
             if found is not None:
                 return found
-            print(f"--resume: no training state in {self.cfg.out}; starting from scratch", flush=True)
-        return artifacts.Attempt(self.cfg.out, artifacts.new_attempt_id())
+            print(f"--resume: no training state in {self.dest}; starting from scratch", flush=True)
+        return artifacts.Attempt(self.dest, artifacts.new_attempt_id())
 
     # --- data ------------------------------------------------------------------------------------------
 
@@ -264,12 +278,16 @@ class PerceptionTrainer:
             raise PlanError(
                 f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}"
             )
-        plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window,
-                          cfg.allow_untested_folds)
+        try:
+            plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window,
+                              cfg.allow_untested_folds)
+        except PlanError as exc:
+            raise PlanError(f"{cfg.mbp10_data_dir}: {exc}") from exc
         fold = plan.fold(cfg.cv_fold)
         by_path = {sc.meta.source.path: sc for sc in sidecars}
         self.train_files = [by_path[r.path] for r in fold.train]
         self.val_files = [by_path[r.path] for r in fold.val]
+        self.test_names = [r.name for r in fold.test]
         self.horizons = self.train_files[0].meta.horizons
         # a tensor, like the model's time scale: one compiled graph for every product
         self.tick_size = torch.tensor(self.train_files[0].meta.tick_size, device=self.device)
@@ -384,7 +402,7 @@ class PerceptionTrainer:
         """Train (or finish) the attempt, seal it and, with `promote`, make `--out` show it."""
         with artifacts.writing(self.attempt):
             if self.attempt.complete:  # a resume of a finished run: nothing left to do
-                print(f"--resume: {self.cfg.out} is already complete", flush=True)
+                print(f"--resume: {self.dest} is already complete", flush=True)
                 summary = TrainSummary.model_validate_json((self.out / SUMMARY).read_text())
             else:
                 summary = self._train()
@@ -409,8 +427,8 @@ class PerceptionTrainer:
             self._track(epoch, val_loss, aucs)
             self.report.epoch(epoch, train_loss=train_loss, val_loss=val_loss,
                               **horizon_metrics("val_auc", self.horizons, aucs))
-            self.report.say(f"epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} "
-                            f"auc {' '.join(f'{a:.3f}' for a in aucs)}")
+            self.report.say(f"fold {cfg.cv_fold} epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} auc "
+                            f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(self.horizons, aucs, strict=True))}")
             t.wall_time_s = time.perf_counter() - started
             stop = self._early_stop()
             t.early_stopped = stop
@@ -437,6 +455,10 @@ class PerceptionTrainer:
 
     def _summary(self) -> TrainSummary:
         t, m = self.trackers, self.model
+        metric = "mean_auc" if self.cfg.early_stop_metric == "none" else self.cfg.early_stop_metric
+        kept = {"val_loss": (t.best_epoch, t.best_val_auc),
+                "mean_auc": (t.best_mean_auc_epoch, t.best_mean_auc_per_horizon),
+                "auc_h1000": (t.best_auc_h1000_epoch, t.best_auc_h1000_per_horizon)}
         return TrainSummary(
             epochs=t.epochs_completed,
             seq_len=self.cfg.seq_len,
@@ -461,6 +483,11 @@ class PerceptionTrainer:
             cv_fold=self.cfg.cv_fold,
             train_files=[sc.meta.source.name for sc in self.train_files],
             val_files=[sc.meta.source.name for sc in self.val_files],
+            test_files=self.test_names,
+            checkpoint_metric=metric,
+            checkpoint=CHECKPOINTS[metric],
+            checkpoint_epoch=kept[metric][0],
+            val_auc=kept[metric][1],
             loss_ema_per_horizon=m.loss_ema_snapshot(),
             lambda_per_horizon=m.lambda_snapshot(),
             aux_stop_grad_lifted=bool(m.aux_lifted),
@@ -586,6 +613,9 @@ class CapturedStep:
         return result
 
 
-def train(cfg: TrainConfig) -> TrainSummary:
+def train(cfg: TrainConfig) -> list[TrainSummary]:
+    """`alpha train`: every fold of the plan (or `cv_fold` alone), each into `cfg.out/fold-<k>`."""
+    validate(cfg)
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
-    return PerceptionTrainer(cfg).fit()
+    folds = range(cfg.cv_n_folds) if cfg.cv_fold is None else [cfg.cv_fold]
+    return [PerceptionTrainer(cfg.model_copy(update={"cv_fold": k})).fit() for k in folds]

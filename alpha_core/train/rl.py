@@ -32,7 +32,7 @@ from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
-from alpha_core.train.params import load_params_file, split_params
+from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.tracking import Trackers
 from alpha_core.train.walk_forward import WalkForwardConfig
@@ -47,6 +47,7 @@ class RLTrainConfig(WalkForwardConfig):
     episode_len: Count = 256
     n_envs: Count = 8
     cost_per_turnover: NonNegFloat = DEFAULT_COST_TICKS  # ticks per unit of position change: the evaluator's cost
+    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
 
 
 class RLFoldSummary(BaseModel):
@@ -61,11 +62,15 @@ class RLFoldSummary(BaseModel):
     early_stopped: bool
     best_epoch: int
     val_sharpe: float  # annualised daily-session Sharpe (the evaluator's), at the best epoch
+    val_sessions: int  # the sessions that Sharpe was measured on
     val_mean_reward: float  # ticks per bar
     val_turnover: float
     val_sharpe_per_epoch: list[float]
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: val_sharpe, val_mean_reward, val_turnover
     params: dict
+    params_file: str | None = None
+    hyperopt: HyperoptRecord | None = None  # the search behind `params`: the report's N and V
+    hyperopt_leakage: list[str] = []  # test files the search used, let through by --allow-hyperopt-leakage
     timesteps: int
     device: str
     wall_time_s: float
@@ -81,20 +86,23 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     device = resolve_device(cfg.device)
     agent_cls = AGENT_CONFIGS[cfg.model]
-    file_params = _agent_params(load_params_file(params_file), agent_cls, str(params_file))
+    source = load_params_file(params_file)
+    file_params = _agent_params(source.values, agent_cls, str(params_file))
     cli_params = _agent_params(explicit_params or {}, agent_cls, "command line")
-    try:
-        agent_cfg = agent_cls(**{**file_params, **cli_params})
-    except ValidationError as exc:
-        raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
+    for where, values in ((str(params_file), file_params), ("command line", {**file_params, **cli_params})):
+        try:  # the file's values on their own too: one the command line overrides is still checked
+            agent_cfg = agent_cls(**values)
+        except ValidationError as exc:
+            raise PlanError(f"{where}: {describe_validation_error(exc)}") from exc
     folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
         cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol,
         cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
+    leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
     return [artifacts.run_attempt(
         cfg.output_dir / f"fold-{fold.fold}", attempt_id,
-        lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id),
+        lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, source, leaks[fold.fold]),
         lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
 
 
@@ -107,7 +115,8 @@ def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict
     return agent
 
 
-def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str) -> RLFoldSummary:
+def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str,
+                source: ParamsFile, leaks: list[str]) -> RLFoldSummary:
     train, val = fold.train, fold.val
     norm = fit_norm_stats(train)
     norm.save(out / "norm_stats.json")
@@ -142,8 +151,10 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
     summary = RLFoldSummary(
         model=cfg.model, fold=fold.fold, train_files=[sc.meta.source.name for sc in train],
         val_files=[sc.meta.source.name for sc in val], test_files=fold.test_names, epochs=len(curve),
-        early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_mean_reward=result.mean_reward,
+        early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_sessions=result.n_sessions,
+        val_mean_reward=result.mean_reward,
         val_turnover=result.turnover, val_sharpe_per_epoch=curve, epoch_metrics=report.epoch_metrics, params=params,
+        params_file=source.path, hyperopt=source.hyperopt, hyperopt_leakage=leaks,
         timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},

@@ -33,7 +33,7 @@ from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
-from alpha_core.train.params import load_params_file, resolve
+from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
@@ -55,6 +55,7 @@ class SupervisedTrainConfig(WalkForwardConfig):
     lr_warmup_steps: NonNegInt = 100
     lr_min_factor: UnitFloat = 0.1
     early_stop_metric: str = "mean_auc"
+    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
 
 
 class FoldSummary(BaseModel):
@@ -82,6 +83,9 @@ class FoldSummary(BaseModel):
     final_val_auc: list[float]
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
     params: dict
+    params_file: str | None = None
+    hyperopt: HyperoptRecord | None = None  # the search behind `params`: the report's N and V
+    hyperopt_leakage: list[str] = []  # test files the search used, let through by --allow-hyperopt-leakage
     n_train_seqs_consumed: int
     device: str
     wall_time_s: float
@@ -109,22 +113,28 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
         cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
-    model_cfg, train_overrides = resolve(spec.config_class(), data_fields, load_params_file(params_file),
-                                         explicit_params or {}, str(params_file))
-    try:
-        cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **train_overrides})
-    except ValidationError as exc:
-        raise PlanError(f"{params_file or 'command line'}: {describe_validation_error(exc)}") from exc
+    source = load_params_file(params_file)
+    leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
+    model_cfg, file_train, cli_train = resolve(spec.config_class(), data_fields, source.values,
+                                               explicit_params or {}, str(params_file))
+    for where, values in ((str(params_file), file_train), ("command line", {**file_train, **cli_train})):
+        try:
+            cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **values})
+        except ValidationError as exc:
+            raise PlanError(f"{where}: {describe_validation_error(exc)}") from exc
     check_batch_fits(batch_size=cfg.batch_size, seq_len=cfg.seq_len, n_features=data_fields["n_features"])
+    train_overrides = {**file_train, **cli_train}
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     attempt_id = attempt_id or artifacts.new_attempt_id()
     return [artifacts.run_attempt(
         cfg.output_dir / f"fold-{fold.fold}", attempt_id,
-        lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id),
+        lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id,
+                                           source, leaks[fold.fold]),
         lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
 
 
-def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str) -> FoldSummary:
+def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str,
+                source: ParamsFile, leaks: list[str]) -> FoldSummary:
     train_files, val_files = fold.train, fold.val
     norm = fit_norm_stats(train_files)
     norm.save(out / "norm_stats.json")
@@ -170,8 +180,8 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
             checkpoint_epoch, checkpoint_auc = epoch, aucs
         report.epoch(epoch, train_loss=float(loss_sum) / max(steps, 1), val_loss=val_loss,
                      **horizon_metrics("val_auc", train_files[0].meta.horizons, aucs))
-        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} "
-                   f"auc {' '.join(f'{a:.3f}' for a in aucs)}")
+        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} auc "
+                   f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(train_files[0].meta.horizons, aucs, strict=True))}")
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
@@ -187,6 +197,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
         best_auc_long=t.best_auc_h1000, best_auc_long_epoch=t.best_auc_h1000_epoch,
         final_train_loss=t.train_loss_sum / max(t.train_steps, 1), final_val_loss=t.final_val_loss,
         final_val_auc=t.final_val_auc, epoch_metrics=report.epoch_metrics, params=params,
+        params_file=source.path, hyperopt=source.hyperopt, hyperopt_leakage=leaks,
         n_train_seqs_consumed=t.train_seqs, device=str(device),
         wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},

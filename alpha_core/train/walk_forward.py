@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from alpha_core.bounds import Count, Device, NonNegInt, Seed
+from alpha_core.data.folds import N_FOLDS
 
 
 class WalkForwardConfig(BaseModel):
@@ -19,7 +20,7 @@ class WalkForwardConfig(BaseModel):
     epochs: Count = 50  # the spec's EPOCHS default
     early_stop_patience: NonNegInt = 5  # 0 disables
     cv_fold: NonNegInt | None = None  # None: every fold of the plan
-    cv_n_folds: Count = 1
+    cv_n_folds: Count = N_FOLDS  # 1: the single train/validation split, without a test file
     cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds - 1 (a test file after every fold)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     seed: Seed = 0x4242
