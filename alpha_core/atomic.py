@@ -9,6 +9,7 @@ keeps its temporary fresh with a heartbeat, so pods on other hosts sharing the v
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -137,8 +138,10 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it is fsynced and renamed to `final` in one step.
 
     Without `replace`, raises FileExistsError if `final` appeared meanwhile (another writer won). With
-    `replace`, an existing `final` is swapped out in one step (`renameat2(RENAME_EXCHANGE)` where the
-    filesystem has it) and then removed. The temporary is removed on failure either way.
+    `replace`, an existing `final` is swapped out in one step and then removed: by `renameat2(RENAME_EXCHANGE)`
+    where the filesystem has it, otherwise (NFS) `final` is a symlink to a versioned sibling and the swap is an
+    `os.replace` of that symlink (`_switch_link`), atomic on every POSIX filesystem. Readers see either the old
+    or the new directory, never neither. The temporary is removed on failure either way.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(final)
@@ -148,7 +151,9 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
             yield tmp
         _fsync_tree(tmp)
         crash_point("tmp.before_commit")
-        if replace and final.exists():
+        if replace and (final.is_symlink() or not rename_exchange_supported(final.parent)):
+            _switch_link(tmp, final)
+        elif replace and final.exists():
             _exchange(tmp, final)  # tmp now holds the old contents
         else:
             try:
@@ -164,21 +169,87 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _exchange(a: Path, b: Path) -> None:
-    """Swap two directories atomically (Linux renameat2); elsewhere, move `b` aside first (a short window)."""
+VERSION_MARK = ".v~"  # `.{name}.v~{token}`: a committed version behind the symlink `name` (never a temporary)
+_EXCHANGE_SUPPORT: dict[int, bool] = {}  # st_dev -> whether renameat2(RENAME_EXCHANGE) works there
+
+
+def _rename_exchange(a: Path, b: Path) -> int:
+    """renameat2(a, b, RENAME_EXCHANGE): 0, or the errno (EINVAL on NFS, ENOSYS without the call)."""
     import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         at_fdcwd, rename_exchange = -100, 2
         if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-            return
+            return 0
+        return ctypes.get_errno() or errno.EINVAL
     except (AttributeError, OSError):
-        pass
+        return errno.ENOSYS
+
+
+def rename_exchange_supported(directory: Path) -> bool:
+    """Probe (once per filesystem) whether two entries of `directory` can be swapped in one step.
+
+    NFS, CephFS and most FUSE filesystems answer EINVAL: there `atomic_directory(replace=True)` commits through a
+    symlink instead. Any other failure of the probe itself (a full disk, no permission) is raised, naming the path.
+    """
+    directory = Path(directory)
+    try:
+        device = directory.stat().st_dev
+        if device not in _EXCHANGE_SUPPORT:
+            a, b = temporary_name(directory / "exchange-probe-a"), temporary_name(directory / "exchange-probe-b")
+            try:
+                a.mkdir()
+                b.symlink_to(a.name)
+                _EXCHANGE_SUPPORT[device] = _rename_exchange(a, b) == 0 and a.is_symlink() and not b.is_symlink()
+            finally:
+                for p in (a, b):
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{directory}: cannot probe the filesystem for RENAME_EXCHANGE: {exc.strerror}") from None
+    return _EXCHANGE_SUPPORT[device]
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two entries atomically (renameat2); without it, move `b` aside first: a short window in which `b`
+    is missing, taken only once per directory written before the symlink commit existed."""
+    if _rename_exchange(a, b) == 0:
+        return
     aside = temporary_name(b)
     os.rename(b, aside)
     os.rename(a, b)
     os.rename(aside, a)
+
+
+def _switch_link(tmp: Path, final: Path) -> None:
+    """Commit `tmp` as `final` without RENAME_EXCHANGE: `final` is a relative symlink to `.{name}.v~{token}`,
+    replaced by one `os.replace`, then the version it pointed to is removed. Versions left by a crash between
+    the rename and the switch are removed once they are older than the lease."""
+    version = final.with_name(f".{final.name}{VERSION_MARK}{secrets.token_hex(6)}")
+    os.rename(tmp, version)
+    link = temporary_name(final)
+    try:
+        os.symlink(version.name, link, target_is_directory=True)
+        old = os.readlink(final) if final.is_symlink() else None
+        if final.exists() and old is None:  # a directory from before: one exchange (atomic where the call exists)
+            _exchange(link, final)
+            shutil.rmtree(link, ignore_errors=True)  # link now names the old directory
+        else:
+            os.replace(link, final)
+    except BaseException:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(version, ignore_errors=True)
+        raise
+    now = time.time()
+    for sibling in final.parent.glob(f".{final.name}{VERSION_MARK}*"):
+        if sibling.name == version.name:
+            continue
+        try:
+            stale = sibling.name == old or now - sibling.lstat().st_mtime > lease_seconds()
+        except FileNotFoundError:
+            continue
+        if stale:
+            shutil.rmtree(sibling, ignore_errors=True)
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:

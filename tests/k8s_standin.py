@@ -8,6 +8,9 @@ fails with the exit code, as a Job with backoff_limit 0 does, and a process that
 Given `nodes`, a pod is first scheduled as the scheduler would place it (node selector, taints and tolerations,
 requests within a node's allocatable); a pod no node takes fails, where a cluster would leave it Pending.
 Requests it does not implement are answered 404 and kept in `unhandled`, so a test sees what it would miss.
+Given `rules` (a Role's rules: the permissions of the one identity in its kubeconfig), it authorizes every request
+as the API server's RBAC would: a request no rule allows is answered 403 and kept in `forbidden`; what was allowed is
+kept in `authorized` as (verb, "group/resource"), so a test can hold a Role to what the client really calls.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import yaml
 K8S_VERSION = "1.30.0"  # the schema tests/test_k8s.py validates the manifests against
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?(/status)?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(/log)?$")
+_RESOURCE = re.compile(r"^/(?:api/v1|apis/([^/]+)/[^/]+)/namespaces/[^/]+/([^/]+)(?:/([^/]+))?(?:/([^/]+))?$")
 
 
 def _now() -> str:
@@ -98,9 +102,12 @@ class KubeStandIn:
     """
 
     def __init__(self, scratch: Path, claims: dict[str, Path], config_maps: dict[str, Path], image_env: dict[str, str],
-                 workdir: Path, secrets: dict[str, dict[str, str]] | None = None, nodes: list[Node] | None = None) -> None:
+                 workdir: Path, secrets: dict[str, dict[str, str]] | None = None, nodes: list[Node] | None = None,
+                 rules: list[dict] | None = None) -> None:
         self.scratch, self.claims, self.config_maps = Path(scratch), claims, config_maps
-        self.nodes = nodes
+        self.nodes, self.rules = nodes, rules
+        self.forbidden: list[tuple[str, str]] = []  # (method, path) that RBAC refused
+        self.authorized: set[tuple[str, str]] = set()  # (verb, "group/resource") that RBAC allowed
         self.secrets, self.image_env, self.workdir = secrets or {}, image_env, workdir
         self.requests: list[tuple[str, str]] = []
         self.unhandled: list[tuple[str, str]] = []
@@ -279,6 +286,18 @@ class KubeStandIn:
                     "name": container["name"], "image": container["image"], "imageID": "", "ready": pod.phase == "Running",
                     "restartCount": 0, "state": state}]}}
 
+    def _authorize(self, method: str, path: str, query: dict) -> tuple[int, dict] | None:
+        """None when RBAC allows the request (or no rules were given), else the API server's 403."""
+        if self.rules is None:
+            return None
+        verb, group, resource = rbac_attributes(method, path, query)
+        if any(verb in rule.get("verbs", []) and group in rule.get("apiGroups", []) and resource in rule.get(
+                "resources", []) for rule in self.rules):
+            self.authorized.add((verb, f"{group}/{resource}" if group else resource))
+            return None
+        self.forbidden.append((method, path))
+        return 403, _status(403, "Forbidden", f"cannot {verb} {group}/{resource}: no rule of the Role allows it")
+
     def _pod_job(self, namespace: str, pod_name: str) -> str | None:
         return next((job for (ns, job), pod in self.pods.items() if ns == namespace and pod.name == pod_name), None)
 
@@ -320,8 +339,10 @@ class KubeStandIn:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 standin.requests.append((self.command, url.path))
+                query = parse_qs(url.query)
                 try:
-                    answer = standin._route(self.command, url.path, parse_qs(url.query), json.loads(raw) if raw else None)
+                    answer = standin._authorize(self.command, url.path, query) or standin._route(
+                        self.command, url.path, query, json.loads(raw) if raw else None)
                 except Exception as exc:  # a stand-in bug must show as a failed request, not a hung client
                     answer = 500, _status(500, "InternalError", f"{type(exc).__name__}: {exc}")
                 if answer is None:
@@ -362,6 +383,20 @@ def _admission_problem(job: dict) -> str | None:
         if missing:
             return f"containers[{container['name']}].volumeMounts: volumes {missing} not found"
     return None
+
+
+def rbac_attributes(method: str, path: str, query: dict) -> tuple[str, str, str]:
+    """The RBAC verb, API group and resource of a request: ("get", "batch", "jobs/status"), ("list", "", "pods")."""
+    m = _RESOURCE.match(path)
+    if not m:
+        return method.lower(), "", path
+    group, resource, name, sub = m.groups()
+    if name is None:
+        watch = query.get("watch", ["false"])[0] in ("true", "1")
+        verb = {"GET": "watch" if watch else "list", "POST": "create", "DELETE": "deletecollection"}[method]
+    else:
+        verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "POST": "create"}[method]
+    return verb, group or "", f"{resource}/{sub}" if sub else resource
 
 
 def _select(items: list[dict], query: dict) -> list[dict]:

@@ -4,7 +4,8 @@ A code server runs as the Helm chart runs it (DAGSTER_CURRENT_IMAGE and the code
 instance carries the production run launcher from deploy/dagster.yaml pointed at the stand-in API
 (tests/k8s_standin.py), and `dagster job launch` starts the fold's run. The stand-in schedules the pods on the
 cluster's node pools, runs the run pod, whose executor creates the step pods (a GPU model's and an RL agent's), which
-train and materialize their checkpoints into the mapped /output.
+train and materialize their checkpoints into the mapped /output. The stand-in authorizes every API call against the
+Role of deploy/k8s/rbac.yaml, so the run proves that Role is enough for the real launcher and executor.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ LOCATION_ENV = [{"name": "ALPHA_EXECUTOR", "value": "k8s"}, {"name": "ALPHA_DATA
 LOCATION_VOLUMES = [{"name": "data", "persistentVolumeClaim": {"claimName": "training-data-pvc", "readOnly": True}},
                     {"name": "output", "persistentVolumeClaim": {"claimName": "training-output-pvc"}}]
 LOCATION_MOUNTS = [{"name": "data", "mountPath": "/data", "readOnly": True}, {"name": "output", "mountPath": "/output"}]
+RBAC = [doc for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "rbac.yaml").read_text()) if doc]
+
+
+def launcher_rules(account: str) -> list[dict]:
+    """The rules deploy/k8s/rbac.yaml grants `account`, through its RoleBindings."""
+    roles = {d["metadata"]["name"]: d["rules"] for d in RBAC if d["kind"] == "Role"}
+    return [rule for d in RBAC if d["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account,
+            "namespace": NAMESPACE} in d["subjects"] for rule in roles[d["roleRef"]["name"]]]
 
 
 def _instance_config(kubeconfig: Path, home: Path) -> dict:
@@ -92,16 +101,22 @@ def cluster(tmp_path, tiny_data):
     output.mkdir()
     home.mkdir()
     image_env = {"PATH": f"{BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+    # the launcher (here) and the run worker share the stand-in's one identity: alpha-run-worker's Role (alpha-dagster has
+    # the same), which a step pod never gets (no token)
     with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
-                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO, nodes=NODES) as standin:
+                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO, nodes=NODES,
+                     rules=launcher_rules("alpha-run-worker")) as standin:
         (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
         # create the SQLite databases before any other process opens them (concurrent creation corrupts alembic_version)
         instance = dg.DagsterInstance.from_config(str(home))
         target, socket, server_log = _workspace_target(), tmp_path / "grpc.sock", tmp_path / "code-server.log"
         env = standin.local_env(LOCATION_ENV, [], {"/data": data, "/output": output})
+        # what the chart's dagsterUserDeployments.k8sContainerContext hands launched runs: its ServiceAccount, with the
+        # token turned on
         env.update(DAGSTER_HOME=str(home), DAGSTER_CURRENT_IMAGE=IMAGE, DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
-            {"k8s": {"image_pull_policy": "IfNotPresent", "namespace": NAMESPACE, "service_account_name": "dagster",
-                     "env": LOCATION_ENV, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS}}))
+            {"k8s": {"image_pull_policy": "IfNotPresent", "namespace": NAMESPACE, "service_account_name": "alpha-run-worker",
+                     "env": LOCATION_ENV, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS,
+                     "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}}}}))
         with server_log.open("wb") as out:
             server = subprocess.Popen([BIN / "dagster", "api", "grpc", "--module-name", target["module_name"],
                                        "--attribute", target["attribute"], "--working-directory", str(REPO),
@@ -146,11 +161,22 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     logs = {name: pod.log.read_text(errors="replace")[-3000:] for (_, name), pod in standin.pods.items() if pod.log.exists()}
     assert run.status == dg.DagsterRunStatus.SUCCESS, (run.status, [p.problem for p in standin.pods.values()], logs)
     assert standin.unhandled == [] and standin.rejected == []
+    assert standin.forbidden == [], standin.forbidden  # the Role allowed every call the launcher and executor made
+    # a successful run only creates Jobs (steps report through the instance); status, logs and delete are for health
+    # checks, failures and termination: tests/test_k8s.py holds the Role to every call in the dagster-k8s source
+    assert ("create", "batch/jobs") in standin.authorized
 
     jobs = {job["metadata"]["labels"].get("dagster/op", "run"): job for job in standin.jobs.values()}
     assert set(jobs) == {"run", op, rl_op}, list(standin.jobs)
     for job in jobs.values():  # the run pod and the step pods all run the code location's image
         assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    # only the run worker holds a token (it starts the step Jobs); the steps run as the account without RBAC, tokenless
+    accounts = {name: (job["spec"]["template"]["spec"]["serviceAccountName"],
+                       job["spec"]["template"]["spec"]["automountServiceAccountToken"]) for name, job in jobs.items()}
+    assert accounts == {"run": ("alpha-run-worker", True), op: ("alpha-step", False), rl_op: ("alpha-step", False)}
+    for job in jobs.values():
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert not [e for e in container.get("env", []) if "DATABENTO" in e["name"]], container["env"]
     nodes = {standin.jobs[key]["metadata"]["labels"].get("dagster/op", "run"): pod.node
              for key, pod in standin.pods.items()}
     assert nodes == {"run": "default-1", op: "gpu-training-1", rl_op: "cpu-training-1"}
