@@ -201,11 +201,11 @@ def test_oracle_aligns_and_beats_chance(demo):
         np.testing.assert_array_equal(orc["book_ts"], a["ts_recv"][last].astype(np.int64))
         assert orc["book_prob"].dtype == np.float32 and orc["book_prob"].shape == (last.sum(), 3)
         assert np.all((orc["book_prob"] > 0) & (orc["book_prob"] < 1))
-        trade_min = (
-            np.unique(a["ts_recv"][a["action"] == b"T"].astype(np.int64) // 60_000_000_000) * 60_000_000_000
-        )
-        np.testing.assert_array_equal(orc["bar_ts"], trade_min)
-        assert orc["bar_prob"].dtype == np.float32 and orc["bar_prob"].shape == (len(trade_min), 3)
+        trades = a[a["action"] == b"T"]  # one bar per (minute, instrument) with a trade, as the bar files hold
+        bars = np.unique(np.stack([trades["ts_recv"].astype(np.int64) // 60_000_000_000 * 60_000_000_000,
+                                   trades["instrument_id"].astype(np.int64)], axis=1), axis=0)
+        np.testing.assert_array_equal(np.stack([orc["bar_ts"], orc["bar_instrument_id"]], axis=1), bars)
+        assert orc["bar_prob"].dtype == np.float32 and orc["bar_prob"].shape == (len(bars), 3)
 
         # realised up-moves of the mid of the dominant outright, 10 of its own snapshots ahead
         book = a[last]

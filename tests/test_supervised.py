@@ -58,7 +58,7 @@ def run(bars_dir, tmp_path, params_file=None, explicit=None, **overrides):
 
 def test_params_precedence_defaults_then_file_then_cli(bars_dir, tmp_path):
     params = tmp_path / "results.json"
-    params.write_text(json.dumps({"best_params": {"d_model": 16, "n_heads": 2, "lr": 0.002}, "trials": []}))
+    params.write_text(json.dumps({"best_params": {"d_model": 16, "n_heads": 2, "lr": 0.002}}))
     (summary,) = run(bars_dir, tmp_path, params, {"lr": 0.005, "n_heads": 4}, cv_fold=0)
     resolved = json.loads((tmp_path / "out" / "fold-0" / "params.json").read_text())
     assert resolved["d_model"] == 16  # params file over the compiled default (32)
