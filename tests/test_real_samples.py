@@ -15,6 +15,7 @@ from databento.common.constants import SCHEMA_STRUCT_MAP, SCHEMA_STRUCT_MAP_V1, 
 
 from alpha_core.data.dbn import RECORD_CLASSES, count_records, iter_records, read_info, record_dtype
 from alpha_core.data.sidecar import ensure_sidecar
+from alpha_core.data.validate import RecordChecks
 from alpha_core.errors import DataError
 
 MBP10_FILES = [
@@ -24,8 +25,9 @@ MBP10_FILES = [
     "dbn/test_data.mbp-10.v2.dbn.zst",
     "dbn/test_data.mbp-10.v3.dbn.zst",
 ]
-OHLCV_FILES = [
-    "databento-python/GLBX.MDP3/test_data.ohlcv-1m.dbn.zst",
+OHLCV_FILES = ["databento-python/GLBX.MDP3/test_data.ohlcv-1m.dbn.zst"]
+# the dbn repository's ESH1 bars carry 100x prices (open 372025.0 in a 3,702 market): legal DBN, wrong data
+HUNDREDFOLD_OHLCV = [
     "dbn/test_data.ohlcv-1m.dbn",
     "dbn/test_data.ohlcv-1m.v1.dbn.zst",
     "dbn/test_data.ohlcv-1m.v2.dbn.zst",
@@ -35,18 +37,33 @@ TWO_PRODUCTS = "nautilus_trader/futures_ohlcv-1m_2024-07-01T23-40_2024-07-02T00-
 
 
 def test_every_sample_covers_dbn_versions_1_to_3(samples):
-    versions = {read_info(samples / f).version for f in MBP10_FILES + OHLCV_FILES}
+    versions = {read_info(samples / f).version for f in MBP10_FILES + HUNDREDFOLD_OHLCV}
     assert versions == {1, 2, 3}
 
 
-@pytest.mark.parametrize("name", MBP10_FILES + OHLCV_FILES + [TWO_PRODUCTS])
+@pytest.mark.parametrize("name", MBP10_FILES + OHLCV_FILES + HUNDREDFOLD_OHLCV + [TWO_PRODUCTS])
 def test_records_equal_databento(samples, name):
     path = samples / name
+    info = read_info(path)
     reference = db.DBNStore.from_file(path).to_ndarray()
-    ours = np.concatenate(list(iter_records(read_info(path), chunk_records=1)))
-    assert count_records(read_info(path)) == len(reference) > 0
+    checks = RecordChecks(info, record_dtype(info), timestamps_only=name in HUNDREDFOLD_OHLCV)  # see below
+    ours = np.concatenate(list(iter_records(info, chunk_records=1, checks=checks)))
     assert ours.dtype == reference.dtype
     assert np.array_equal(ours, reference)
+    if name not in HUNDREDFOLD_OHLCV:
+        assert count_records(read_info(path)) == len(reference) > 0
+
+
+@pytest.mark.parametrize("name", HUNDREDFOLD_OHLCV)
+def test_prices_a_hundred_times_too_high_are_refused(samples, tmp_path, name):
+    """Real DBN files whose ESH1 bars open at 372,025 (the market was at 3,702): legal records, not ES prices."""
+    path = samples / name
+    message = rf"{path.name}: record 0: open is 372025 for a bar of ESH1, outside the plausible ES.FUT range"
+    with pytest.raises(DataError, match=message):
+        count_records(read_info(path))
+    with pytest.raises(DataError, match=message):
+        ensure_sidecar(path, tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("version, structs", [(1, SCHEMA_STRUCT_MAP_V1), (2, SCHEMA_STRUCT_MAP_V2),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
+from alpha_core.errors import DataError
 
 
 @pytest.fixture
@@ -61,11 +62,14 @@ def test_meta_with_unknown_keys_is_corrupt(tmp_path, book_file):
 
 def test_changed_label_settings_replace_the_stale_sidecar(tmp_path, book_file):
     old, _ = ensure_sidecar(book_file, tmp_path)
+    old_long = np.array(old.outcome_long)
     new, status = ensure_sidecar(book_file, tmp_path, label_config=LabelConfig(outcome_label_cost=1.0))
     assert status == "rebuilt" and new.path != old.path
     assert visible(tmp_path) == [new.path.name]
     assert new.meta.outcome_label_cost == 1.0
-    np.testing.assert_allclose(new.outcome_long + 1.0, old.outcome_long + 0.5, atol=1e-4)
+    np.testing.assert_allclose(new.outcome_long + 1.0, old_long + 0.5, atol=1e-4)
+    with pytest.raises(DataError, match=r"outcome_long.npy is gone: the sidecar was removed while in use"):
+        _ = old.outcome_long  # arrays are mapped on use: an evicted sidecar is a clear error, not a traceback
 
 
 def test_changed_source_file_gets_a_new_sidecar(tmp_path, book_file, tiny_data):
@@ -117,7 +121,6 @@ def test_a_failed_background_flush_fails_the_build_and_leaves_no_sidecar(tmp_pat
     import errno
 
     from alpha_core.data import build
-    from alpha_core.errors import DataError
 
     def fail(fd):
         raise OSError(errno.ENOSPC, "No space left on device")

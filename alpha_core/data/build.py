@@ -6,12 +6,17 @@ rows chunk by chunk; features (`features.BookFeatures` / `BarFeatures`) and labe
 carry only what the next chunk needs. Nothing is memory-mapped while writing, so the page cache of what
 was written never counts as this process's memory. What is written goes to disk while the build runs
 (`WriteBack`), not all at once in the fsync that publishes the sidecar.
+
+The row count also gives the sidecar's size before anything is written: over `ALPHA_MAX_SIDECAR_BYTES`, or over
+the cache's free space, the build stops there.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
+import shutil
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -20,6 +25,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from alpha_core.bounds import MAX_SIDECAR_BYTES, input_bound
 from alpha_core.data import labels as lbl
 from alpha_core.data.dbn import DbnFile
 from alpha_core.data.features import BAR_FEATURES, BOOK_FEATURES, BarFeatures, BookFeatures
@@ -135,6 +141,7 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
         "outcome_short": (np.float32, (n, h)),
         "instrument_id": (np.uint32, (n,)),
     }
+    _check_size(out, info, n, specs)
     labels = lbl.LabelStream(unit, horizons, feats.price_scale, cost)
     finite = np.ones(len(names), dtype=bool)
     first_ts = last_ts = None
@@ -166,6 +173,18 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
             raise AssertionError(f"{info.path}: {n} rows expected, written {short}")
     arrays = {name: (np.dtype(dtype).name, list(shape)) for name, (dtype, shape) in specs.items()}
     return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays)
+
+
+def _check_size(out: Path, info: DbnFile, rows: int, specs: dict[str, tuple]) -> None:
+    """Refuse a sidecar larger than `ALPHA_MAX_SIDECAR_BYTES` or than the free space, before writing it."""
+    need = sum(np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in specs.values())
+    limit = input_bound(MAX_SIDECAR_BYTES)
+    if need > limit:
+        raise DataError(info.path, f"its sidecar would take {need:,} bytes ({rows:,} rows), over the limit of "
+                                   f"{limit:,} (ALPHA_MAX_SIDECAR_BYTES)")
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise OSError(errno.ENOSPC, f"the sidecar of {info.name} needs {need:,} bytes, {free:,} are free")
 
 
 def _write_labels(npy: dict[str, NpyAppender], labels: lbl.Labels) -> None:

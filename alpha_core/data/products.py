@@ -1,6 +1,14 @@
 """CME products alpha knows: parent symbol, root, tick size and the default round-trip cost.
 
 Contract symbols follow CME's raw form `<root><month code><year digit(s)>` (ESH4, 6EM5, ZNU24).
+
+Each product has a plausible price range, so that another product's prices under its name (NQ at 17,500 in a
+file whose metadata says ES) are refused by the record checks. Data comes from GLBX.MDP3, whose history starts
+in 2010: each range runs from about half the product's lowest price since then to about twice its highest so
+far (ES 1,010-6,900, NQ 1,700-25,000, ZN 104-140, 6E 0.96-1.60), so a real price outside it would be a move no
+future has made since 2010. The ranges overlap where the products' history does (NQ traded at ES's prices
+until about 2021): they catch another product's data where its prices are far apart, as they are now; the tick
+grid catches ZN or 6E prices labelled ES or NQ.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ class Product:
     root: str  # contract root, e.g. "ES"
     tick_size: float  # minimum price increment
     name: str
+    price_range: tuple[float, float]  # plausible outright prices (module docstring)
     dataset: str = "GLBX.MDP3"  # the Databento dataset its data must come from (CME Globex MDP 3.0)
 
     @property
@@ -31,10 +40,10 @@ class Product:
 PRODUCTS: dict[str, Product] = {
     p.symbol: p
     for p in (
-        Product("ES.FUT", "ES", 0.25, "E-mini S&P 500"),
-        Product("NQ.FUT", "NQ", 0.25, "E-mini Nasdaq-100"),
-        Product("ZN.FUT", "ZN", 1.0 / 64.0, "10-Year T-Note"),
-        Product("6E.FUT", "6E", 0.00005, "Euro FX"),
+        Product("ES.FUT", "ES", 0.25, "E-mini S&P 500", (500.0, 15_000.0)),
+        Product("NQ.FUT", "NQ", 0.25, "E-mini Nasdaq-100", (800.0, 60_000.0)),
+        Product("ZN.FUT", "ZN", 1.0 / 64.0, "10-Year T-Note", (50.0, 300.0)),
+        Product("6E.FUT", "6E", 0.00005, "Euro FX", (0.4, 3.0)),
     )
 }
 

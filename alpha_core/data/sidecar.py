@@ -4,18 +4,26 @@ A sidecar is a directory `{stem}.{ROOT}.{kind}.{key}/` holding one `.npy` per ar
 `meta.json`. The key hashes the source file's content, the feature version, the product and the
 label settings, so a changed file, a new feature version or other labels never reuse an old
 sidecar. It is written into a temporary directory and renamed into place in one step: readers see
-a complete sidecar or none. On load the meta and every array's dtype and shape are verified; a
+a complete sidecar or none. On load the meta and every array's header and size are verified; a
 corrupt sidecar is rebuilt, and older sidecars of the same file (stale keys) are removed.
+
+The source is opened once (`dbn.DbnSource`): its metadata, the hash that keys the sidecar and both build
+passes read that one descriptor, and the build fails unless every pass decoded bytes of that hash, so a
+file replaced or rewritten meanwhile never lands under another content's key. The meta records the source's
+size, mtime, ctime, inode and device: while they are unchanged a sidecar is reused without hashing the
+source again; when they change, the hash decides (and the record is brought up to date).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import hashlib
 import json
+import os
 import shutil
-from dataclasses import dataclass
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -23,14 +31,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import alpha_core
-from alpha_core.atomic import atomic_directory, remove_stale_temporaries
-from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, read_info, require_schema
+from alpha_core.atomic import atomic_directory, atomic_write_bytes, remove_stale_temporaries
+from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, DbnSource, read_info, require_schema
 from alpha_core.data.products import Product, product
 from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
-from alpha_core.hashing import file_sha256
 
-FEATURE_VERSION = "2"  # bump whenever a feature or label changes: old sidecars become stale
+# bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
+# in meta.json, the key of the bytes the build decoded)
+FEATURE_VERSION = "4"
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
@@ -67,6 +76,11 @@ class SourceInfo(Strict):
     path: str
     sha256: str
     size: int
+    # the file as stat saw it when its bytes were last hashed: unchanged, it needs no new hash to be reused
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    device: int
     schema_: str = Field(alias="schema")
     dataset: str
     dbn_version: int
@@ -110,28 +124,73 @@ class SidecarCorrupt(Exception):
     """A sidecar directory that cannot be trusted (missing/invalid meta or array)."""
 
 
-@dataclass
 class Sidecar:
-    """A loaded sidecar; arrays are read-only memory maps."""
+    """A sidecar: its verified meta, and its arrays as read-only memory maps opened when they are used.
 
-    path: Path
-    meta: SidecarMeta
-    features: np.ndarray  # float32 [N, F]
-    ts: np.ndarray  # int64 [N] (ts_recv for the book, bar start for bars)
-    price: np.ndarray  # float64 [N] stitched reference price
-    dt: np.ndarray  # float32 [N] seconds since the previous row
-    # int64 [N] the close-trade clock: book, the ts_event of the latest front-month trade received at or
-    # before this snapshot (file order; -1 before the first), so the snapshot a decision at a bar's close
-    # trade may read is known; bars, the bar's upper bound ts + 60 s - 1 ns
-    trade_ts: np.ndarray
-    labels: np.ndarray  # float32 [N, H] direction (1 up, 0 not up, NaN where `labels.py` says no price is known)
-    outcome_long: np.ndarray  # float32 [N, H] price units, net of cost
-    outcome_short: np.ndarray
-    instrument_id: np.ndarray  # uint32 [N]
+    An array stays mapped while a caller holds it (or a view of it) and is unmapped when the last reference
+    goes, so a list of sidecars holds no memory of its own: a step over many files does not keep every file it
+    touched in its resident set. `read(name, start, stop)` copies rows without mapping anything (how the
+    integrity checks stream). Arrays given to the constructor (e.g. a truncated copy) are used as they are.
+    """
+
+    def __init__(self, path: str | Path, meta: SidecarMeta, **arrays: np.ndarray) -> None:
+        unknown = set(arrays) - set(ARRAYS)
+        if unknown:
+            raise TypeError(f"unknown sidecar arrays {sorted(unknown)}")
+        self.path, self.meta = Path(path), meta
+        self._given = arrays
+        self._mapped: dict[str, weakref.ref] = {}
+
+    def __repr__(self) -> str:
+        return f"Sidecar({str(self.path)!r}, rows={self.meta.rows})"
 
     @property
     def rows(self) -> int:
         return self.meta.rows
+
+    def array(self, name: str) -> np.ndarray:
+        """The whole array `name`, memory-mapped read-only (the mapping of a holder, if one is alive)."""
+        if name in self._given:
+            return self._given[name]
+        ref = self._mapped.get(name)
+        arr = None if ref is None else ref()
+        if arr is None:
+            try:
+                arr = np.load(self.path / f"{name}.npy", mmap_mode="r")
+            except FileNotFoundError:
+                raise DataError(self.path, f"{name}.npy is gone: the sidecar was removed while in use (rebuilt by "
+                                           "another run with other settings?)") from None
+            self._mapped[name] = weakref.ref(arr)
+        return arr
+
+    def read(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of array `name` as an ordinary array, read from the file without mapping it."""
+        if name in self._given:
+            return np.array(self._given[name][start:stop])
+        spec = self.meta.arrays[name]
+        start, stop = max(start, 0), min(stop, spec.shape[0])
+        dtype = np.dtype(spec.dtype)
+        row = dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64))
+        with open(self.path / f"{name}.npy", "rb") as fh:
+            _npy_header(fh)
+            fh.seek(fh.tell() + start * row)
+            out = np.fromfile(fh, dtype=dtype, count=max(stop - start, 0) * (row // dtype.itemsize))
+        return out.reshape(-1, *spec.shape[1:])
+
+    # the arrays, by name (see ARRAYS); each access returns the current mapping
+    features = property(lambda self: self.array("features"))  # float32 [N, F]
+    ts = property(lambda self: self.array("ts"))  # int64 [N] (ts_recv for the book, bar start for bars)
+    price = property(lambda self: self.array("price"))  # float64 [N] stitched reference price
+    dt = property(lambda self: self.array("dt"))  # float32 [N] seconds since the previous row
+    # int64 [N] the close-trade clock: book, the ts_event of the latest front-month trade received at or
+    # before this snapshot (file order; -1 before the first), so the snapshot a decision at a bar's close
+    # trade may read is known; bars, the bar's upper bound ts + 60 s - 1 ns
+    trade_ts = property(lambda self: self.array("trade_ts"))
+    # float32 [N, H] direction (1 up, 0 not up, NaN where `labels.py` says no price is known)
+    labels = property(lambda self: self.array("labels"))
+    outcome_long = property(lambda self: self.array("outcome_long"))  # float32 [N, H] price units, net of cost
+    outcome_short = property(lambda self: self.array("outcome_short"))
+    instrument_id = property(lambda self: self.array("instrument_id"))  # uint32 [N]
 
 
 def resolve_product(info: DbnFile, symbol: str | None) -> Product:
@@ -172,41 +231,96 @@ def ensure_sidecar(
     """Return the sidecar of `dbn_path`, building it on a miss. Status: built | reused | rebuilt.
 
     The directory is `{stem}.{ROOT}.{kind}.{key}`: the stem keeps it readable, the key (content hash)
-    decides reuse. An older key is evicted only when its meta names this same file path, so two files
-    of one name in different folders never evict each other. Failures to write the cache are one
-    DataError naming the cache directory.
+    decides reuse. A sidecar whose meta names this file with its current stat is reused without hashing;
+    otherwise the file is hashed through the descriptor the build reads. An older key is evicted only when its
+    meta names this same file path, so two files of one name in different folders never evict each other.
+    Failures to write the cache are one DataError naming the cache directory.
     """
-    info = read_info(dbn_path)
-    require_schema(info)
-    kind = KIND_OF_SCHEMA[info.schema]
-    prod = resolve_product(info, symbol)
-    horizons, cost = (label_config or LabelConfig()).resolve(kind, prod)
-    sha = file_sha256(info.path)
-    key = sidecar_key(sha, kind, prod, horizons, cost)
     predecoded_dir = Path(predecoded_dir)
-    final = predecoded_dir / f"{_stem(info.path)}.{prod.root}.{kind}.{key}"
-    if predecoded_dir.exists() and not predecoded_dir.is_dir():
-        raise DataError(predecoded_dir, "the sidecar cache is not a directory (a file is in the way)")
-    try:
-        predecoded_dir.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(predecoded_dir)
-        status = "built"
-        if final.exists():
-            try:
-                return load_sidecar(final, expect_key=key), "reused"
-            except SidecarCorrupt:
-                shutil.rmtree(final)
-                status = "rebuilt"
+    with DbnSource(dbn_path) as source:
+        info = read_info(source)
+        require_schema(info)
+        kind = KIND_OF_SCHEMA[info.schema]
+        prod = resolve_product(info, symbol)
+        horizons, cost = (label_config or LabelConfig()).resolve(kind, prod)
+        if predecoded_dir.exists() and not predecoded_dir.is_dir():
+            raise DataError(predecoded_dir, "the sidecar cache is not a directory (a file is in the way)")
+        prefix = f"{_stem(info.path)}.{prod.root}.{kind}."
         try:
-            with atomic_directory(final) as tmp:
-                _write(tmp, info, kind, prod, horizons, cost, sha, key)
-        except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
-            pass
-    except OSError as exc:
-        raise DataError(predecoded_dir, f"cannot write the sidecar of {info.name}: {_os_reason(exc)}") from exc
+            predecoded_dir.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(predecoded_dir)
+            unchanged = _unchanged(predecoded_dir, prefix, source, kind, prod, horizons, cost)
+            if unchanged is not None:
+                return unchanged, "reused"
+            sha = source.sha256()
+            key = sidecar_key(sha, kind, prod, horizons, cost)
+            final = predecoded_dir / f"{prefix}{key}"
+            status = "built"
+            if final.exists():
+                try:
+                    sc = load_sidecar(final, expect_key=key)
+                    _restat(sc, source)
+                    return sc, "reused"
+                except SidecarCorrupt:
+                    shutil.rmtree(final)
+                    status = "rebuilt"
+            try:
+                with atomic_directory(final) as tmp:
+                    _write(tmp, info, kind, prod, horizons, cost, sha, key)
+            except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
+                pass
+        except OSError as exc:
+            raise DataError(predecoded_dir, f"cannot write the sidecar of {info.name}: {_os_reason(exc)}") from exc
     if _evict_older_keys(final, info.path):
         status = "rebuilt"
     return load_sidecar(final, expect_key=key), status
+
+
+def _source_stat(source: DbnSource) -> dict[str, int]:
+    st = source.stat
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino,
+            "device": st.st_dev}
+
+
+def _unchanged(cache: Path, prefix: str, source: DbnSource, kind: str, prod: Product,
+               horizons: tuple[int, ...], cost: float) -> Sidecar | None:
+    """The sidecar of these settings whose meta names this file with its current stat (size, mtime and ctime,
+    inode, device), verified like any load; None when there is none (then the content hash decides). ctime is
+    part of it because a writer can set mtime back (`touch -r`, `cp -p`) but not ctime."""
+    path, now = str(source.path.resolve()), _source_stat(source)
+    for candidate in cache.iterdir():
+        if not candidate.name.startswith(prefix):
+            continue
+        try:
+            meta = SidecarMeta.model_validate_json((candidate / "meta.json").read_text())
+        except (OSError, ValidationError, ValueError):
+            continue
+        src = meta.source
+        if src.path != path or {k: getattr(src, k) for k in now} != now:
+            continue
+        key = sidecar_key(src.sha256, kind, prod, horizons, cost)
+        if meta.key != key or candidate.name != prefix + key:
+            continue
+        try:
+            return load_sidecar(candidate, expect_key=key)
+        except SidecarCorrupt:
+            return None
+    return None
+
+
+def _restat(sc: Sidecar, source: DbnSource) -> None:
+    """Record the source's current stat in a reused sidecar's meta (its content hash was just confirmed), so the
+    next run reuses it without hashing. Best effort: a read-only cache keeps the old record."""
+    source_info = sc.meta.source.model_copy(update={"path": str(source.path.resolve()), **_source_stat(source)})
+    if source_info == sc.meta.source:
+        return
+    sc.meta = sc.meta.model_copy(update={"source": source_info})
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(sc.path / "meta.json", _meta_json(sc.meta))
+
+
+def _meta_json(meta: SidecarMeta) -> bytes:
+    return (meta.model_dump_json(indent=2, by_alias=True) + "\n").encode()
 
 
 def _evict_older_keys(final: Path, source: Path) -> bool:
@@ -240,7 +354,11 @@ def _write(
     # the build stack (polars, the decoder) is imported here only: reading a sidecar needs numpy alone
     from alpha_core.data.build import build_arrays
 
+    info.source.digests.clear()
     built = build_arrays(out, info, kind, prod, horizons, cost)
+    if not info.source.digests or set(info.source.digests) != {sha}:
+        raise DataError(info.path, "the file changed while its sidecar was built (the bytes decoded do not hash "
+                                   f"to its sha256 {sha[:16]}...)")
     symbols = info.outright_ids(prod.root)
     meta = SidecarMeta(
         feature_version=FEATURE_VERSION,
@@ -252,7 +370,7 @@ def _write(
             name=info.name,
             path=str(info.path.resolve()),
             sha256=sha,
-            size=info.path.stat().st_size,
+            **_source_stat(info.source),
             schema=info.schema,
             dataset=info.dataset,
             dbn_version=info.version,
@@ -274,15 +392,26 @@ def _write(
         arrays={name: ArraySpec(dtype=dtype, shape=shape) for name, (dtype, shape) in built.arrays.items()},
         alpha_version=alpha_core.__version__,
     )
-    (out / "meta.json").write_text(meta.model_dump_json(indent=2, by_alias=True) + "\n")
+    (out / "meta.json").write_bytes(_meta_json(meta))
 
 
 def _iso(ts_ns: int) -> str:
     return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat()
 
 
+def _npy_header(fh) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of an open `.npy` file, leaving it at the first data byte."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fh)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fh)
+    raise ValueError(f"unsupported .npy format version {version}")
+
+
 def load_sidecar(path: str | Path, expect_key: str | None = None) -> Sidecar:
-    """Open a sidecar directory, verifying its meta and every array; raise SidecarCorrupt if off."""
+    """Open a sidecar directory, verifying its meta and every array's header and size (nothing is mapped until
+    an array is used); raise SidecarCorrupt if off."""
     path = Path(path)
     try:
         meta = SidecarMeta.model_validate_json((path / "meta.json").read_text())
@@ -292,14 +421,18 @@ def load_sidecar(path: str | Path, expect_key: str | None = None) -> Sidecar:
         raise SidecarCorrupt(f"{path}: key {meta.key} != expected {expect_key}")
     if meta.feature_version != FEATURE_VERSION:
         raise SidecarCorrupt(f"{path}: feature version {meta.feature_version} != {FEATURE_VERSION}")
-    arrays = {}
     for name in ARRAYS:
         spec = meta.arrays.get(name)
         try:
-            arr = np.load(path / f"{name}.npy", mmap_mode="r")
+            with open(path / f"{name}.npy", "rb") as fh:
+                shape, fortran, dtype = _npy_header(fh)
+                data_bytes = os.fstat(fh.fileno()).st_size - fh.tell()
         except (OSError, ValueError) as exc:
             raise SidecarCorrupt(f"{path}: {name}.npy unreadable ({exc})") from exc
-        if spec is None or str(arr.dtype) != spec.dtype or list(arr.shape) != spec.shape or len(arr) != meta.rows:
-            raise SidecarCorrupt(f"{path}: {name}.npy has {arr.dtype}{list(arr.shape)}, meta says {spec}")
-        arrays[name] = arr
-    return Sidecar(path=path, meta=meta, **arrays)
+        if spec is None or str(dtype) != spec.dtype or list(shape) != spec.shape or fortran or not shape \
+                or shape[0] != meta.rows:
+            raise SidecarCorrupt(f"{path}: {name}.npy has {dtype}{list(shape)}, meta says {spec}")
+        if data_bytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+            raise SidecarCorrupt(f"{path}: {name}.npy holds {data_bytes} data bytes, {dtype}{list(shape)} needs "
+                                 f"{dtype.itemsize * int(np.prod(shape, dtype=np.int64))}")
+    return Sidecar(path, meta)

@@ -29,11 +29,13 @@ from alpha_core.hashing import file_sha256
 if TYPE_CHECKING:
     from alpha_core.data.dbn import DbnFile
 
-CHECKS_VERSION = "1"  # part of the sidecar key: a sidecar built before a check existed is rebuilt, so checked
+CHECKS_VERSION = "2"  # part of the sidecar key: a sidecar built before a check existed is rebuilt, so checked
 EARLIEST_NS = int(dt.datetime(1990, 1, 1, tzinfo=dt.UTC).timestamp()) * 1_000_000_000
 FUTURE_SLACK_NS = 86_400 * 1_000_000_000  # "in the future" = later than now + 1 day
 NS_PER_DAY = 86_400 * 1_000_000_000
 MAPPING_SLACK_DAYS = 1  # mapping dates may be trading dates (a session opens the evening before, UTC)
+FAR_NS = 366 * NS_PER_DAY  # an end file further than this (and than the other files span) from the rest: a stray
+TINY_SHARE = 0.01  # a file under this share of the median file size of its schema (3 or more files): a stray
 UNDEF_PRICE = dbn.UNDEF_PRICE
 UNDEF_TIMESTAMP = dbn.UNDEF_TIMESTAMP
 PRICE_SCALE = dbn.FIXED_PRICE_SCALE
@@ -104,15 +106,21 @@ class RecordChecks:
       [start, end) and never goes backwards; no ts_event is before 1990 or later than now + 1 day;
     - symbology: every instrument_id is mapped by metadata.mappings on (about) the record's date;
     - prices that must exist are real: the best bid/ask where the level has size, trade prices, OHLC.
-      Outright futures must be > 0; spreads may be 0 or negative, but never UNDEF_PRICE.
+      Outright futures must be > 0; spreads may be 0 or negative, but never UNDEF_PRICE;
+    - those prices fit the product: an outright of a product alpha knows lies in its plausible range
+      (`products.Product.price_range`), and its best bid and ask on its tick grid (trades are not held to the
+      grid: CME may price a spread's legs between ticks).
+
+    `timestamps_only` keeps the checks a record's time range rests on (layout and time): what a fold plan reads.
 
     Speed: the checked fields sit in a few 8-byte words of a record. Each such word is copied once into a
     contiguous column, so every check after it streams through cache instead of touching one cache line
     per record and field (and runs vectorised); the offending record is looked for only on failure.
     """
 
-    def __init__(self, info: DbnFile, dtype: np.dtype) -> None:
+    def __init__(self, info: DbnFile, dtype: np.dtype, timestamps_only: bool = False) -> None:
         self.path = info.path
+        self.timestamps_only = timestamps_only
         self.schema = info.schema
         self.itemsize = dtype.itemsize
         fields = dtype.fields or {}
@@ -130,7 +138,8 @@ class RecordChecks:
         self.trades = "price" in fields and "action" in fields
         self.ohlc = [f for f in ("open", "high", "low", "close") if f in fields]
         self.layout = {"header": (0, np.dtype("<u2"))}  # name -> (byte offset, dtype) of the columns checked
-        self.layout |= {f: (fields[f][1], fields[f][0]) for f in _CHECKED if f in fields}
+        checked = (self.index_field, self.event_field) if timestamps_only else _CHECKED
+        self.layout |= {f: (fields[f][1], fields[f][0]) for f in checked if f in fields}
         self.words = dtype.itemsize % 8 == 0  # every checked field then lies inside one 8-byte word
         self._symbology(info)
         self.count = 0
@@ -154,6 +163,13 @@ class RecordChecks:
         self.id_hi = np.array([spans[i][1] + MAPPING_SLACK_DAYS for i in ids], dtype=np.int64)
         self.id_outright = np.array([spans[i][2] for i in ids], dtype=bool)
         self.id_raw = [spans[i][3] for i in ids]
+        # the plausible price range and tick (fixed point) of each id's product; open for spreads and unknown roots
+        prods = [_product_of(spans[i][3]) if spans[i][2] else None for i in ids]
+        self.id_product = prods
+        self.id_px_lo = np.array([-UNDEF_PRICE if p is None else _fixed(p.price_range[0]) for p in prods], np.int64)
+        self.id_px_hi = np.array([UNDEF_PRICE - 1 if p is None else _fixed(p.price_range[1]) for p in prods], np.int64)
+        self.id_tick = np.array([1 if p is None else _fixed(p.tick_size) for p in prods], dtype=np.int64)
+        self.ranged = any(p is not None for p in prods)
 
     def fail(self, i: int, message: str) -> DataError:
         return DataError(self.path, f"record {self.count + int(i)}: {message}")
@@ -166,8 +182,11 @@ class RecordChecks:
         ts = col[self.index_field]
         t_min, t_max = int(ts.min()), int(ts.max())
         self._time(col, ts, t_min, t_max)
-        pos = self._ids(col, ts, t_min, t_max)
-        self._prices(chunk, col, pos)
+        if not self.timestamps_only:
+            pos = self._ids(col, ts, t_min, t_max)
+            self._prices(chunk, col, pos)
+            if pos is not None and self.ranged:
+                self._product_prices(chunk, col, pos)
         if self.first_ts is None:
             self.first_ts = int(ts[0])
         self.last_ts = int(ts[-1])
@@ -298,6 +317,42 @@ class RecordChecks:
                     raise self.fail(i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, "
                                        f"high {_price(int(h[i]))}]")
 
+    def _product_prices(self, chunk: np.ndarray, col: dict[str, np.ndarray], pos: np.ndarray) -> None:
+        """Outright prices inside their product's plausible range, the best bid and ask on its tick grid."""
+        lo, hi = self.id_px_lo[pos], self.id_px_hi[pos]
+        first = None  # (record, field, what, off the grid)
+        checks = []
+        if self.levels:
+            checks += [(f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0, "at a level with "
+                        "size > 0", True) for side in ("bid", "ask")]
+        if self.trades:
+            checks.append(("price", lambda idx: chunk["action"][idx] == b"T", "for a trade", False))
+        checks += [(f, None, "for a bar", False) for f in self.ohlc]
+        tick = self.id_tick[pos] if self.levels else None
+        for name, where, what, grid in checks:
+            px = col[name]
+            bad = ((px < lo) | (px > hi)) & (px != UNDEF_PRICE)
+            if grid:
+                bad |= (px % tick != 0) & (px != UNDEF_PRICE)
+            if not bad.any():
+                continue
+            idx = np.flatnonzero(bad)
+            if where is not None:
+                idx = idx[where(idx)]
+            if len(idx) and (first is None or idx[0] < first[0]):
+                first = (int(idx[0]), name, what)
+        if first is None:
+            return
+        i, name, what = first
+        k = int(pos[i])
+        prod, value = self.id_product[k], int(col[name][i])
+        lo_px, hi_px = prod.price_range
+        if lo_px * PRICE_SCALE <= value <= hi_px * PRICE_SCALE:
+            raise self.fail(i, f"{name} is {_price(value)} {what} of {self.id_raw[k]}, not on the {prod.symbol} tick "
+                               f"grid ({prod.tick_size:g}): another product's prices, or other units?")
+        raise self.fail(i, f"{name} is {_price(value)} {what} of {self.id_raw[k]}, outside the plausible "
+                           f"{prod.symbol} range [{lo_px:g}, {hi_px:g}]: another product's prices, or other units?")
+
     def _first_bad_price(self, px: np.ndarray, where, pos: np.ndarray | None) -> int | None:
         """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real.
         Spreads, and ids the metadata does not map, may be zero or negative: only UNDEF_PRICE is bad for them.
@@ -322,6 +377,15 @@ class RecordChecks:
 
 
 _EPOCH = dt.date(1970, 1, 1).toordinal()
+
+
+def _fixed(price: float) -> int:
+    return int(round(price * PRICE_SCALE))
+
+
+def _product_of(raw_symbol: str) -> Product | None:
+    contract = parse_contract(raw_symbol)
+    return next((p for p in PRODUCTS.values() if contract is not None and p.root == contract.root), None)
 
 
 def _day(d: dt.date) -> int:
@@ -391,6 +455,47 @@ def check_duplicates(files: list[DbnFile]) -> None:
                 raise DataError(info.path, f"same content (sha256 {sha[:16]}...) as {seen[sha].path}: "
                                            "remove one of the two files")
             seen[sha] = info
+
+
+def check_strays(files: list[DbnFile]) -> None:
+    """Refuse files that do not belong to the folder's series: a file whose metadata range lies far outside the
+    range of the others (further from them than a year and than they span, e.g. a 2020 sample beside 2024
+    quarters), or a file under 1% of the median size of its schema (a 4-record sample among quarters).
+
+    An error, not a warning: the fold plan is chronological over files, so a stray file becomes a fold's
+    training, validation or test file by itself (a test score over 4 rows, or a window trained across a
+    three-year gap), and a warning in a step's log would not stop the plan, the models or the report built on
+    it. It names the file and the fix (move it out of the folder), like the other checks over a file set.
+    """
+    by_schema: dict[str, list[DbnFile]] = {}
+    for info in files:
+        by_schema.setdefault(info.schema, []).append(info)
+    for schema, group in by_schema.items():
+        if len(group) < 2:
+            continue
+        ordered = sorted(group, key=lambda f: (f.start, str(f.path)))
+        sizes = {f.path: f.path.stat().st_size for f in ordered}
+        far = []
+        for edge, rest in ((ordered[0], ordered[1:]), (ordered[-1], ordered[:-1])):
+            lo = min(f.start for f in rest)
+            hi = max(f.end if f.end is not None else f.start for f in rest)
+            gap = lo - (edge.end if edge.end is not None else edge.start) if edge is ordered[0] else edge.start - hi
+            if gap > max(FAR_NS, hi - lo):
+                far.append((sizes[edge.path], edge, gap, lo, hi))
+        if far:
+            _, edge, gap, lo, hi = min(far, key=lambda x: (x[0], str(x[1].path)))
+            side = "before" if edge is ordered[0] else "after"
+            raise DataError(edge.path, f"metadata range starts {iso(edge.start)}, {gap / NS_PER_DAY:,.0f} days {side} "
+                                       f"the folder's other {schema} files ({iso(lo)} .. {iso(hi)}): a file far "
+                                       "outside the folder's range (a sample, or another period?); move it out of "
+                                       "the folder")
+        if len(group) >= 3:
+            median = float(np.median(list(sizes.values())))
+            for f in ordered:
+                if sizes[f.path] < TINY_SHARE * median:
+                    raise DataError(f.path, f"file is {sizes[f.path]:,} bytes, under {100 * TINY_SHARE:.0f}% of the "
+                                            f"median {schema} file here ({median:,.0f} bytes): a sample or a stray "
+                                            "file among full ones?; move it out of the folder")
 
 
 def check_overlaps(files: list[DbnFile], ranges: dict[Path, RecordRange]) -> None:
