@@ -486,7 +486,7 @@ def test_gpu_tags_are_op_level_config():
 
 def test_every_manifest_under_deploy_validates(manifests, client_job):
     assert sorted(manifests) == [
-        "Deployment/alpha-webserver-auth", "Namespace/dagster", "NetworkPolicy/code-server", "NetworkPolicy/daemon",
+        "Deployment/alpha-webserver-auth", "NetworkPolicy/code-server", "NetworkPolicy/daemon",
         "NetworkPolicy/default-deny", "NetworkPolicy/dns", "NetworkPolicy/graphql-client", "NetworkPolicy/run-worker",
         "NetworkPolicy/step", "NetworkPolicy/webserver", "NetworkPolicy/webserver-auth",
         "PersistentVolumeClaim/training-data-pvc", "PersistentVolumeClaim/training-output-pvc", "Role/alpha-launcher",
@@ -719,10 +719,13 @@ RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"
                       "secret"}
 
 
-def test_the_namespace_enforces_the_restricted_pod_security_profile_and_every_pod_meets_it(manifests, pods):
+def test_the_namespace_enforces_the_restricted_pod_security_profile_and_every_pod_meets_it(pods):
     """Whoever may create Jobs in the namespace (launcher, run workers, CI) still cannot start a privileged, root,
     host-network or hostPath pod; every pod of the deployment passes the profile."""
-    labels = manifests["Namespace/dagster"]["metadata"]["labels"]
+    namespace = yaml.safe_load((DEPLOY / "cluster" / "namespace.yaml").read_text())
+    kubernetes_validate.validate(namespace, K8S_VERSION, strict=True)
+    assert namespace["metadata"]["name"] == NAMESPACE
+    labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     for name, pod in pods.items():
         assert not {"hostNetwork", "hostPID", "hostIPC"} & {k for k, v in pod.items() if v}, name
