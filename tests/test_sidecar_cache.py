@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +135,143 @@ def test_a_failed_background_flush_fails_the_build_and_leaves_no_sidecar(tmp_pat
     monkeypatch.undo()
     sc, status = ensure_sidecar(book_file, tmp_path / "pd")
     assert status == "built" and visible(tmp_path / "pd") == [sc.path.name]
+
+
+# --- one open file, and reuse without a hash (issue 20 item 2, issue 23 item 4) ----------------------------------
+
+
+def _records(path):
+    import databento as db
+    import zstandard
+
+    raw = zstandard.ZstdDecompressor().stream_reader(path.open("rb")).read()
+    return raw[: 8 + int.from_bytes(raw[4:8], "little")], db.DBNStore.from_file(path).to_ndarray().copy()
+
+
+def test_a_file_replaced_during_the_build_never_lands_under_another_key(tmp_path, tiny_data, monkeypatch):
+    """A downloader renames a corrected file (one book size differs) over the path after the build opened and
+    hashed it: the sidecar holds the rows of the bytes its key hashes, so a later run of that content reuses the
+    right rows (the build used to reopen the path and store the other file's rows under the first one's key)."""
+    import zstandard
+
+    from alpha_core.data import build
+
+    source = sorted((tiny_data / "ES.FUT" / "mbp-10").glob("*.dbn.zst"))[1]
+    work = tmp_path / "data"
+    work.mkdir()
+    target = work / source.name
+    shutil.copy(source, target)
+    head, r = _records(source)
+    i = int(np.flatnonzero((r["flags"] & 128) != 0)[len(r) // 4])
+    r["bid_sz_00"][i] += 7
+    corrected = zstandard.ZstdCompressor(level=3).compress(head + r.tobytes())
+    build_arrays = build.build_arrays
+
+    def replaced_meanwhile(*args, **kwargs):
+        incoming = work / ".incoming"
+        incoming.write_bytes(corrected)
+        os.replace(incoming, target)
+        return build_arrays(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_arrays", replaced_meanwhile)
+    first, status = ensure_sidecar(target, tmp_path / "pd")
+    monkeypatch.undo()
+    reference, _ = ensure_sidecar(source, tmp_path / "reference")
+    assert status == "built" and first.meta.source.sha256 == reference.meta.source.sha256
+    shutil.copy(source, target)  # the first content again
+    again, status = ensure_sidecar(target, tmp_path / "pd")
+    assert status == "reused" and again.path == first.path
+    np.testing.assert_array_equal(again.features, reference.features)
+
+
+def test_a_file_rewritten_in_place_between_the_passes_fails_the_build(tmp_path, tiny_data, monkeypatch):
+    """Between the build's two passes the file is rewritten in place (same inode, same rows, one book size
+    changed): the second pass decodes bytes of another hash, so the build fails and leaves nothing."""
+    import zstandard
+
+    from alpha_core.data import build
+
+    source = sorted((tiny_data / "ES.FUT" / "mbp-10").glob("*.dbn.zst"))[1]
+    target = tmp_path / source.name
+    shutil.copy(source, target)
+    head, r = _records(source)
+    r["bid_sz_00"][len(r) // 2] += 1
+    changed = zstandard.ZstdCompressor(level=3).compress(head + r.tobytes())
+    read_book = build.read_book
+
+    def rewritten_after_pass_1(info, root):
+        first_pass = read_book(info, root)
+        with target.open("r+b") as fh:
+            fh.write(changed)
+            fh.truncate()
+        return first_pass
+
+    monkeypatch.setattr(build, "read_book", rewritten_after_pass_1)
+    with pytest.raises(DataError, match=rf"{target.name}: the file changed while its sidecar was built"):
+        ensure_sidecar(target, tmp_path / "pd")
+    assert visible(tmp_path / "pd") == []
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through read(2)/pread(2) so far, page cache hits included."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux's /proc/self/io")
+def test_an_unchanged_source_is_reused_without_reading_it(tmp_path):
+    """Reuse reads the metadata and the sidecar's headers, not the whole source: the stat recorded in the meta
+    (size, mtime, ctime, inode, device) still matches. Touched, the file is hashed once, and the new stat
+    recorded; every step re-hashed every source before."""
+    from alpha_core.data.demo import DemoScale, _write_quarter
+    from alpha_core.data.products import product
+
+    _write_quarter(tmp_path / "data", product("ES.FUT"), 2024, 1, DemoScale("test", 1, 4, 20_000), seed=5)
+    path = next((tmp_path / "data" / "ES.FUT" / "mbp-10").glob("*.dbn.zst"))
+    size = path.stat().st_size
+    assert size > 2_000_000
+    cache = tmp_path / "pd"
+    assert ensure_sidecar(path, cache)[1] == "built"
+
+    def reuse() -> int:
+        before = _bytes_read()
+        assert ensure_sidecar(path, cache)[1] == "reused"
+        return _bytes_read() - before
+
+    assert reuse() < size / 10
+    os.utime(path)  # the same bytes, a new mtime and ctime: the hash decides, once
+    assert reuse() >= size
+    assert reuse() < size / 10
+    assert ensure_sidecar(path, cache)[0].meta.source.mtime_ns == path.stat().st_mtime_ns
+
+
+def _mapped(directory) -> list[str]:
+    """Files under `directory` that this process has memory-mapped now."""
+    root = str(directory)
+    return sorted({line.split(maxsplit=5)[5] for line in Path("/proc/self/maps").read_text().splitlines()
+                   if root in line})
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+def test_predecode_keeps_no_sidecar_mapped(tiny_data, tmp_path):
+    """`alpha predecode` builds, reuses and checks every sidecar of a symbol: none stays mapped (each file's pages
+    used to stay in the resident set to the end, 290 B a row). A caller that uses an array maps it, until it
+    lets go of it."""
+    from alpha_core.data.checks import sidecar_problems
+    from alpha_core.data.predecode import predecode
+
+    cache = tmp_path / "pd"
+    for _ in range(2):
+        items = predecode(tiny_data / "ES.FUT", cache, "ES.FUT", "mbp-10")
+        assert all(sidecar_problems(i.sidecar) == [] for i in items)
+        assert _mapped(cache) == []
+    features = items[0].sidecar.features
+    assert _mapped(cache) == [str(items[0].sidecar.path / "features.npy")]
+    assert items[0].sidecar.features is features  # one mapping while it is held
+    column = features[:, 0]
+    del features
+    assert len(_mapped(cache)) == 1  # a view holds its mapping
+    del column
+    assert _mapped(cache) == []

@@ -159,3 +159,70 @@ def test_close_trade_clock_matches_the_bars(tiny_data, tmp_path):
                     if front.get(int(d)) == int(i) and int(t) >= first and int(t) <= ts[-1]}
         assert expected == set(close_ts)
         assert len(expected) > 100
+
+
+# --- the integrity checks stream too (issue 23 item 4) --------------------------------------------------------------
+
+
+def _peak_check_bytes(sc) -> tuple[int, list[str]]:
+    from alpha_core.data.checks import sidecar_problems
+
+    tracemalloc.start()
+    try:
+        problems = sidecar_problems(sc)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak, problems
+
+
+@pytest.mark.parametrize("kind", ["book", "bars"])
+def test_check_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
+    """Checking a sidecar with 4x the rows takes no more memory: blocks of rows are read and let go (the checks
+    held whole arrays and per-row temporaries, 22 B a row)."""
+    from alpha_core.data import checks
+
+    monkeypatch.setattr(checks, "BLOCK_ROWS", 128)
+    schema = "mbp-10" if kind == "book" else "ohlcv-1m"
+    peaks = {}
+    for sessions in (3, 12):
+        data = tmp_path / f"data-{sessions}"
+        _write_quarter(data, ES, 2024, 1, DemoScale("test", 1, sessions, 1_500), seed=11)
+        sc, _ = ensure_sidecar(next((data / "ES.FUT" / schema).glob("*.dbn.zst")), tmp_path / f"pd-{sessions}")
+        peak, problems = _peak_check_bytes(sc)
+        assert problems == []
+        peaks[sessions] = (peak, sc.rows)
+    (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[12]
+    assert long_rows > 3 * short_rows
+    assert long_peak < 1.3 * short_peak, peaks
+
+
+def test_check_findings_do_not_depend_on_the_block_size(tiny_data, tmp_path, monkeypatch):
+    """A bar sidecar with a low above its high, a 20% jump and a made-up label, each at its own row: every block
+    size finds each at the same row (what a block needs from the one before is carried)."""
+    import shutil
+
+    from alpha_core.data import checks
+    from alpha_core.data.sidecar import load_sidecar
+
+    built, _ = ensure_sidecar(sorted((tiny_data / "ES.FUT" / "ohlcv-1m").glob("*.dbn.zst"))[1], tmp_path / "pd")
+    odd = tmp_path / "odd" / built.path.name
+    shutil.copytree(built.path, odd)
+    col = built.meta.feature_names.index("log_range")
+    features = np.load(odd / "features.npy", mmap_mode="r+")
+    features[77, col] = -0.5
+    price = np.load(odd / "price.npy", mmap_mode="r+")
+    price[500:] *= 1.2
+    labels = np.load(odd / "labels.npy", mmap_mode="r+")
+    labels[-1, 0] = 1.0  # the last row has no price at its horizon: its label must be NaN
+    del features, price, labels
+    sc = load_sidecar(odd)
+    found = {}
+    for block in (7, 500, 1 << 17):
+        monkeypatch.setattr(checks, "BLOCK_ROWS", block)
+        found[block] = checks.sidecar_problems(sc)
+    assert found[7] == found[500] == found[1 << 17], found
+    text = "\n".join(found[7])
+    assert "1 rows with a crossed/locked book or low > high" in text
+    assert "price jumps 20.0% at row 500" in text
+    assert f"labels NaN pattern wrong at row {sc.rows - 1}, horizon 5" in text

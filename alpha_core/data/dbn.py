@@ -132,12 +132,16 @@ class DbnSource:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise DataError(self.path, f"file cannot be read ({(exc.strerror or str(exc)).lower()})") from None
-        self.stat = os.fstat(self.fd)
+        self.stat = os.fstat(self.fd)  # as opened: what a sidecar records of its source
         if not stat.S_ISREG(self.stat.st_mode):
             self.close()
             raise DataError(self.path, "not a regular file (a directory, pipe, socket or device has a DBN name)")
-        self.size = self.stat.st_size
         self.digests: list[str] = []
+
+    @property
+    def size(self) -> int:
+        """The file's size now (a file rewritten in place is read as it is, and told apart by its digest)."""
+        return os.fstat(self.fd).st_size
 
     def __enter__(self) -> DbnSource:
         return self
