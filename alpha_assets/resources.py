@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -29,6 +30,11 @@ class StorageRoot(dg.ConfigurableResource):
         return Path(self.root, "predecoded", symbol)
 
     def run_dir(self, run_id: str) -> Path:
+        """`{root}/{run_id}`: the id must be a plain folder name (a tag reaches here from whoever can reach the
+        webserver's API; `..` or `/` would write outside the storage root)."""
+        if not RUN_ID_RE.fullmatch(run_id):
+            raise dg.Failure(f"{RUN_ID_TAG}={run_id!r}: a run id must be 1-64 letters, digits, '.', '_' or '-', "
+                             f"starting with a letter or digit", allow_retries=False)
         return Path(self.root, run_id)
 
 
@@ -40,6 +46,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
 
 
 RUN_ID_TAG = "alpha/run_id"  # the pipeline RUN_ID: every run of one `alpha run` or retrain shares it
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
 TRIGGER_TAG = "alpha/trigger"  # what launched the run: alpha-run, schedule, new-dbn-files, automation
 
 

@@ -40,7 +40,7 @@ import dagster as dg
 from alpha_assets.data_assets import CPU_POOL
 from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
-from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
+from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG
 from alpha_core import cpus
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK
@@ -50,7 +50,6 @@ PHASES = ("hyperopt", "train", "eval", "full")
 MAX_PARALLEL = 10  # the spec's default GPU concurrency cap
 DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
 BACKFILL_TAG = "dagster/backfill"
-RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_WORDS = {"STARTING": "running", "STARTED": "running", "SUCCESS": "done", "FAILURE": "FAILED",
              "CANCELING": "canceled", "CANCELED": "canceled"}  # QUEUED / NOT_STARTED print nothing

@@ -210,10 +210,12 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
         with fail_without_retry():
-            summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt)
+            thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
+            retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
+            summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt,
+                                       retry)
         value, loss = gated_value(spec.trainer, summary.model_dump())
-        gate = check_gate(spec.trainer, value, GateThresholds(min_val_auc=config.min_val_auc,
-                                                               min_val_sharpe=config.min_val_sharpe), loss)
+        gate = check_gate(spec.trainer, value, thresholds, loss)
         if gate.passed:
             artifacts.promote(attempt)
         aucs = getattr(summary, "val_auc", None) or getattr(summary, "best_mean_auc_per_horizon", None)
@@ -241,7 +243,7 @@ def given(config: dg.Config, fields) -> dict:
     return {k: v for k, v in config.model_dump().items() if v is not None and k in fields}
 
 
-def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt):
+def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt, retry):
     """Train one fold as `attempt` (not promoted): its summary and horizons."""
     common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold,
               "allow_untested_folds": True}  # the fold plan asset already decided, and checked, the layout
@@ -252,7 +254,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         cfg = SupervisedTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
                                     predecoded_dir=storage.predecoded_dir(symbol), **common,
                                     **given(config, SupervisedTrainConfig.model_fields))
-        (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False)
+        (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
         return s, s.horizons
     if spec.trainer == "rl":
         from alpha_core.train.rl import RLTrainConfig, train_rl
@@ -260,13 +262,13 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         cfg = RLTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
                             predecoded_dir=storage.predecoded_dir(symbol), **common,
                             **given(config, RLTrainConfig.model_fields))
-        (s,) = train_rl(cfg, params_file, attempt_id=attempt.id, promote=False)
+        (s,) = train_rl(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
         return s, []
     from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
     cfg = TrainConfig(mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
                       out=out, **common, **given(config, TrainConfig.model_fields))
-    s = PerceptionTrainer(cfg, attempt_id=attempt.id).fit(promote=False)
+    s = PerceptionTrainer(cfg, attempt_id=attempt.id, retry=retry).fit(promote=False)
     return s, s.horizons
 
 

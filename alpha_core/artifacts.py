@@ -1,11 +1,14 @@
 """Training attempts: immutable units that become visible only by promotion.
 
-A trained unit (one fold's checkpoint folder, or `alpha train --out`) is never written where readers look.
-Each attempt writes into its own folder `.{dest}.attempts/{attempt id}/` (the Dagster run id, or a fresh id in
-the CLI), holding a lock with its owner while it writes. It is complete once its `manifest.json` (every file's
-size and sha256) is written, the last step. Only a complete attempt can be promoted: `dest` becomes a
-relative symlink to it, swapped in one atomic rename. So a crashed, concurrent or gate-failed attempt never
-changes what `dest` shows, and readers can verify that a unit's files are exactly those it was completed with.
+A trained unit (one fold's checkpoint folder) is never written where readers look. Each attempt writes into its
+own folder `.{dest}.attempts/{attempt id}/` (the Dagster run id, or one id per CLI invocation, shared by its
+folds), holding the attempt's lock (`alpha_core.locks`: it belongs to the run and step, so a Dagster retry on
+another pod takes it over at once) while it writes. It is complete once its `manifest.json` (every file's size
+and sha256) is written, the last step, and only by the lock's current holder. Only a complete attempt can be
+promoted: `dest` becomes a relative symlink to it, swapped in one atomic rename. So a crashed, concurrent or
+gate-failed attempt never changes what `dest` shows, and readers can verify that a unit's files are exactly
+those it was completed with. The folds of one CLI run are promoted together, after the last one completed
+(`promote_all`).
 """
 
 from __future__ import annotations
@@ -14,17 +17,17 @@ import datetime as dt
 import json
 import os
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from alpha_core.atomic import atomic_write_json, heartbeat, lease_seconds, owner_is_dead, owner_tag, temporary_name
+from alpha_core.atomic import atomic_write_json, temporary_name
 from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.hashing import file_sha256
+from alpha_core.locks import BROKEN, Lock
 
 T = TypeVar("T")
 MANIFEST = "manifest.json"
@@ -54,55 +57,23 @@ class Attempt:
 
 
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in (MANIFEST, LOCK) and ".tmp~" not in str(p))
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in (MANIFEST, LOCK)
+                  and ".tmp~" not in str(p) and BROKEN not in p.name)
 
 
 @contextmanager
-def writing(attempt: Attempt) -> Iterator[Path]:
-    """Hold the attempt's lock while the block writes into it; a second writer fails fast naming the owner."""
+def writing(attempt: Attempt, retry: bool = False) -> Iterator[Lock]:
+    """Hold the attempt's lock while the block writes into it. A second live writer fails fast naming the holder;
+    with `retry` (the orchestrator retrying this very step) the attempt is taken over at once."""
     attempt.path.mkdir(parents=True, exist_ok=True)
-    lock = attempt.path / LOCK
-    owner = {"owner": owner_tag(), "since": dt.datetime.now(dt.UTC).isoformat()}
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            _break_stale_lock(lock)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump(owner, fh)
-        break
-    else:
-        held = _read_lock(lock)
-        raise PlanError(f"{attempt.path} is being written by {held.get('owner', '?')} since {held.get('since', '?')} "
-                        f"(lock {lock}); wait for it, or remove the lock if that process is gone")
-    try:
-        with heartbeat(lock):
-            yield attempt.path
-    finally:
-        lock.unlink(missing_ok=True)
+    with Lock(attempt.path / LOCK, run=attempt.id, step=str(attempt.dest)).hold(takeover_same_step=retry) as lock:
+        yield lock
 
 
-def _read_lock(lock: Path) -> dict:
-    try:
-        return json.loads(lock.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _break_stale_lock(lock: Path) -> None:
-    """Remove a lock whose owner is provably gone (dead local process, or no heartbeat for the lease)."""
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return
-    if owner_is_dead(_read_lock(lock).get("owner", "")) or age > lease_seconds():
-        lock.unlink(missing_ok=True)
-
-
-def complete(attempt: Attempt) -> None:
-    """Seal the attempt: the manifest of every file it holds, written last and atomically."""
+def complete(attempt: Attempt, lock: Lock) -> None:
+    """Seal the attempt: the manifest of every file it holds, written last and atomically, by the lock's holder."""
     crash_point("attempt.before_complete")
+    lock.check()
     seal(attempt.path, attempt.id)
 
 
@@ -134,14 +105,22 @@ def promoted(dest: Path) -> Attempt | None:
     return Attempt(dest, Path(os.readlink(dest)).name)
 
 
-def latest_incomplete(dest: Path) -> Attempt | None:
-    """The most recently written attempt that never completed (what `--resume` continues)."""
+def attempts(dest: Path) -> list[Attempt]:
+    """Every attempt at `dest`, complete or not, the most recently written first."""
     root = attempts_dir(dest)
     if not root.is_dir():
-        return None
-    candidates = [Attempt(dest, p.name) for p in root.iterdir() if p.is_dir() and ".tmp~" not in p.name]
-    candidates = [a for a in candidates if not a.complete]
-    return max(candidates, key=lambda a: a.path.stat().st_mtime, default=None)
+        return []
+    found = [Attempt(dest, p.name) for p in root.iterdir() if p.is_dir() and ".tmp~" not in p.name]
+    return sorted(found, key=lambda a: a.path.stat().st_mtime, reverse=True)
+
+
+def promote_all(units: list[Attempt]) -> None:
+    """Promote the folds of one run together, once every one of them is complete (none before)."""
+    missing = [str(a.path) for a in units if not a.complete]
+    if missing:
+        raise PlanError(f"not promoting a run with incomplete folds: {', '.join(missing)}")
+    for attempt in units:
+        promote(attempt)
 
 
 def verify(path: Path, deep: bool = False) -> list[str]:
@@ -163,19 +142,14 @@ def verify(path: Path, deep: bool = False) -> list[str]:
     return problems
 
 
-def run_attempt(dest: Path, attempt_id: str | None, build: Callable[[Path], T], reuse: Callable[[Path], T],
-                promote_when_done: bool = True) -> T:
-    """Write one attempt at `dest` with `build(folder)` and seal it; an attempt that already completed (a retried
+def run_attempt(attempt: Attempt, build: Callable[[Path], T], reuse: Callable[[Path], T], retry: bool = False) -> T:
+    """Write `attempt` with `build(folder)` and seal it (not promoted); an attempt that already completed (a retried
     step after a crash) is not rebuilt: `reuse(folder)` reads its result. Leftovers of a crashed try go first."""
-    attempt = Attempt(dest, attempt_id or new_attempt_id())
-    with writing(attempt) as folder:
+    with writing(attempt, retry) as lock:
         if attempt.complete:
-            result = reuse(folder)
-        else:
-            for leftover in _files(folder):
-                leftover.unlink()
-            result = build(folder)
-            complete(attempt)
-    if promote_when_done:
-        promote(attempt)
+            return reuse(attempt.path)
+        for leftover in _files(attempt.path):
+            leftover.unlink()
+        result = build(attempt.path)
+        complete(attempt, lock)
     return result

@@ -561,6 +561,27 @@ def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
         "device": WALK_FORWARD_HELP["device"]})
 
 
+# --- clean ---------------------------------------------------------------------------------------------
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from alpha_core.cleanup import clean
+
+    roots = [Path(p) for p in (args.paths or [os.environ.get("ALPHA_STORAGE_ROOT", "storage")])]
+    removed = clean(roots, args.older_than_days * 86_400, dry_run=args.dry_run)
+    for r in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'} {r.path}: {r.reason}")
+    print(f"{len(removed)} item(s) {'to remove' if args.dry_run else 'removed'} under {', '.join(map(str, roots))}")
+    return 0
+
+
+def add_clean_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", help="storage roots or output folders (default: $ALPHA_STORAGE_ROOT)")
+    p.add_argument("--older-than-days", type=float, default=7.0,
+                   help="unfinished attempts untouched this long are removed (default: %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 
@@ -608,6 +629,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
     "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options,
                  cmd_evaluate),
+    "clean": ("remove what crashed writers left (stale temporaries, dead locks, abandoned attempts)",
+              add_clean_options, cmd_clean),
 }
 
 

@@ -20,6 +20,7 @@ KILL_POINTS = (
     "attempt.before_promote",  # the attempt is complete, not yet promoted
     "attempt.after_promote",
     "report.before_json",  # the report's Markdown and plots are in place, its JSON (the commit point) is not
+    "lock.before_link",  # a lock's content is written beside it, not yet linked into place
 )
 
 _hits: Counter[str] = Counter()

@@ -1,7 +1,9 @@
-"""Attempts and promotion, writer locks, unit verification, and temporary cleanup that is safe across hosts."""
+"""Attempts and promotion, writer locks that belong to a run and step, unit verification, and cleanup that is safe
+across hosts."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,9 +25,9 @@ def _attempt(dest: Path, text: str, attempt_id: str) -> artifacts.Attempt:
         (folder / "summary.json").write_text(f'{{"text": "{text}"}}')
         return text
 
-    artifacts.run_attempt(dest, attempt_id, build, lambda folder: (folder / "summary.json").read_text(),
-                          promote_when_done=False)
-    return artifacts.Attempt(dest, attempt_id)
+    attempt = artifacts.Attempt(dest, attempt_id)
+    artifacts.run_attempt(attempt, build, lambda folder: (folder / "summary.json").read_text())
+    return attempt
 
 
 def test_only_promotion_changes_what_dest_shows(tmp_path):
@@ -41,9 +43,10 @@ def test_only_promotion_changes_what_dest_shows(tmp_path):
 
 def test_a_completed_attempt_is_reused_not_rebuilt(tmp_path):
     dest = tmp_path / "fold-0"
-    _attempt(dest, "first", "run-a")
+    artifacts.promote(_attempt(dest, "first", "run-a"))
     calls = []
-    result = artifacts.run_attempt(dest, "run-a", lambda folder: calls.append(1), lambda folder: "reused")
+    result = artifacts.run_attempt(artifacts.Attempt(dest, "run-a"), lambda folder: calls.append(1),
+                                   lambda folder: "reused")
     assert result == "reused" and not calls and (dest / "model.safetensors").read_text() == "first"
 
 
@@ -58,24 +61,105 @@ def test_an_incomplete_attempt_cannot_be_promoted(tmp_path):
 
 def test_a_second_writer_fails_fast_naming_the_owner(tmp_path):
     attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
-    with (artifacts.writing(attempt), pytest.raises(PlanError, match=r"is being written by .*~\d+~\d+ since"),
+    with (artifacts.writing(attempt), pytest.raises(PlanError, match=r"is being written by .*~\d+~\d+ \(run run-a, "
+                                                                       r"step .*fold-0\) since .*heartbeat \d+ s ago"),
           artifacts.writing(attempt)):
         pass
     with artifacts.writing(attempt):  # released
         pass
 
 
+def _foreign_lock(attempt: artifacts.Attempt, owner: str, run: str | None = None, age_s: float = 0.0) -> Path:
+    """A lock as another pod's writer leaves it when its node is lost."""
+    attempt.path.mkdir(parents=True, exist_ok=True)
+    lock = attempt.path / artifacts.LOCK
+    lock.write_text(json.dumps({"run": run or attempt.id, "step": str(attempt.dest), "owner": owner, "token": "t0",
+                                "since": "then"}))
+    os.utime(lock, (time.time() - age_s, time.time() - age_s))
+    return lock
+
+
 def test_a_dead_writers_lock_is_taken_over(tmp_path):
     attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(proc.stdout)
-    attempt.path.mkdir(parents=True)
     from alpha_core.atomic import owner_tag
 
-    host_ns = owner_tag().rsplit("~", 1)[0]
-    (attempt.path / artifacts.LOCK).write_text(f'{{"owner": "{host_ns}~{dead_pid}", "since": "then"}}')
+    _foreign_lock(attempt, f"{owner_tag().rsplit('~', 1)[0]}~{int(proc.stdout)}")
     with artifacts.writing(attempt):
         pass
+
+
+def test_a_retry_of_the_same_step_on_another_pod_takes_the_attempt_over_at_once(tmp_path):
+    """Dagster retries a pre-empted step in a new pod: another host, another PID namespace, the same run and step.
+    The retry takes the attempt over at once; anyone else still waits for the heartbeat to go stale."""
+    attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
+    _foreign_lock(attempt, "pod-gpu-7f3~4026532201~1")
+    # a plain second writer (or a resume) while the heartbeat is fresh waits
+    with pytest.raises(PlanError, match=r"pod-gpu-7f3~4026532201~1 \(run run-a"), artifacts.writing(attempt):
+        pass
+    with artifacts.writing(attempt, retry=True):
+        assert json.loads((attempt.path / artifacts.LOCK).read_text())["owner"] != "pod-gpu-7f3~4026532201~1"
+    _foreign_lock(attempt, "pod-gpu-7f3~4026532201~1", run="another-run")
+    with pytest.raises(PlanError), artifacts.writing(attempt, retry=True):  # a retry of ANOTHER run is no retry of this
+        pass
+
+
+def test_a_lock_of_a_vanished_host_is_taken_over_once_its_heartbeat_is_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALPHA_LOCK_HEARTBEAT_S", "5")  # stale after 30 s
+    attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
+    _foreign_lock(attempt, "gone-host~4026532201~7", age_s=20)
+    with pytest.raises(PlanError, match=r"heartbeat 2\d s ago"), artifacts.writing(attempt):
+        pass
+    _foreign_lock(attempt, "gone-host~4026532201~7", age_s=31)
+    with artifacts.writing(attempt):  # a resume from any host, a minute after the writer vanished
+        pass
+
+
+@pytest.mark.parametrize("content", ["", '{"owner": "pod~1~1"', "not json"])
+def test_an_empty_or_torn_lock_is_no_wall(tmp_path, content):
+    """Locks are created whole (linked into place), so an unreadable one is a crash of an older writer: taken over."""
+    attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
+    attempt.path.mkdir(parents=True)
+    (attempt.path / artifacts.LOCK).write_text(content)
+    with artifacts.writing(attempt):
+        pass
+
+
+def test_a_crash_while_taking_a_lock_leaves_no_lock(tmp_path):
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from alpha_core import artifacts
+        with artifacts.writing(artifacts.Attempt(Path({str(tmp_path / "fold-0")!r}), "run-a")):
+            pass
+    """)
+    env = {**os.environ, "ALPHA_FAULT": "lock.before_link"}
+    assert subprocess.run([sys.executable, "-c", script], env=env).returncode == -9
+    attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
+    assert not (attempt.path / artifacts.LOCK).exists()
+    with artifacts.writing(attempt):
+        pass
+
+
+def test_a_writer_that_lost_its_lock_cannot_complete(tmp_path):
+    """A zombie (back after its retry took over) never seals the attempt its successor is writing."""
+    attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
+    with artifacts.writing(attempt) as lock:
+        (attempt.path / "model.safetensors").write_text("zombie")
+        _foreign_lock(attempt, "pod-retry~4026532201~1")  # the retry took the lock over meanwhile
+        with pytest.raises(PlanError, match="lost its lock to pod-retry~4026532201~1"):
+            artifacts.complete(attempt, lock)
+    assert not attempt.complete and (attempt.path / artifacts.LOCK).exists()  # the successor's lock stays
+
+
+def test_the_folds_of_a_run_are_promoted_together(tmp_path):
+    units = [_attempt(tmp_path / f"fold-{k}", f"new-{k}", "run-b") for k in range(2)]
+    half = artifacts.Attempt(tmp_path / "fold-2", "run-b")
+    half.path.mkdir(parents=True)
+    with pytest.raises(PlanError, match="not promoting a run with incomplete folds"):
+        artifacts.promote_all([*units, half])
+    assert not any((tmp_path / f"fold-{k}").exists() for k in range(3))
+    artifacts.promote_all(units)
+    assert [artifacts.promoted(tmp_path / f"fold-{k}").id for k in range(2)] == ["run-b", "run-b"]
 
 
 def test_verify_catches_a_mix_of_two_runs(tmp_path):

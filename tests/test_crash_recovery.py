@@ -17,7 +17,7 @@ from alpha_core.artifacts import verify
 from alpha_core.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = {"wall_time_s", "sequences_per_s", "env_steps_per_s", "attempt", "created"}
+VOLATILE = {"wall_time_s", "sequences_per_s", "env_steps_per_s", "attempt", "unit", "created"}
 
 
 def run_cli(argv: list[str], fault: str | None = None) -> int:
@@ -41,7 +41,7 @@ def weights(path: Path) -> dict:
 # --- the flagship: killed anywhere, `--resume` finishes with the same summary and weights ---------------------
 
 PERCEPTION = ["--device", "cpu", "--epochs", "3", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "64",
-              "--seq-len", "8", "--lr-warmup-steps", "2"]
+              "--seq-len", "8", "--lr-warmup-steps", "2", "--cv-fold", "0"]
 EARLY_STOP = ["--epochs", "4", "--early-stop-metric", "auc_h1000", "--early-stop-patience", "1", "--lr-cfc", "0.3",
               "--lr-mamba2", "0.3"]  # stops after epoch 2 of 4 on the tiny data
 PERCEPTION_KILLS = ["tmp.before_commit#1", "tmp.after_commit#3", "state.after_commit#2", "attempt.before_complete",
@@ -64,36 +64,57 @@ def test_perception_resumes_to_the_uninterrupted_result(perception_reference, tm
     out = tmp_path / "killed"
     args = [*argv, "--out", str(out), "--early-stop-metric", "none"]
     assert run_cli(args, fault) == -9, f"the run was not killed at {fault}"
-    if out.exists():  # promoted before the kill: what it shows is whole
-        assert verify(out) == []
+    fold = out / "fold-0"
+    if fold.exists():  # promoted before the kill: what it shows is whole
+        assert verify(fold) == []
     assert run_cli([*args, "--resume"]) == 0
-    assert stable(out / "alpha_train_summary.json") == stable(ref / "straight" / "alpha_train_summary.json")
+    straight = ref / "straight" / "fold-0"
+    assert stable(fold / "alpha_train_summary.json") == stable(straight / "alpha_train_summary.json")
     for name in ("trunk_best_h1000.safetensors", "model_best_mean_auc.safetensors", "model_best_val_loss.safetensors"):
-        assert weights(out / name) == weights(ref / "straight" / name), name
-    assert verify(out, deep=True) == []
+        assert weights(fold / name) == weights(straight / name), name
+    assert verify(fold, deep=True) == []
 
 
 def test_a_resume_after_an_early_stop_only_finishes_the_summary(perception_reference, tmp_path):
     argv, ref = perception_reference
-    reference = json.loads((ref / "stopped" / "alpha_train_summary.json").read_text())
+    reference = json.loads((ref / "stopped" / "fold-0" / "alpha_train_summary.json").read_text())
     assert reference["early_stopped"] and reference["epochs"] < 4
     out = tmp_path / "killed"
     args = [*argv, "--out", str(out), *EARLY_STOP]
     # the state of the stopping epoch is committed, the summary is not
     assert run_cli(args, f"state.after_commit#{reference['epochs']}") == -9
     assert run_cli([*args, "--resume"]) == 0
-    assert stable(out / "alpha_train_summary.json") == stable(ref / "stopped" / "alpha_train_summary.json")
-    assert weights(out / "trunk_best_h1000.safetensors") == weights(ref / "stopped" / "trunk_best_h1000.safetensors")
+    stopped = ref / "stopped" / "fold-0"
+    assert stable(out / "fold-0" / "alpha_train_summary.json") == stable(stopped / "alpha_train_summary.json")
+    assert weights(out / "fold-0" / "trunk_best_h1000.safetensors") == weights(stopped / "trunk_best_h1000.safetensors")
 
 
-def test_resume_refuses_a_state_of_another_fold_or_config(perception_reference, tmp_path, capsys):
+def test_resume_refuses_a_state_of_another_config(perception_reference, tmp_path, capsys):
     argv, _ = perception_reference
     out = tmp_path / "killed"
-    assert run_cli([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "1"], "state.after_commit#1") == -9
-    assert main([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "0", "--resume"]) == 2
-    assert "cv_fold=1" in capsys.readouterr().err
-    assert main([*argv, "--out", str(out), "--cv-n-folds", "2", "--cv-fold", "1", "--seq-len", "16", "--resume"]) == 2
+    assert run_cli([*argv, "--out", str(out)], "state.after_commit#1") == -9
+    assert main([*argv, "--out", str(out), "--seq-len", "16", "--resume"]) == 2
     assert "seq_len=8" in capsys.readouterr().err
+
+
+def test_resume_checks_a_complete_attempt_and_promotes_it(perception_reference, tmp_path, capsys):
+    """Train 2 epochs (promoted); start 3 epochs with another seed and kill it just before promotion. A resume with
+    the killed run's settings promotes its complete attempt; one with other settings is refused like an
+    unfinished one, and the output keeps showing what it showed."""
+    argv, _ = perception_reference
+    out = tmp_path / "out"
+    two = [a if a != "3" else "2" for a in argv]  # --epochs 2
+    assert main([*two, "--out", str(out)]) == 0
+    assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())["epochs"] == 2
+    assert run_cli([*argv, "--out", str(out), "--seed", "7"], "attempt.before_promote") == -9
+    assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())["epochs"] == 2
+    capsys.readouterr()
+    assert main([*argv, "--out", str(out), "--seed", "8", "--resume"]) == 2
+    assert "seed=7" in capsys.readouterr().err
+    assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())["epochs"] == 2
+    assert main([*argv, "--out", str(out), "--seed", "7", "--resume"]) == 0
+    summary = json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())
+    assert summary["epochs"] == 3 and verify(out / "fold-0", deep=True) == []
 
 
 # --- walk-forward members: a killed run or rerun never changes or mixes what `fold-<k>` shows ---------------
@@ -110,6 +131,28 @@ def supervised_reference(tiny_data, tmp_path_factory):
             "--param", "d_model=16"]
     assert run_cli([*argv, "--output-dir", str(tmp / "straight")]) == 0
     return argv, tmp / "straight" / "fold-0"
+
+
+def test_a_multi_fold_run_is_one_unit(tiny_data, tmp_path):
+    """Every fold of a run, promoted together: a rerun killed after its first fold completed changes nothing the
+    output shows; one killed while promoting leaves a mix that `alpha evaluate` never puts into one row."""
+    from alpha_core.eval.evaluate import find_checkpoints
+
+    argv = ["train-supervised", "--model", "kan", "--data-dir", str(tiny_data / "ES.FUT"), "--predecoded-dir",
+            str(tmp_path / "pd"), "--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "128",
+            "--n-val-seqs", "64", "--device", "cpu", "--output-dir", str(tmp_path / "models" / "kan" / "ES.FUT")]
+    folds = [tmp_path / "models" / "kan" / "ES.FUT" / f"fold-{k}" for k in range(3)]
+    assert run_cli(argv) == 0
+    first = [json.loads((f / "summary.json").read_text())["unit"] for f in folds]
+    assert len(set(first)) == 1 and first[0] is not None
+    assert run_cli(argv, "attempt.before_complete#2") == -9  # fold 0 of the rerun complete, fold 1 not
+    assert [json.loads((f / "summary.json").read_text())["unit"] for f in folds] == first
+    assert run_cli(argv, "attempt.after_promote#1") == -9  # the rerun's fold 0 promoted, folds 1-2 not yet
+    units = [json.loads((f / "summary.json").read_text())["unit"] for f in folds]
+    assert units[0] != first[0] and units[1:] == first[1:]
+    kept, excluded = find_checkpoints(tmp_path / "models", ["ES.FUT"])
+    assert [(c.fold, c.summary["unit"]) for c in kept] == [(0, units[0])]
+    assert {e.fold for e in excluded} == {1, 2} and all("a row never mixes runs" in e.reason for e in excluded)
 
 
 @pytest.mark.parametrize("fault", SUPERVISED_KILLS)

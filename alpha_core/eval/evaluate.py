@@ -109,7 +109,8 @@ class EvalConfig(BaseModel):
 def find_checkpoints(models_dir: Path, symbols: list[str] | None,
                      gate: GateThresholds | None = None) -> tuple[list[Checkpoint], list[Excluded]]:
     """The readable checkpoints under models_dir/<model>/<symbol>/fold-<k> that pass `gate`, and the others with
-    the reason."""
+    the reason. Each is read from the attempt its fold folder shows now (a training that promotes another one
+    meanwhile changes nothing this evaluation reads), and a row never mixes the folds of two CLI runs."""
     found, excluded = [], []
     for fold_dir in sorted(models_dir.glob("*/*/fold-*")):
         model, symbol = fold_dir.parent.parent.name, fold_dir.parent.name
@@ -125,6 +126,7 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
                                      reason=f"{fold_dir}: not a checkpoint folder (expected fold-<k>)"))
             continue
         fold = int(suffix)
+        fold_dir = fold_dir.resolve()  # the attempt itself: read by its name from here on
         try:
             spec = registry.get(model)
         except Exception as exc:
@@ -156,7 +158,35 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: missing {ckpt.weights.name}"))
             continue
         found.append(ckpt)
-    return found, excluded
+    return _one_run_per_row(found, excluded)
+
+
+def _one_run_per_row(found: list[Checkpoint], excluded: list[Excluded]) -> tuple[list[Checkpoint], list[Excluded]]:
+    """The folds a CLI call trains are one unit (`unit` in their summaries): where a model's folds come from two
+    units (a rerun killed midway, or its promotion interrupted), the newest unit's folds are kept, the others
+    listed. Folds promoted one by one (Dagster's, whose report picks them by lineage) have no unit."""
+    kept = []
+    by_row: dict[tuple[str, str], list[Checkpoint]] = defaultdict(list)
+    for c in found:
+        by_row[(c.model, c.symbol)].append(c)
+    for ckpts in by_row.values():
+        units = {c.summary.get("unit") for c in ckpts} - {None}
+        if len(units) < 2:
+            kept += ckpts
+            continue
+        newest = max((c for c in ckpts if c.summary.get("unit")), key=lambda c: _completed(c.path)).summary["unit"]
+        for c in ckpts:
+            if c.summary.get("unit") in (None, newest):
+                kept.append(c)
+            else:
+                excluded.append(Excluded(model=c.model, symbol=c.symbol, fold=c.fold, reason=(
+                    f"from run {c.summary['unit']}, while the newest folds of this row are from run {newest}: a row "
+                    f"never mixes runs (train every fold again)")))
+    return kept, excluded
+
+
+def _completed(path: Path) -> str:
+    return json.loads((path / artifacts.MANIFEST).read_text())["completed"]
 
 
 def _next_move_ticks(bars: Sidecar) -> np.ndarray:
@@ -252,6 +282,7 @@ class Scored:
     mask: np.ndarray | None = None  # [rows, H] rows scored per horizon (a prediction and a label)
     weights: dict[str, float] | None = None  # ensembles
     search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
+    checkpoint: str | None = None  # the attempt folder its weights were read from
 
 
 def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
@@ -308,7 +339,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         mask = None
         if pred.probs is not None:
             mask = np.isfinite(pred.probs) & np.isfinite(np.asarray(pred.scored_on.labels))
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, search=search))
+        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, search=search, checkpoint=str(ckpt.path)))
         test_predictions[test_name][ckpt.model] = pred
         val_sharpe[(test_name, ckpt.model)] = file_sharpe(val, val_pred.position, cfg.cost_ticks)
 
@@ -362,8 +393,8 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
         test = bars[part.test_file]
         summary = metrics.summarize(np.asarray(test.ts), part.prediction.position, _next_move_ticks(test),
                                     cfg.cost_ticks, **stats)
-        folds.append(FoldResult(fold=part.fold, test_file=part.test_file, metrics=Metrics(**summary),
-                                auc=_auc([part]), weights=part.weights))
+        folds.append(FoldResult(fold=part.fold, test_file=part.test_file, checkpoint=part.checkpoint,
+                                metrics=Metrics(**summary), auc=_auc([part]), weights=part.weights))
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
     ts = np.concatenate([np.asarray(bars[p.test_file].ts) for p in order])
     pos = np.concatenate([p.prediction.position for p in order])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import secrets
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json
 from alpha_core.errors import DataError
 from alpha_core.faults import crash_point
+from alpha_core.locks import Lock
 
 
 class Strict(BaseModel):
@@ -82,6 +84,7 @@ class AucComparison(Strict):
 class FoldResult(Strict):
     fold: int
     test_file: str
+    checkpoint: str | None = None  # the attempt folder the fold's weights were read from (None: an ensemble)
     metrics: Metrics
     auc: AucComparison | None = None
     weights: dict[str, float] | None = None  # ensembles: the weight of each model
@@ -172,13 +175,14 @@ def markdown(report: EnsembleReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: EnsembleReport, out_dir: Path) -> list[Path]:
+def plot(report: EnsembleReport) -> dict[str, bytes]:
+    """The report's PNG plots, by file name."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
+    written = {}
     for symbol, sym in report.symbols.items():
         curves = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
         fig, ax = plt.subplots(figsize=(10, 5))
@@ -187,14 +191,14 @@ def plot(report: EnsembleReport, out_dir: Path) -> list[Path]:
                     linewidth=2.5 if name.startswith("ensemble") else 1.0)
         ax.set(title=f"{symbol}: out-of-sample equity (ticks)", ylabel="cumulative PnL")
         ax.legend(fontsize=7)
-        written.append(_save(fig, out_dir / f"{symbol}_equity.png"))
+        written[f"{symbol}_equity.png"] = _png(fig)
         fig, ax = plt.subplots(figsize=(10, 3))
         for name, r in curves.items():
             eq = np.asarray(r.equity, dtype=float)
             ax.plot(np.asarray(r.equity_ts, dtype="datetime64[ns]"), eq - np.maximum.accumulate(np.r_[0.0, eq])[1:],
                     label=name)
         ax.set(title=f"{symbol}: drawdown (ticks)")
-        written.append(_save(fig, out_dir / f"{symbol}_drawdown.png"))
+        written[f"{symbol}_drawdown.png"] = _png(fig)
         fig, ax = plt.subplots(figsize=(10, 4))
         names = list(curves)
         for i, name in enumerate(names):
@@ -208,30 +212,36 @@ def plot(report: EnsembleReport, out_dir: Path) -> list[Path]:
                    yerr=np.clip(np.vstack([sharpes - low, high - sharpes]), 0, None), capsize=2)
         ax.set(title=f"{symbol}: Sharpe per fold (bootstrap 95% interval)", xlabel="fold")
         ax.legend(fontsize=7)
-        written.append(_save(fig, out_dir / f"{symbol}_fold_sharpe.png"))
+        written[f"{symbol}_fold_sharpe.png"] = _png(fig)
         plt.close("all")
     return written
 
 
-def _save(fig, path: Path) -> Path:
+def _png(fig) -> bytes:
     import io
 
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def write_report(report: EnsembleReport, path: Path) -> None:
-    """The report's files appear as one set. The JSON is the commit point: the old one goes first, the new one
-    is written last and lists the Markdown and plots with their checksums, so a crash in between leaves no
-    report at all (never a new plot beside an old JSON), and `load_report` can prove the set is one run's."""
-    path.unlink(missing_ok=True)
-    markdown_path = atomic_write_bytes(path.with_suffix(".md"), markdown(report).encode())
-    companions = [markdown_path, *plot(report, path.parent)]
-    crash_point("report.before_json")
-    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in companions}
-    atomic_write_json(path, report.model_copy(update={"files": files}).model_dump(mode="json"))
+    """The report's files appear as one set, of one writer. The writer holds the report's lock (a second
+    `alpha evaluate` into the same output fails fast, naming the first). The JSON is the commit point: the old
+    one goes first, the new one is written last and lists the checksums of the Markdown and plots as this writer
+    made them, so a crash in between leaves no report at all (never a new plot beside an old JSON), and
+    `load_report` proves the set on disk is this writer's."""
+    lock = Lock(path.with_name(f".{path.name}.lock"), run=secrets.token_hex(6), step=str(path))
+    with lock.hold():
+        path.unlink(missing_ok=True)
+        companions = {path.with_suffix(".md").name: markdown(report).encode(), **plot(report)}
+        for name, data in companions.items():
+            atomic_write_bytes(path.parent / name, data)
+        crash_point("report.before_json")
+        lock.check()
+        files = {name: hashlib.sha256(data).hexdigest() for name, data in companions.items()}
+        atomic_write_json(path, report.model_copy(update={"files": files}).model_dump(mode="json"))
 
 
 def load_report(path: str | Path) -> EnsembleReport:

@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import alpha_core
 from alpha_core import cpus, progress
-from alpha_core.atomic import atomic_write_json
+from alpha_core.atomic import atomic_write_json, owner_tag
 from alpha_core.bounds import Count, Device, NonNegInt, Seed
+from alpha_core.cleanup import TRIAL_PREFIX
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode
@@ -185,7 +186,7 @@ def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tup
     from alpha_core.eval.predict import Checkpoint, load, predict
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-    with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
         train_cfg = SupervisedTrainConfig(
             model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
             symbol=cfg.symbol, epochs=cfg.epochs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
@@ -202,7 +203,7 @@ def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float
     """The trial's validation Sharpe (the RL trainer's, which is the evaluator's) and its sessions."""
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
-    with tempfile.TemporaryDirectory(prefix="alpha-trial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
         train_cfg = RLTrainConfig(
             model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
             symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch, seed=cfg.seed,

@@ -2,8 +2,9 @@
 and the lineage of a params file that came out of a hyperparameter search.
 
 A params file is a flat JSON object of model-config and training keys, or a hyperopt `results.json` (its
-`best_params` are used; a file with `best_params` and none of a search's fields is plain params). A missing file means defaults; unknown keys and wrong types are errors naming the key.
-Every value in the file is validated, also those an explicit value overrides.
+`best_params` are used; a file with `best_params` and none of a search's fields is plain params). A missing file
+means defaults; unknown keys and wrong types are errors naming the key. Every value in the file is validated,
+also those an explicit value overrides.
 
 A hyperopt `results.json` says which model it searched, which files it trained and validated on and, for a
 nested search, the one fold it was tuned for. `check_isolation` applies that where the params are used: a

@@ -154,6 +154,8 @@ class TrainSummary(BaseModel):
     sequences_per_s: float
     versions: dict[str, str]
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
+    attempt: str = ""
+    unit: str | None = None  # the run whose folds were promoted together (`alpha train`); None: one by one
 
 
 def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
@@ -206,8 +208,10 @@ class PerceptionTrainer:
     """One attempt at training fold `cfg.cv_fold` (0 when unset; `train` runs every fold) into `cfg.out/fold-<k>`:
     a fresh one, the one `--resume` continues, or `attempt_id`'s."""
 
-    def __init__(self, cfg: TrainConfig, attempt_id: str | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, attempt_id: str | None = None, unit: str | None = None,
+                 retry: bool = False) -> None:
         validate(cfg)
+        self.unit, self.retry = unit, retry
         self.cfg = cfg = cfg.model_copy(update={"cv_fold": cfg.cv_fold or 0})
         self.dest = fold_dir(cfg.out, cfg.cv_fold)
         self.device = resolve_device(cfg.device)
@@ -258,13 +262,13 @@ class PerceptionTrainer:
 
     def _choose_attempt(self, attempt_id: str | None) -> artifacts.Attempt:
         """`attempt_id` as given (Dagster: the run id, so a retried step continues it); with `--resume`, the
-        latest unfinished attempt (or the promoted one, already complete); else a new attempt."""
+        latest attempt, finished or not (`fit` checks it against this command); else a new attempt."""
         if attempt_id is not None:
             return artifacts.Attempt(self.dest, attempt_id)
         if self.cfg.resume:
-            found = artifacts.latest_incomplete(self.dest) or artifacts.promoted(self.dest)
-            if found is not None:
-                return found
+            found = artifacts.attempts(self.dest)
+            if found:
+                return found[0]
             print(f"--resume: no training state in {self.dest}; starting from scratch", flush=True)
         return artifacts.Attempt(self.dest, artifacts.new_attempt_id())
 
@@ -399,18 +403,20 @@ class PerceptionTrainer:
     # --- the run ---------------------------------------------------------------------------------------
 
     def fit(self, promote: bool = True) -> TrainSummary:
-        """Train (or finish) the attempt, seal it and, with `promote`, make `--out` show it."""
-        with artifacts.writing(self.attempt):
-            if self.attempt.complete:  # a resume of a finished run: nothing left to do
-                print(f"--resume: {self.dest} is already complete", flush=True)
+        """Train (or finish) the attempt, seal it and, with `promote`, make its fold folder show it. A complete
+        attempt (a resume of a finished run) is checked against this command's settings like an unfinished one."""
+        with artifacts.writing(self.attempt, self.retry) as lock:
+            if self.attempt.complete:
+                self._check_resumable(json.loads((self.out / STATE_DIR / STATE_JSON).read_text()), self.out)
+                print(f"--resume: {self.out} is complete, with these settings", flush=True)
                 summary = TrainSummary.model_validate_json((self.out / SUMMARY).read_text())
             else:
-                summary = self._train()
+                summary = self._train(lock)
         if promote:
             artifacts.promote(self.attempt)
         return summary
 
-    def _train(self) -> TrainSummary:
+    def _train(self, lock) -> TrainSummary:
         cfg = self.cfg
         atomic_write_json(self.out / "model_config.json", self.model_cfg.model_dump())
         self.norm.save(self.out / "norm_stats.json")
@@ -439,7 +445,7 @@ class PerceptionTrainer:
         self.report.close()
         summary = self._summary()
         atomic_write_json(self.out / SUMMARY, summary.model_dump())
-        artifacts.complete(self.attempt)
+        artifacts.complete(self.attempt, lock)
         return summary
 
     def _track(self, epoch: int, val_loss: float, aucs: list[float]) -> None:
@@ -498,6 +504,8 @@ class PerceptionTrainer:
             sequences_per_s=t.train_seqs / max(t.wall_time_s, 1e-9),
             versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
             epoch_metrics=t.epoch_metrics,
+            attempt=self.attempt.id,
+            unit=self.unit,
         )
 
     # --- resumable state (safetensors for tensors, JSON for the rest: no pickle) -----------------------
@@ -614,8 +622,17 @@ class CapturedStep:
 
 
 def train(cfg: TrainConfig) -> list[TrainSummary]:
-    """`alpha train`: every fold of the plan (or `cv_fold` alone), each into `cfg.out/fold-<k>`."""
+    """`alpha train`: every fold of the plan (or `cv_fold` alone), each into `cfg.out/fold-<k>`, as one run whose
+    folds are promoted together once all are complete. `--resume` continues the latest run (its id is the newest
+    attempt of any fold): its complete folds are checked and kept, its unfinished one continues, the rest start."""
     validate(cfg)
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     folds = range(cfg.cv_n_folds) if cfg.cv_fold is None else [cfg.cv_fold]
-    return [PerceptionTrainer(cfg.model_copy(update={"cv_fold": k})).fit() for k in folds]
+    latest = [a for k in folds for a in artifacts.attempts(fold_dir(cfg.out, k))[:1]] if cfg.resume else []
+    unit = max(latest, key=lambda a: a.path.stat().st_mtime).id if latest else artifacts.new_attempt_id()
+    if cfg.resume and not latest:
+        print(f"--resume: no training state in {cfg.out}; starting from scratch", flush=True)
+    trainers = [PerceptionTrainer(cfg.model_copy(update={"cv_fold": k}), attempt_id=unit, unit=unit) for k in folds]
+    summaries = [trainer.fit(promote=False) for trainer in trainers]
+    artifacts.promote_all([trainer.attempt for trainer in trainers])
+    return summaries

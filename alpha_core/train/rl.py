@@ -6,7 +6,8 @@ evaluated on the validation file with the evaluator's metric (the daily-session 
 `DEFAULT_COST_TICKS`; the same number `alpha evaluate` gives that file), early stopping follows `Trackers`, and
 the policy with the best validation Sharpe is kept as
 `fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`,
-`summary.json`), written as one attempt (`alpha_core.artifacts`) and promoted when whole.
+`summary.json`), written as one attempt (`alpha_core.artifacts`); the folds of one call are promoted together
+once all are complete.
 Agent parameters resolve as: defaults < params file < explicit values.
 """
 
@@ -77,12 +78,14 @@ class RLFoldSummary(BaseModel):
     env_steps_per_s: float
     versions: dict[str, str]
     attempt: str
+    unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
 def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit_params: dict | None = None,
-             attempt_id: str | None = None, promote: bool = True,
+             attempt_id: str | None = None, promote: bool = True, retry: bool = False,
              folds: list[FoldData] | None = None) -> list[RLFoldSummary]:
-    """Train every requested fold, each as attempt `attempt_id` promoted to `fold-<k>` if `promote`."""
+    """Train every requested fold, each as attempt `attempt_id` (`retry`: the orchestrator's retry of this step
+    takes it over); with `promote`, every fold is promoted to `fold-<k>` once all are complete."""
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     device = resolve_device(cfg.device)
     agent_cls = AGENT_CONFIGS[cfg.model]
@@ -100,10 +103,16 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
-    return [artifacts.run_attempt(
-        cfg.output_dir / f"fold-{fold.fold}", attempt_id,
-        lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, source, leaks[fold.fold]),
-        lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
+    unit = attempt_id if promote else None
+    units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
+    summaries = [artifacts.run_attempt(
+        attempt, lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, unit, source,
+                                                    leaks[fold.fold]),
+        lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()), retry)
+        for attempt, fold in zip(units, folds, strict=True)]
+    if promote:
+        artifacts.promote_all(units)
+    return summaries
 
 
 def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict:
@@ -115,7 +124,7 @@ def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict
     return agent
 
 
-def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str,
+def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str, unit: str | None,
                 source: ParamsFile, leaks: list[str]) -> RLFoldSummary:
     train, val = fold.train, fold.val
     norm = fit_norm_stats(train)
@@ -158,7 +167,7 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
         timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        attempt=attempt_id,
+        attempt=attempt_id, unit=unit,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary

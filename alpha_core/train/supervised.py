@@ -7,7 +7,8 @@ epoch (AUC per horizon at each window's last position), the spec's three best tr
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
 `fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
 and `summary.json`. Each fold is one attempt (`alpha_core.artifacts`): written in its own folder, sealed,
-and promoted to `fold-<k>` only when whole (by the caller, after its gate, when `promote` is False).
+and promoted to `fold-<k>` only when whole: the folds of one call together, once all are complete (or by the
+caller, after its gate, when `promote` is False).
 """
 
 from __future__ import annotations
@@ -92,14 +93,17 @@ class FoldSummary(BaseModel):
     sequences_per_s: float
     versions: dict[str, str]
     attempt: str
+    unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
 def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
                      explicit_params: dict | None = None, attempt_id: str | None = None,
-                     promote: bool = True, folds: list[FoldData] | None = None) -> list[FoldSummary]:
+                     promote: bool = True, folds: list[FoldData] | None = None,
+                     retry: bool = False) -> list[FoldSummary]:
     """Train every requested fold; precedence: defaults < params file < explicit (CLI) values.
 
-    Each fold is written as attempt `attempt_id` (a new id when None) and promoted to `fold-<k>` if `promote`.
+    Each fold is written as attempt `attempt_id` (a new id when None; `retry`: the orchestrator's retry of this
+    step takes it over) and, with `promote`, every fold is promoted to `fold-<k>` once all are complete.
     """
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
@@ -126,14 +130,19 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     train_overrides = {**file_train, **cli_train}
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     attempt_id = attempt_id or artifacts.new_attempt_id()
-    return [artifacts.run_attempt(
-        cfg.output_dir / f"fold-{fold.fold}", attempt_id,
-        lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id,
-                                           source, leaks[fold.fold]),
-        lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()), promote) for fold in folds]
+    unit = attempt_id if promote else None
+    units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
+    summaries = [artifacts.run_attempt(
+        attempt, lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id, unit,
+                                                    source, leaks[fold.fold]),
+        lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()), retry)
+        for attempt, fold in zip(units, folds, strict=True)]
+    if promote:
+        artifacts.promote_all(units)
+    return summaries
 
 
-def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str,
+def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str, unit: str | None,
                 source: ParamsFile, leaks: list[str]) -> FoldSummary:
     train_files, val_files = fold.train, fold.val
     norm = fit_norm_stats(train_files)
@@ -201,7 +210,7 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
         n_train_seqs_consumed=t.train_seqs, device=str(device),
         wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        attempt=attempt_id,
+        attempt=attempt_id, unit=unit,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary

@@ -1,0 +1,178 @@
+"""Exclusive locks on shared storage that belong to a (run, step), not to a process.
+
+A lock is a small JSON file: who holds it (`run` and `step`, what the orchestrator knows, and `owner`, the
+process as host~pidns~pid) and since when. It is created whole or not at all (written beside it, then
+hard-linked into place, which fails if a lock exists), so no reader ever sees an empty or half-written lock.
+Its holder touches it every `heartbeat_seconds()`; a lock is taken over, and never otherwise:
+
+- at once by a retry of the same run and step (a Dagster step retried on another pod: the orchestrator has
+  declared the first try dead, wherever it ran);
+- at once when its owner is a dead process of this host and PID namespace;
+- when its heartbeat is older than `stale_seconds()` (a minute by default: the holder vanished on another host).
+  Clocks of hosts that share a volume must agree to well within that (NTP);
+- at once when it cannot be read (a lock from before locks were written whole).
+
+Breaking is race-free: the breaker renames the lock aside under a unique name, checks that what it moved is the
+lock it judged (otherwise it puts it back), then creates its own. A holder that lost its lock (a zombie
+writer, back after its retry took over) finds out at `Lock.check`, which every commit calls first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from alpha_core.atomic import owner_is_dead, owner_tag, temporary_name
+from alpha_core.errors import PlanError
+from alpha_core.faults import crash_point
+
+BROKEN = ".broken~"  # a lock being broken, under a unique name (removed by its breaker, or by `alpha clean`)
+
+
+def heartbeat_seconds() -> float:
+    return float(os.environ.get("ALPHA_LOCK_HEARTBEAT_S", "10"))
+
+
+def stale_seconds() -> float:
+    return 6 * heartbeat_seconds()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What a lock says about its holder."""
+
+    run: str
+    step: str
+    owner: str  # host~pidns~pid
+    token: str  # unique per acquisition: tells a lock from its successor
+    since: str = ""
+
+    def describe(self) -> str:
+        return f"{self.owner} (run {self.run}, step {self.step}) since {self.since or '?'}"
+
+
+def read_holder(lock: Path) -> Holder | None:
+    """The lock's holder; None when the file is unreadable or not a lock (treated as abandoned)."""
+    try:
+        data = json.loads(lock.read_text())
+        return Holder(run=str(data["run"]), step=str(data["step"]), owner=str(data["owner"]), token=str(data["token"]),
+                      since=str(data.get("since", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def lock_age(lock: Path) -> float | None:
+    try:
+        return time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def is_abandoned(lock: Path, holder: Holder | None, run: str | None = None, step: str | None = None) -> bool:
+    """Whether `lock` may be taken over (by the retry `run`/`step`, when given): see the module docstring."""
+    if holder is None:
+        return True
+    if run is not None and (holder.run, holder.step) == (run, step):
+        return True
+    if owner_is_dead(holder.owner):
+        return True
+    age = lock_age(lock)
+    return age is not None and age > stale_seconds()
+
+
+class Lock:
+    """One acquisition of a lock file; use `hold` (acquire, heartbeat, release)."""
+
+    def __init__(self, path: Path, run: str, step: str) -> None:
+        self.path, self.run, self.step = Path(path), run, step
+        self.me = Holder(run=run, step=step, owner=owner_tag(), token=secrets.token_hex(8),
+                         since=dt.datetime.now(dt.UTC).isoformat())
+
+    def _create(self) -> bool:
+        """Create the lock with its content in one step; False if a lock exists."""
+        tmp = temporary_name(self.path)
+        tmp.write_text(json.dumps(self.me.__dict__))
+        try:
+            crash_point("lock.before_link")
+            os.link(tmp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _break(self, judged: Holder | None) -> None:
+        """Move the abandoned lock aside, if it is still the one judged; put back a successor moved by mistake."""
+        aside = self.path.with_name(f"{self.path.name}{BROKEN}{secrets.token_hex(4)}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        moved = read_holder(aside)
+        if moved != judged and moved is not None:  # a new holder took it between the judgement and the rename
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, self.path)
+        aside.unlink(missing_ok=True)
+
+    def acquire(self, takeover_same_step: bool = False) -> None:
+        """Take the lock, breaking an abandoned one; a live holder is a PlanError that names it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(8):
+            if self._create():
+                return
+            holder = read_holder(self.path)
+            if holder is not None and holder.token == self.me.token:
+                return
+            retry = (self.run, self.step) if takeover_same_step else (None, None)
+            if not is_abandoned(self.path, holder, *retry):
+                age = lock_age(self.path)
+                raise PlanError(f"{self.path.parent} is being written by {holder.describe()}, heartbeat "
+                                f"{age or 0:.0f} s ago (lock {self.path}); wait for it, or remove the lock if that "
+                                f"process is gone (a lock without a heartbeat for {stale_seconds():.0f} s is taken "
+                                f"over)")
+            self._break(holder)
+        raise PlanError(f"{self.path}: could not take the lock (others keep taking it)")
+
+    def check(self) -> None:
+        """Refuse to commit if the lock is no longer ours (a retry or a resume took it over)."""
+        holder = read_holder(self.path)
+        if holder is None or holder.token != self.me.token:
+            raise PlanError(f"{self.path.parent}: this writer ({self.me.describe()}) lost its lock to "
+                            f"{holder.describe() if holder else 'nobody'}; its work is not committed")
+
+    def release(self) -> None:
+        if (holder := read_holder(self.path)) is not None and holder.token == self.me.token:
+            self.path.unlink(missing_ok=True)
+
+    @contextmanager
+    def hold(self, takeover_same_step: bool = False) -> Iterator[Lock]:
+        self.acquire(takeover_same_step)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(heartbeat_seconds()):
+                holder = read_holder(self.path)
+                if holder is None or holder.token != self.me.token:
+                    return  # taken over: `check` refuses the commit
+                try:
+                    os.utime(self.path)
+                except OSError:
+                    return
+
+        thread = threading.Thread(target=beat, name="alpha-lock", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+            self.release()
