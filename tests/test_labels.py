@@ -132,7 +132,7 @@ def test_bar_direction_after_a_gap_is_not_biased_by_moves_of_zero(tiny_data, tmp
     """After a gap (known at t from the gap feature) a 5-minute horizon spans few trades and the price often stays
     put; a zero move has no direction (NaN), so P(up) after a gap and elsewhere agree within sampling error (it
     was 0.388 against 0.448 when zero moves counted as "not up"). Its outcome labels still charge the round trip."""
-    ups, counts = {True: [], False: []}, {True: 0, False: 0}
+    ups = {True: [], False: []}
     for src in sorted((tiny_data / "ES.FUT" / "ohlcv-1m").glob("*.dbn.zst")):
         sc, _ = ensure_sidecar(src, tmp_path / "pd")
         ts, y = np.asarray(sc.ts), np.asarray(sc.labels)[:, 0]
