@@ -75,8 +75,8 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
     book = sc.meta.kind == BOOK
     col = sc.meta.feature_names.index("spread_ticks") if book else None
     sessions: dict[int, int] = {}
-    gaps: list[tuple[int, int, int]] = []  # (row, gap ns, session) of gaps inside a session over MIN_GAP_NS
-    wide = jump = brk = None
+    gaps: dict[int, list[tuple[int, int]]] = {}  # session -> (row, gap ns) inside it over MIN_GAP_NS, until it ends
+    wide = jump = brk = long_gap = None
     for lo, _, a in _blocks(sc, ("ts", "price", "instrument_id"), back=1):
         a0 = max(lo - 1, 0)  # one row of overlap: differences across the block boundary
         ts, price, iid = a["ts"], a["price"], a["instrument_id"]
@@ -93,8 +93,9 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
             continue
         gap = np.diff(ts)
         inside = day[1:] == day[:-1]
-        for k in np.flatnonzero(inside & (gap > MIN_GAP_NS)):
-            gaps.append((a0 + int(k) + 1, int(gap[k]), int(day[k])))
+        for k in np.flatnonzero(inside & (gap > MIN_GAP_NS)) if long_gap is None else ():
+            gaps.setdefault(int(day[k]), []).append((a0 + int(k) + 1, int(gap[k])))
+        long_gap = long_gap or _long_gap(gaps, sessions, before=int(day[-1]))  # sessions before this one are whole
         if brk is None and (gap > MAX_BREAK_NS).any():
             k = int(np.argmax(gap > MAX_BREAK_NS))
             brk = (a0 + k + 1, int(gap[k]))
@@ -115,12 +116,11 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
         i, gap = brk
         problems.append(f"{name}: ts has no rows for {gap / NS_PER_DAY:.1f} days before row {i}, {_when(sc, i)} "
                         "(sessions missing)")
-    for i, gap, day in gaps:
-        allowed = max(MIN_GAP_NS, GAP_SPACINGS * SESSION_NS // sessions[day])
-        if gap > allowed:
-            problems.append(f"{name}: ts has no rows for {gap / 60e9:.0f} min inside session {_day(day)} before row "
-                            f"{i}, {_when(sc, i)} (over {allowed / 60e9:.0f} min for its {sessions[day]} rows)")
-            break
+    long_gap = long_gap or _long_gap(gaps, sessions, before=None)
+    if long_gap is not None:
+        i, gap, day, allowed = long_gap
+        problems.append(f"{name}: ts has no rows for {gap / 60e9:.0f} min inside session {_day(day)} before row "
+                        f"{i}, {_when(sc, i)} (over {allowed / 60e9:.0f} min for its {sessions[day]} rows)")
     inner = sorted(sessions)[1:-1]
     if inner:
         typical = float(np.median(list(sessions.values())))
@@ -129,6 +129,19 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
             problems.append(f"{name}: session {_day(few[0])} has {sessions[few[0]]} rows, under "
                             f"{100 * FEW_ROWS_SHARE:.0f}% of the median session ({typical:.0f} rows)")
     return problems
+
+
+def _long_gap(gaps: dict[int, list[tuple[int, int]]], sessions: dict[int, int],
+              before: int | None) -> tuple[int, int, int, int] | None:
+    """The first gap longer than its session allows, among the sessions before `before` (all: None), whose row
+    counts are final; their gaps are let go, so only the current session's are held."""
+    for day in sorted(d for d in gaps if before is None or d < before):
+        allowed = max(MIN_GAP_NS, GAP_SPACINGS * SESSION_NS // sessions[day])
+        for row, gap in gaps.pop(day):
+            if gap > allowed:
+                gaps.clear()
+                return row, gap, day, allowed
+    return None
 
 
 def _when(sc: Sidecar, row: int) -> str:

@@ -140,6 +140,7 @@ class Sidecar:
         self.path, self.meta = Path(path), meta
         self._given = arrays
         self._mapped: dict[str, weakref.ref] = {}
+        self._data_at: dict[str, int] = {}  # name -> byte offset of the first row in its `.npy` file
 
     def __repr__(self) -> str:
         return f"Sidecar({str(self.path)!r}, rows={self.meta.rows})"
@@ -172,8 +173,10 @@ class Sidecar:
         dtype = np.dtype(spec.dtype)
         row = dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64))
         with open(self.path / f"{name}.npy", "rb") as fh:
-            _npy_header(fh)
-            fh.seek(fh.tell() + start * row)
+            if name not in self._data_at:  # the header is parsed once (numpy parses it with `ast`)
+                _npy_header(fh)
+                self._data_at[name] = fh.tell()
+            fh.seek(self._data_at[name] + start * row)
             out = np.fromfile(fh, dtype=dtype, count=max(stop - start, 0) * (row // dtype.itemsize))
         return out.reshape(-1, *spec.shape[1:])
 
