@@ -292,3 +292,46 @@ def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(traine
                 "" if trainer == "rl" else f", train loss {summary['final_train_loss']:.4f}"), reasons[(model, fold)]
         checked += 1
     assert checked >= 6 and 0 < len(reported) < checked, "the tiny models straddle the gate: both sides are checked"
+
+
+def test_a_second_evaluate_into_the_same_report_fails_fast_and_sets_stay_one_writers(trained, tiny_data, capsys):
+    """Two `alpha evaluate` into one --output: the second is refused while the first writes (never a JSON of one
+    and plots of the other), and a set whose companion was replaced afterwards is refused by `load_report`."""
+    from alpha_core.errors import DataError
+    from alpha_core.locks import Lock
+
+    root, pd = trained
+    out = root / "eval-race" / "ensemble_report.json"
+    argv = ["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
+            "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD]
+    out.parent.mkdir(parents=True)
+    with Lock(out.with_name(f".{out.name}.lock"), run="first-writer", step=str(out)).hold():
+        assert main(argv) == 2
+        assert "is being written by" in capsys.readouterr().err and not out.exists()
+    assert main(argv) == 0
+    load_report(out)
+    out.with_suffix(".md").write_text("another writer's Markdown\n")
+    with pytest.raises(DataError, match="not the one written with this report"):
+        load_report(out)
+
+
+def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp_path):
+    """A training that promotes another attempt while `alpha evaluate` runs changes nothing the evaluation reads:
+    each checkpoint is read by its attempt, whose name the report records."""
+    from alpha_core import artifacts
+
+    root, _ = trained
+    fold0 = root / "models" / "kan" / "ES.FUT" / "fold-0"
+    (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"], ANY_FINITE)[0] if (c.model, c.fold) == ("kan", 0)]
+    before = artifacts.promoted(fold0)
+    assert ckpt.path == before.path.resolve()
+    other = artifacts.Attempt(fold0, "a-later-run")
+    shutil.copytree(before.path, other.path)
+    (other.path / "model.safetensors").write_bytes(b"not the weights this evaluation named")
+    artifacts.promote(other)
+    try:
+        assert load(ckpt, torch.device("cpu")).net is not None  # read from its own attempt, not the promoted one
+        assert ckpt.weights.parent == before.path.resolve() != other.path.resolve()
+    finally:
+        artifacts.promote(before)
+        shutil.rmtree(other.path)
