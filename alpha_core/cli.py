@@ -266,7 +266,7 @@ def cmd_folds(args: argparse.Namespace) -> int:
     from alpha_core.data.folds import plan_folds
     from alpha_core.data.predecode import record_refs
 
-    refs = record_refs(args.data_dir, args.schema)  # every record checked; ordered by the records' time
+    refs = record_refs(args.data_dir, args.schema, predecoded_dir=args.sidecar_cache)  # ordered by the records' time
     plans = {s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
              for s in SUPPORTED_SCHEMAS if s in refs}
     if args.json:
@@ -607,6 +607,9 @@ def add_folds_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-untested-folds", action="store_true",
                    help="allow folds without a test file (trained, never evaluated; warns)")
     p.add_argument("--schema", choices=["mbp-10", "ohlcv-1m"], help="only this schema (default: each found)")
+    p.add_argument("--predecoded-dir", dest="sidecar_cache", type=Path,
+                   help="a sidecar cache: a file whose sidecar there was built from it as it is now is planned from "
+                        "the sidecar's meta, not decoded")
     p.add_argument("--json", action="store_true")
 
 

@@ -16,12 +16,25 @@
    file's, and under 1.5 GiB. Exit status 0 when both pass.
 
 The built sidecars are removed unless `--keep` (the joined one is about 250 B per snapshot row on disk).
+
+    .venv/bin/python bench/bench_sidecar_memory.py --predecode 1,4 [--out bench/out] [--scale full]
+
+`--predecode N,M,...` measures whole `alpha` processes instead (issue 20, item 6: total RSS, not only anonymous
+memory): it generates (or reuses) `max(N, M, ...)` `--scale full` ES.FUT quarters of both schemas with
+`alpha demo-data` under `{out}/predecode-data/all/`, hard-links the first N quarters into `q{N}/`, and for each N
+runs, each in a fresh process timed from exec to exit: `alpha predecode` into an empty cache (build), the same
+again (every sidecar reused) and `alpha folds --cv-n-folds 1` (N >= 2), reading the files' timestamps and then
+with `--predecoded-dir` (from the sidecars' meta). Peak RSS is the process's `ru_maxrss`
+(anonymous and file-backed pages alike: a memory map that stays touched counts). Targets: every predecode's
+peak RSS under 500 MB, and the largest N's within 1.3x of the smallest's. It writes
+`{out}/bench_sidecar_memory_predecode.json`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -29,12 +42,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_sidecar import machine_info, mib, run_child, worker_baseline, worker_build
+from bench_sidecar import alpha_cli, machine_info, mib, run_child, run_process, worker_baseline, worker_build
 
 REPO = Path(__file__).resolve().parents[1]
 SYMBOL, SEED = "ES.FUT", 7
 RATIO_TARGET = 1.3
 PEAK_TARGET = 1.5 * 2**30
+PREDECODE_PEAK_TARGET = 500e6  # issue 20: total RSS below 500 MB from 1 to 4 full quarters
 
 
 def worker_generate(a: argparse.Namespace) -> dict:
@@ -99,6 +113,98 @@ def worker_count(a: argparse.Namespace) -> dict:
     return {"records": count_records(read_info(a.file))}
 
 
+def quarter_links(source: Path, n: int, target: Path) -> Path:
+    """`target/ES.FUT/{schema}/` holding the first `n` quarters of `source` (hard links, else copies)."""
+    for schema_dir in sorted((source / SYMBOL).iterdir()):
+        if schema_dir.name not in ("mbp-10", "ohlcv-1m"):
+            continue
+        dst = target / SYMBOL / schema_dir.name
+        dst.mkdir(parents=True, exist_ok=True)
+        for path in sorted(schema_dir.glob("*.dbn.zst"))[:n]:
+            if not (dst / path.name).exists():
+                try:
+                    os.link(path, dst / path.name)
+                except OSError:
+                    shutil.copyfile(path, dst / path.name)
+    return target
+
+
+def predecode_memory(a: argparse.Namespace) -> int:
+    """Whole `alpha predecode` (build, then reuse) and `alpha folds` processes over 1..N full quarters."""
+    started = time.time()
+    out = Path(a.out).resolve()
+    counts = sorted({int(n) for n in a.predecode.split(",")})
+    root = out / "predecode-data"
+    source = root / "all"
+    have = len(list((source / SYMBOL / "mbp-10").glob("*.dbn.zst"))) if source.exists() else 0
+    print(f"# alpha predecode / folds memory vs quarters  ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
+    if have < max(counts):
+        print(f"data: alpha demo-data --scale {a.scale} --symbols {SYMBOL} --quarters {max(counts)} ...", flush=True)
+        shutil.rmtree(source, ignore_errors=True)
+        run_process("demo-data", [str(alpha_cli()), "demo-data", "--scale", a.scale, "--symbols", SYMBOL,
+                                  "--quarters", str(max(counts)), "--output-dir", str(source)])
+    baseline = run_process("baseline", [sys.executable, "-c", "import alpha_core.cli"])[1]
+    results: dict[str, dict] = {}
+    for n in counts:
+        data = quarter_links(source, n, root / f"q{n}")
+        cache = Path(tempfile.mkdtemp(prefix="predecode-memory-", dir=out))
+        try:
+            row: dict[str, dict] = {}
+            cmd = [str(alpha_cli()), "predecode", "--quiet", "--data-dir", str(data), "--output-dir", str(cache)]
+            for phase in ("build", "reuse"):
+                stdout, usage = run_process(f"predecode {phase} q{n}", cmd)
+                statuses = sorted({line.split()[0] for line in stdout.splitlines() if line.strip()})
+                row[phase] = {**usage, "statuses": statuses, "files": len(stdout.splitlines())}
+            if n >= 2:
+                folds = [str(alpha_cli()), "folds", "--data-dir", str(data / SYMBOL), "--cv-n-folds", "1", "--json"]
+                row["folds"] = run_process(f"folds q{n}", folds)[1]
+                try:  # planned from the sidecars' meta (an option older trees do not have)
+                    row["folds_from_sidecars"] = run_process(f"folds q{n} (sidecars)",
+                                                             [*folds, "--predecoded-dir", str(cache)])[1]
+                except SystemExit:
+                    row["folds_from_sidecars"] = None
+            rows = sum(json.loads(m.read_text())["rows"] for m in cache.rglob("meta.json"))
+            row["sidecar_rows"] = rows
+            row["sidecar_bytes"] = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+            results[f"q{n}"] = row
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        r = results[f"q{n}"]
+        print(f"q{n}: {r['sidecar_rows']:,} rows; predecode build {mib(r['build']['peak_rss_bytes'])} "
+              f"({r['build']['cpu_seconds']:.1f} CPU s), reuse {mib(r['reuse']['peak_rss_bytes'])} "
+              f"({r['reuse']['cpu_seconds']:.2f} CPU s)" + (f", folds {r['folds']['cpu_seconds']:.2f} CPU s"
+                                                             if "folds" in r else "")
+              + (f" ({r['folds_from_sidecars']['cpu_seconds']:.2f} from the sidecars)"
+                 if r.get("folds_from_sidecars") else ""), flush=True)
+    first, last = results[f"q{counts[0]}"], results[f"q{counts[-1]}"]
+    ratio = last["build"]["peak_rss_bytes"] / first["build"]["peak_rss_bytes"]
+    worst = max(max(r["build"]["peak_rss_bytes"], r["reuse"]["peak_rss_bytes"]) for r in results.values())
+    targets = {
+        "predecode_peak_rss_bytes": {"value": worst, "target": f"< {PREDECODE_PEAK_TARGET / 1e6:.0f} MB",
+                                     "pass": worst < PREDECODE_PEAK_TARGET},
+        f"predecode_peak_rss_q{counts[-1]}_vs_q{counts[0]}": {"value": ratio, "target": f"<= {RATIO_TARGET}",
+                                                             "pass": ratio <= RATIO_TARGET},
+    }
+    report = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "alpha_core": str(REPO),
+        "machine": machine_info({}, None),
+        "baseline_import_peak_rss_bytes": baseline["peak_rss_bytes"],
+        "results": results,
+        "targets": targets,
+        "all_targets_pass": all(t["pass"] for t in targets.values()),
+    }
+    (out / "bench_sidecar_memory_predecode.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"baseline (python -c 'import alpha_core.cli'): {mib(baseline['peak_rss_bytes']).strip()}")
+    for name, t in targets.items():
+        v = t["value"]
+        shown = f"{v / 1e6:.0f} MB" if v > 100 else f"{v:.3f}"
+        print(f"  [{'PASS' if t['pass'] else 'FAIL'}] {name:34s} {shown:>10s}  (target {t['target']})")
+    print(f"json: {out / 'bench_sidecar_memory_predecode.json'}   (total {time.time() - started:.0f} s)")
+    return 0 if report["all_targets_pass"] else 1
+
+
 WORKERS = {"generate": worker_generate, "join": worker_join, "count": worker_count, "baseline": worker_baseline,
            "build": worker_build}
 
@@ -109,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quarters", type=int, default=10, help="demo quarters joined into the large file")
     ap.add_argument("--scale", default="full", help="demo scale of each quarter (full: ~2.2M records)")
     ap.add_argument("--keep", action="store_true", help="keep the built sidecars")
+    ap.add_argument("--predecode", metavar="N,M", help="whole `alpha predecode`/`folds` processes over N, M quarters")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--files", help=argparse.SUPPRESS)
@@ -118,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         print(json.dumps(WORKERS[a.worker](a)))
         return 0
+    if a.predecode:
+        return predecode_memory(a)
 
     started = time.time()
     out = Path(a.out).resolve()

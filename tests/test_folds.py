@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from alpha_core.data.folds import (
@@ -131,3 +134,29 @@ def test_hyperopt_leakage_needs_the_files_recorded():
     plan = plan_folds(refs(6), 3)
     assert hyperopt_leakage(plan, {"trials": []}) == [
         "hyperopt results do not record train_files and val_files: the files they used cannot be checked"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
+def test_folds_plan_from_the_sidecars_without_decoding(tiny_data, tmp_path, capsys):
+    """`alpha folds --predecoded-dir` takes each file's record range from its sidecar's meta when the sidecar was
+    built from the file as it is now: the same plan as reading the timestamps, without reading the files."""
+    from alpha_core.cli import main
+
+    def folds(*extra) -> tuple[dict, int]:
+        before = _bytes_read()
+        assert main(["folds", "--data-dir", str(tiny_data / "ES.FUT"), "--cv-n-folds", "2", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out), _bytes_read() - before
+
+    cache = tmp_path / "pd"
+    assert main(["predecode", "--data-dir", str(tiny_data), "--output-dir", str(cache), "--symbols", "ES.FUT"]) == 0
+    capsys.readouterr()
+    decoded, read_decoding = folds()
+    planned, read_planning = folds("--predecoded-dir", str(cache))
+    assert planned == decoded
+    source_bytes = sum(p.stat().st_size for p in (tiny_data / "ES.FUT").rglob("*.dbn.zst"))
+    assert read_decoding > source_bytes and read_planning < source_bytes / 4, (read_decoding, read_planning)
+
+
+def _bytes_read() -> int:
+    return int(next(line.split()[1] for line in Path("/proc/self/io").read_text().splitlines()
+                    if line.startswith("rchar:")))

@@ -33,6 +33,7 @@ from alpha_core.data.front_month import Roll
 from alpha_core.data.products import Product
 from alpha_core.data.series import read_bars, read_book
 from alpha_core.data.sidecar import BOOK
+from alpha_core.data.validate import RecordRange
 from alpha_core.errors import DataError
 
 WRITEBACK_BYTES = 16 << 20  # a file's bytes written between two background flushes
@@ -118,6 +119,7 @@ class Built:
     rolls: list[Roll]
     dropped: dict[str, int]
     arrays: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # name -> (dtype, shape)
+    records: RecordRange | None = None  # every record of the file, from pass 1
 
 
 def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> Built:
@@ -172,7 +174,8 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
         if short:
             raise AssertionError(f"{info.path}: {n} rows expected, written {short}")
     arrays = {name: (np.dtype(dtype).name, list(shape)) for name, (dtype, shape) in specs.items()}
-    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays)
+    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays,
+                 source.records)
 
 
 def _check_size(out: Path, info: DbnFile, rows: int, specs: dict[str, tuple]) -> None:

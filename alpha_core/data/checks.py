@@ -41,7 +41,7 @@ def sidecar_problems(sc: Sidecar) -> list[str]:
     problems = []
     name = sc.meta.source.name
     col = sc.meta.feature_names.index("spread_ticks" if sc.meta.kind == BOOK else "log_range")
-    backwards = nonfinite = None
+    backwards = nonfinite = wide = None
     bad_book = 0
     for lo, _, a in _blocks(sc, ("ts", "features"), back=1):
         ts, features = a["ts"], a["features"][min(lo, 1):]
@@ -49,6 +49,9 @@ def sidecar_problems(sc: Sidecar) -> list[str]:
             backwards = max(lo - 1, 0) + int(np.argmax(np.diff(ts) < 0)) + 1
         spread = features[:, col]
         bad_book += int(np.count_nonzero(spread <= 0 if sc.meta.kind == BOOK else spread < 0))
+        if sc.meta.kind == BOOK and wide is None and (spread > MAX_SPREAD_TICKS).any():
+            i = int(np.argmax(spread > MAX_SPREAD_TICKS))
+            wide = (lo + i, float(spread[i]))
         if nonfinite is None and not np.isfinite(features).all():
             nonfinite = lo
     if backwards is not None:
@@ -57,15 +60,16 @@ def sidecar_problems(sc: Sidecar) -> list[str]:
         problems.append(f"{name}: {bad_book} rows with a crossed/locked book or low > high")
     if nonfinite is not None:
         problems.append(f"{name}: non-finite feature values from row {nonfinite}")
-    return problems + suspicious_rows(sc) + label_tail_problems(sc)
+    return problems + suspicious_rows(sc, wide=wide or False) + label_tail_problems(sc)
 
 
-def suspicious_rows(sc: Sidecar) -> list[str]:
+def suspicious_rows(sc: Sidecar, wide: tuple[int, float] | bool | None = None) -> list[str]:
     """Legal but suspicious data, which the record checks let through: many snapshots without a valid top
     of book, a spread of over MAX_SPREAD_TICKS, a price jump of over MAX_JUMP between rows of one contract,
     a gap inside a session much longer than the session's spacing, sessions missing for days, or a session
     (not the file's first or last) with very few rows. Each is reported once, at its first row, naming the
-    file and the field."""
+    file and the field. `wide`: the first wide spread (row, ticks), or False for none, when a pass over the
+    features has looked already (`sidecar_problems`)."""
     name = sc.meta.source.name
     problems = []
     invalid = sc.meta.dropped.get("snapshots_without_valid_top_of_book", 0)
@@ -76,11 +80,12 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
     col = sc.meta.feature_names.index("spread_ticks") if book else None
     sessions: dict[int, int] = {}
     gaps: dict[int, list[tuple[int, int]]] = {}  # session -> (row, gap ns) inside it over MIN_GAP_NS, until it ends
-    wide = jump = brk = long_gap = None
+    jump = brk = long_gap = None
+    look = book and wide is None  # read the spreads here
     for lo, _, a in _blocks(sc, ("ts", "price", "instrument_id"), back=1):
         a0 = max(lo - 1, 0)  # one row of overlap: differences across the block boundary
         ts, price, iid = a["ts"], a["price"], a["instrument_id"]
-        if book and wide is None:
+        if look and not wide:
             spread = sc.read("features", lo, lo + BLOCK_ROWS)[:, col]
             if (spread > MAX_SPREAD_TICKS).any():
                 i = int(np.argmax(spread > MAX_SPREAD_TICKS))
@@ -104,7 +109,7 @@ def suspicious_rows(sc: Sidecar) -> list[str]:
         if jump is None and (rel > MAX_JUMP).any():
             k = int(np.argmax(rel > MAX_JUMP))
             jump = (a0 + k + 1, float(rel[k]))
-    if wide is not None:
+    if wide:
         i, spread = wide
         problems.append(f"{name}: spread_ticks is {spread:.0f} at row {i}, {_when(sc, i)} "
                         f"(wider than {MAX_SPREAD_TICKS} ticks)")

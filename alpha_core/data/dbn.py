@@ -121,12 +121,13 @@ class DbnSource:
     """One open DBN file, read by position (`os.pread`) so that every reader has its own offset.
 
     Opened without blocking (a FIFO given a DBN name must not hang the reader) and checked to be a regular
-    file by its descriptor. `digests` collects the sha256 of every complete pass over the file (`reader()` read
-    to its end), so a build can prove that all its passes decoded the bytes its key hashes.
+    file by its descriptor. With `digests`, `digests` collects the sha256 of every complete pass over the file
+    (`reader()` read to its end), so a build can prove that all its passes decoded the bytes its key hashes.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, digests: bool = False) -> None:
         self.path = Path(path)
+        self.record_digests = digests  # hash every pass (what a sidecar build proves its key by); else none
         validate.check_path(self.path)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -173,24 +174,27 @@ class _SourceReader:
     """A file object over a `DbnSource` from its first byte, hashing what it reads (what zstd reads from)."""
 
     def __init__(self, source: DbnSource) -> None:
-        self.source, self.pos, self._hash = source, 0, hashlib.sha256()
+        self.source, self.pos = source, 0
+        self._hash = hashlib.sha256() if source.record_digests else None
 
     def read(self, n: int = -1) -> bytes:
         data = self.source.pread(n if n >= 0 else max(self.source.size - self.pos, 1 << 16), self.pos)
         self.pos += len(data)
-        self._hash.update(data)
+        if self._hash is not None:
+            self._hash.update(data)
         return data
 
     def tell(self) -> int:
         return self.pos
 
-    def finish(self) -> str:
-        """Hash the rest of the file (nothing, after a pass that read to its end); record and return the digest."""
+    def finish(self) -> None:
+        """At the end of a complete pass: hash the rest of the file (nothing, after a pass that read to its end)
+        and record the digest of what the pass read."""
+        if self._hash is None:
+            return
         while self.read(1 << 22):
             pass
-        digest = self._hash.hexdigest()
-        self.source.digests.append(digest)
-        return digest
+        self.source.digests.append(self._hash.hexdigest())
 
 
 class _Decoded:

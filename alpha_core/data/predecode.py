@@ -11,8 +11,8 @@ from alpha_core import progress
 from alpha_core.data.dbn import discover, scan
 from alpha_core.data.folds import FileRef
 from alpha_core.data.products import PRODUCTS, product
-from alpha_core.data.sidecar import LabelConfig, Sidecar, ensure_sidecar
-from alpha_core.data.validate import check_overlaps
+from alpha_core.data.sidecar import LabelConfig, Sidecar, ensure_sidecar, unchanged_record_ranges
+from alpha_core.data.validate import RecordRange, check_overlaps
 from alpha_core.errors import DataError, PlanError
 
 
@@ -72,15 +72,23 @@ def predecode(
     return items
 
 
-def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None) -> dict[str, list[FileRef]]:
-    """Fold-plan entries per schema from a read of every file's timestamps, with its records' time range.
+def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None,
+                predecoded_dir: str | Path | None = None) -> dict[str, list[FileRef]]:
+    """Fold-plan entries per schema with every file's records' time range: from its sidecar's meta in
+    `predecoded_dir` when one was built from the file as it is now (no decoding), else from a read of its
+    timestamps.
 
     What `alpha folds` plans from without building sidecars: the checks a time range rests on (record layout,
     time order, the metadata's range; prices are checked where they are read, when sidecars are built), and the
     same order as training's (records never overlap between files, so record ranges and sidecar rows agree).
     """
     files = discover(directory, schema, symbol)
-    ranges = {f.path: scan(f, timestamps_only=True) for f in files}
+    known = unchanged_record_ranges(predecoded_dir) if predecoded_dir is not None else {}
+    ranges = {}
+    for f in files:
+        meta = known.get(str(f.path.resolve()))
+        ranges[f.path] = (RecordRange(meta.count, meta.first_ts, meta.last_ts) if meta is not None
+                          else scan(f, timestamps_only=True))
     check_overlaps(files, ranges)
     refs: dict[str, list[FileRef]] = {}
     for f in files:

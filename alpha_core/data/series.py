@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import databento_dbn as dbn
 import numpy as np
 
-from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, iter_records, require_schema
+from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, iter_records, record_dtype, require_schema
 from alpha_core.data.front_month import FrontMonth, choose_front, session_days
+from alpha_core.data.validate import RecordChecks, RecordRange
 from alpha_core.errors import DataError
 
 N_LEVELS = 10
@@ -309,6 +310,7 @@ class BookSource:
     rows: int
     contracts: dict[int, int]  # instrument_id -> rows
     dropped: dict[str, int]
+    records: RecordRange  # every record of the file (what a fold plan orders files by)
 
     def chunks(self) -> Iterator[BookChunk]:
         """Pass 2: the front-month snapshots with a valid top of book, in order, one decoded chunk at a time.
@@ -372,7 +374,8 @@ def read_book(info: DbnFile, root: str) -> BookSource:
     id_array = np.fromiter(ids, dtype=np.uint32)
     order = _TimeOrder(info, "ts_recv")
     activity = _Activity(3)  # kept records, snapshots, snapshots with a valid top of book
-    with _Prefetch(iter_records(info, BOOK_CHUNK_RECORDS)) as decoded:
+    checks = RecordChecks(info, record_dtype(info))
+    with _Prefetch(iter_records(info, BOOK_CHUNK_RECORDS, checks=checks)) as decoded:
         for chunk in decoded:
             kept, last, _ = _book_rows(chunk, id_array)
             ts = chunk["ts_recv"][kept].astype(np.int64)
@@ -387,7 +390,7 @@ def read_book(info: DbnFile, root: str) -> BookSource:
     if rows == 0:
         raise DataError(info.path, "no book snapshot with a valid best bid and ask")
     dropped = {"snapshots_without_valid_top_of_book": int(snapshots.sum()) - rows}
-    return BookSource(info, ids, front, rows, _contract_rows(iids[on_front], valid), dropped)
+    return BookSource(info, ids, front, rows, _contract_rows(iids[on_front], valid), dropped, checks.result())
 
 
 # --- OHLCV-1m -------------------------------------------------------------------------------------------------
@@ -401,6 +404,7 @@ class BarSource:
     rows: int
     contracts: dict[int, int]
     dropped: dict[str, int]
+    records: RecordRange
 
     def chunks(self) -> Iterator[BarChunk]:
         """Pass 2: the front-month bars in order, in blocks of up to BAR_BLOCK_ROWS bars (more for a last one)."""
@@ -448,7 +452,8 @@ def read_bars(info: DbnFile, root: str) -> BarSource:
     id_array = np.fromiter(ids, dtype=np.uint32)
     order = _TimeOrder(info, "ts_event")
     activity = _Activity(2)  # volume, bars
-    for chunk in iter_records(info, BAR_CHUNK_RECORDS):
+    checks = RecordChecks(info, record_dtype(info))
+    for chunk in iter_records(info, BAR_CHUNK_RECORDS, checks=checks):
         bars = chunk[np.isin(chunk["instrument_id"], id_array)]
         ts = bars["ts_event"].astype(np.int64)
         order(ts)
@@ -459,4 +464,5 @@ def read_bars(info: DbnFile, root: str) -> BarSource:
     front, on_front, iids, sums = _front_totals(activity, ids, _ref_year(info))
     rows = int(sums[on_front, 1].sum())
     dropped = {"bars_off_front_month": order.seen - rows}
-    return BarSource(info, ids, front, rows, _contract_rows(iids[on_front], sums[on_front, 1]), dropped)
+    return BarSource(info, ids, front, rows, _contract_rows(iids[on_front], sums[on_front, 1]), dropped,
+                     checks.result())

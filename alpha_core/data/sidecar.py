@@ -38,8 +38,8 @@ from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
 
 # bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
-# in meta.json, the key of the bytes the build decoded)
-FEATURE_VERSION = "4"
+# in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json)
+FEATURE_VERSION = "5"
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
@@ -87,6 +87,15 @@ class SourceInfo(Strict):
     metadata_symbols: list[str]
 
 
+class RecordsInfo(Strict):
+    """Every record of the source (not only the front month's rows): its count and index-time range, what a fold
+    plan orders files by (`predecode.record_refs`)."""
+
+    count: int
+    first_ts: int
+    last_ts: int
+
+
 class RollInfo(Strict):
     session: str
     from_contract: str
@@ -103,6 +112,7 @@ class SidecarMeta(Strict):
     symbol: str
     tick_size: float
     source: SourceInfo
+    records: RecordsInfo
     feature_names: list[str]
     horizons: list[int]
     horizon_unit: str
@@ -240,7 +250,7 @@ def ensure_sidecar(
     Failures to write the cache are one DataError naming the cache directory.
     """
     predecoded_dir = Path(predecoded_dir)
-    with DbnSource(dbn_path) as source:
+    with DbnSource(dbn_path, digests=True) as source:
         info = read_info(source)
         require_schema(info)
         kind = KIND_OF_SCHEMA[info.schema]
@@ -311,6 +321,23 @@ def _unchanged(cache: Path, prefix: str, source: DbnSource, kind: str, prod: Pro
     return None
 
 
+def unchanged_record_ranges(cache: str | Path) -> dict[str, RecordsInfo]:
+    """Source path -> its records' range, from the sidecars in `cache` (and one level of symbol folders below
+    it) whose source's stat is still the one recorded: what a fold plan needs, without decoding the file."""
+    found: dict[str, RecordsInfo] = {}
+    for meta_path in [*Path(cache).glob("*/meta.json"), *Path(cache).glob("*/*/meta.json")]:
+        try:
+            meta = SidecarMeta.model_validate_json(meta_path.read_text())
+            st = os.stat(meta.source.path)
+        except (OSError, ValidationError, ValueError):
+            continue
+        now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino,
+               "device": st.st_dev}
+        if meta.feature_version == FEATURE_VERSION and {k: getattr(meta.source, k) for k in now} == now:
+            found[meta.source.path] = meta.records
+    return found
+
+
 def _restat(sc: Sidecar, source: DbnSource) -> None:
     """Record the source's current stat in a reused sidecar's meta (its content hash was just confirmed), so the
     next run reuses it without hashing. Best effort: a read-only cache keeps the old record."""
@@ -379,6 +406,8 @@ def _write(
             dbn_version=info.version,
             metadata_symbols=list(info.symbols),
         ),
+        records=RecordsInfo(count=built.records.count, first_ts=built.records.first_ts,
+                            last_ts=built.records.last_ts),
         feature_names=list(built.feature_names),
         horizons=list(horizons),
         horizon_unit=HORIZON_UNIT[kind],
