@@ -32,8 +32,10 @@ CPU_TRAINING_POOL = "cpu_training"
 # A pre-empted node takes its pod with it: Dagster sees the failed Job (or the interrupted step) and starts a new
 # attempt in a new Job after ~30 s, then ~90 s (+-30 s jitter, so the steps of one lost node do not return at once).
 # The Job itself keeps backoff_limit 0: Dagster owns retries, a second loop inside Kubernetes would rerun the same
-# attempt behind Dagster's back. Errors that will not go away on a new node raise dg.Failure(allow_retries=False).
-STEP_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+# attempt behind Dagster's back. The retry takes the lost pod's attempt over at once (alpha_core.locks). Errors that
+# will not go away on a new node raise dg.Failure(allow_retries=False). ALPHA_STEP_RETRY_DELAY_S: the first delay.
+STEP_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=float(os.environ.get("ALPHA_STEP_RETRY_DELAY_S", "30")),
+                                   backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,10 @@ class KubeStandIn:
 
     def __init__(self, scratch: Path, claims: dict[str, Path], config_maps: dict[str, Path], image_env: dict[str, str],
                  workdir: Path, secrets: dict[str, dict[str, str]] | None = None, nodes: list[Node] | None = None,
-                 rules: list[dict] | None = None) -> None:
+                 rules: list[dict] | None = None, isolate: bool = False) -> None:
         self.scratch, self.claims, self.config_maps = Path(scratch), claims, config_maps
         self.nodes, self.rules = nodes, rules
+        self.isolate = isolate  # each pod in its own UTS and PID namespace, its hostname the pod's name (needs unshare)
         self.forbidden: list[tuple[str, str]] = []  # (method, path) that RBAC refused
         self.authorized: set[tuple[str, str]] = set()  # (verb, "group/resource") that RBAC allowed
         self.secrets, self.image_env, self.workdir = secrets or {}, image_env, workdir
@@ -212,6 +213,9 @@ class KubeStandIn:
             env = self.local_env(container.get("env", []), container.get("envFrom", []), mounts)
             argv = [*container.get("command", []), *container.get("args", [])]
             argv[0] = shutil.which(argv[0], path=env.get("PATH")) or argv[0]
+            if self.isolate:  # as on a node: another host name, PIDs of its own
+                argv = ["unshare", "--uts", "--pid", "--fork", "--kill-child", "sh", "-c",
+                        'hostname "$0" && exec "$@"', pod.name, *argv]
             cwd = self._local_path(container.get("workingDir", str(self.workdir)), mounts)
         except (KeyError, ValueError, OSError) as exc:
             pod.problem = f"pod {pod.name} cannot start: {type(exc).__name__}: {exc}"
@@ -227,6 +231,10 @@ class KubeStandIn:
         if changed:
             pod.problem = f"pod {pod.name} wrote to read-only mounts {changed}"
         pod.finished, pod.exit_code = _now(), code
+
+    def lose(self, pod: Pod) -> None:
+        """The node of `pod` is lost: its process dies at once, mid-step, and the pod fails."""
+        self._kill(pod)
 
     @staticmethod
     def _kill(pod: Pod) -> None:

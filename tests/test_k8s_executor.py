@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -97,6 +98,12 @@ def _wait(what: str, done, timeout: float, log: Path | None = None):
 def cluster(tmp_path, tiny_data):
     """The stand-in API, an instance using the production run launcher, and the code location's gRPC server (starting:
     call the last item to wait for it)."""
+    with _cluster(tmp_path, tiny_data, isolate=False, location_env=LOCATION_ENV) as parts:
+        yield parts
+
+
+@contextmanager
+def _cluster(tmp_path, tiny_data, isolate: bool, location_env: list[dict]):
     data, output, home = tiny_data, tmp_path / "output", tmp_path / "dagster_home"
     output.mkdir()
     home.mkdir()
@@ -105,17 +112,17 @@ def cluster(tmp_path, tiny_data):
     # the same), which a step pod never gets (no token)
     with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
                      config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO, nodes=NODES,
-                     rules=launcher_rules("alpha-run-worker")) as standin:
+                     rules=launcher_rules("alpha-run-worker"), isolate=isolate) as standin:
         (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
         # create the SQLite databases before any other process opens them (concurrent creation corrupts alembic_version)
         instance = dg.DagsterInstance.from_config(str(home))
         target, socket, server_log = _workspace_target(), tmp_path / "grpc.sock", tmp_path / "code-server.log"
-        env = standin.local_env(LOCATION_ENV, [], {"/data": data, "/output": output})
+        env = standin.local_env(location_env, [], {"/data": data, "/output": output})
         # what the chart's dagsterUserDeployments.k8sContainerContext hands launched runs: its ServiceAccount, with the
         # token turned on
         env.update(DAGSTER_HOME=str(home), DAGSTER_CURRENT_IMAGE=IMAGE, DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
             {"k8s": {"image_pull_policy": "IfNotPresent", "namespace": NAMESPACE, "service_account_name": "alpha-run-worker",
-                     "env": LOCATION_ENV, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS,
+                     "env": location_env, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS,
                      "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}}}}))
         with server_log.open("wb") as out:
             server = subprocess.Popen([BIN / "dagster", "api", "grpc", "--module-name", target["module_name"],
@@ -223,3 +230,62 @@ def test_step_image_follows_the_code_location_unless_pinned(monkeypatch):
         with pytest.raises(PlanError, match="ALPHA_TRAINING_IMAGE"):
             pinned_image(image)
     assert pinned_image("localhost:5000/training@sha256:" + "0" * 64).endswith("0" * 64)
+
+
+def _unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "--uts", "--pid", "--fork", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="unshare --uts --pid is not permitted here (needs root)")
+def test_a_step_lost_with_its_node_is_retried_on_another_pod_and_completes(tmp_path, tiny_data):
+    """A GPU node is pre-empted while its step trains, holding the attempt's lock. Dagster's retry runs on another
+    pod (another host name, another PID namespace), takes the attempt over at once and completes it."""
+    from alpha_assets.definitions import defs
+    from alpha_assets.resources import DataRoot, StorageRoot
+
+    env = [*LOCATION_ENV, {"name": "ALPHA_STEP_RETRY_DELAY_S", "value": "1"}]
+    with _cluster(tmp_path, tiny_data, isolate=True, location_env=env) as (standin, instance, data, output, code_server):
+        upstream = [a for a in defs.assets if a.key.to_user_string() in ("book_sidecars", "bar_sidecars", "fold_plans")]
+        assert dg.materialize(upstream, partition_key="ES.FUT", instance=instance, resources={
+            "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success
+        socket = code_server()
+        partition, op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}"
+        tags = {"dagster/partition": str(partition),
+                **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()}}
+        run_id = "0f0c2d1e-0000-4000-8000-000000000002"
+        launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
+                                 "-o", op, "--config-json", json.dumps({"ops": {op: {"config": {**FAST, "epochs": 3}}}}),
+                                 "--tags", json.dumps(tags), "--run-id", run_id],
+                                env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory},
+                                capture_output=True, text=True, timeout=120)
+        assert launch.returncode == 0, launch.stderr[-4000:]
+
+        def training() -> tuple | None:  # the step pod, once it holds the attempt's lock
+            locks = list(output.glob(f"*/models/{MODEL}/ES.FUT/.fold-0.attempts/{run_id}/.lock"))
+            pods = [pod for key, pod in standin.pods.items() if standin.jobs[key]["metadata"]["labels"].get("dagster/op")
+                    == op and pod.phase == "Running"]
+            return (pods[0], json.loads(locks[0].read_text())) if locks and pods else None
+
+        lost, lock = _wait("the step never took its attempt's lock", training, 240)
+        assert lock["owner"].split("~")[0] == lost.name  # the pod's own host name
+        standin.lose(lost)
+        run = _wait("the run did not finish", lambda: (r := instance.get_run_by_id(run_id)) and r.is_finished and r, 300)
+        step_pods = [pod for key, pod in standin.pods.items()
+                     if standin.jobs[key]["metadata"]["labels"].get("dagster/op") == op]
+        logs = {pod.name: pod.log.read_text(errors="replace")[-3000:] for pod in step_pods if pod.log.exists()}
+        assert run.status == dg.DagsterRunStatus.SUCCESS, logs
+        _wait("the retried pod did not exit", lambda: step_pods[-1].phase != "Running", 60)
+        assert len(step_pods) == 2 and step_pods[0].phase == "Failed" and step_pods[1].phase == "Succeeded", logs
+        events = {e.event_log_entry.dagster_event.event_type_value for e in instance.get_records_for_run(run_id).records
+                  if e.event_log_entry.dagster_event}
+        assert "STEP_UP_FOR_RETRY" in events
+        (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5).records
+        fold = Path(record.asset_materialization.metadata["path"].value)
+        assert fold.name == run_id and (fold / "manifest.json").is_file() and not (fold / ".lock").exists()
+        summary = json.loads((fold / "summary.json").read_text())
+        assert summary["attempt"] == run_id and summary["epochs"] == 3
