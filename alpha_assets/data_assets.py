@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from alpha_assets.automation import FOLD_PLANS_AUTOMATION
+from alpha_assets.failures import fail_without_retry
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
@@ -78,11 +79,12 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         context: dg.AssetExecutionContext, config: SidecarConfig, data: DataRoot, storage: StorageRoot
     ) -> dg.MaterializeResult:
         symbol = context.partition_key
-        labels = LabelConfig(
-            horizons=tuple(config.horizons) if config.horizons else None,
-            outcome_label_cost=config.outcome_label_cost,
-        )
-        items = predecode(data.symbol_dir(symbol), storage.predecoded_dir(symbol), symbol, schema, labels)
+        with fail_without_retry():
+            labels = LabelConfig(
+                horizons=tuple(config.horizons) if config.horizons else None,
+                outcome_label_cost=config.outcome_label_cost,
+            )
+            items = predecode(data.symbol_dir(symbol), storage.predecoded_dir(symbol), symbol, schema, labels)
         problems = [p for i in items for p in sidecar_problems(i.sidecar)]
         first = items[0].sidecar.meta
         rolls = [f"{r.session}: {r.from_contract}->{r.to_contract}" for i in items for r in i.sidecar.meta.roll_dates]
@@ -153,7 +155,8 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     for kind, upstream in (("book", "book_sidecars"), ("bars", "bar_sidecars")):
         sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
         refs = [file_ref(sc) for sc in sidecars]
-        plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
+        with fail_without_retry():
+            plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
         problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]

@@ -16,20 +16,18 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 import math
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
-from pydantic import ValidationError
 
 from alpha_assets import metadata
 from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
 from alpha_assets.execution import STEP_RETRY_POLICY, placement
+from alpha_assets.failures import fail_without_retry
 from alpha_assets.metadata import clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
-from alpha_core.errors import DataError, PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 
@@ -111,18 +109,6 @@ def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: st
     if not found:
         return None, "never materialized"
     return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
-
-
-@contextmanager
-def fail_without_retry():
-    """Bad input or an impossible plan fails the step at once: a retry (for pre-empted GPU nodes) would only fail
-    again after training for nothing."""
-    try:
-        yield
-    except (DataError, PlanError) as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from exc
-    except ValidationError as exc:  # a run config value the trainer's own config refuses
-        raise dg.Failure(description=f"run config: {describe_validation_error(exc)}", allow_retries=False) from exc
 
 
 def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:

@@ -25,13 +25,14 @@ import os
 import shutil
 import weakref
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import alpha_core
 from alpha_core.atomic import atomic_directory, atomic_write_bytes, remove_stale_temporaries
+from alpha_core.bounds import MAX_FLOAT
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, DbnSource, read_info, require_schema
 from alpha_core.data.products import Product, product
 from alpha_core.data.validate import CHECKS_VERSION
@@ -48,15 +49,22 @@ HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
 ARRAYS = ("features", "ts", "price", "dt", "trade_ts", "labels", "outcome_long", "outcome_short", "instrument_id")
 
 
+MAX_HORIZONS, MAX_HORIZON = 8, 1_000_000  # label horizons per sidecar; snapshots (book) or minutes (bars)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class LabelConfig(Strict):
-    """Label settings; `None` fields take the defaults of the kind and product."""
+    """Label settings; `None` fields take the defaults of the kind and product. Bounded: a label array per horizon
+    and a horizon of a week of minutes (or a million snapshots) at most."""
 
-    horizons: tuple[int, ...] | None = None
-    outcome_label_cost: float | None = Field(default=None, ge=0.0)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    horizons: tuple[Annotated[int, Field(gt=0, le=MAX_HORIZON)], ...] | None = Field(default=None, min_length=1,
+                                                                                       max_length=MAX_HORIZONS)
+    outcome_label_cost: float | None = Field(default=None, ge=0.0, le=MAX_FLOAT)
 
     def resolve(self, kind: str, prod: Product) -> tuple[tuple[int, ...], float]:
         horizons = self.horizons or DEFAULT_HORIZONS[kind]
