@@ -478,7 +478,7 @@ def checkpoint(tiny_data, tmp_path_factory) -> Path:
         shutil.copy(source(tiny_data, BARS, quarter), root / "data" / "ES.FUT" / BARS)
     code = main(["train-supervised", "--model", "tft", "--data-dir", str(root / "data" / "ES.FUT"), "--epochs", "1",
                  "--output-dir", str(root / "models" / "tft" / "ES.FUT"), "--predecoded-dir", str(root / "pd"),
-                 "--n-train-seqs", "16", "--n-val-seqs", "16", "--batch-size", "16", "--device", "cpu"])
+                 "--n-train-seqs", "16", "--n-val-seqs", "16", "--batch-size", "16", "--device", "cpu", "--cv-n-folds", "1"])
     assert code == 0
     return root
 
@@ -489,6 +489,8 @@ def test_evaluate_refuses_hostile_input(name, checkpoint, tiny_data, tmp_path, c
     data = tmp_path / "data"
     shutil.copytree(checkpoint / "data", data)
     case = HOSTILE[name]
+    if name != "duplicate-content":  # the hostile file is made from Q2: it takes Q2's place (not a second Q2)
+        (data / "ES.FUT" / case.schema / "ES.FUT_2024-Q2.dbn.zst").unlink()
     files, needles = case.build(tiny_data, data / "ES.FUT" / (BARS if name == "duplicate-content" else case.schema))
     cache = tmp_path / "predecoded"
     code, err = run(capsys, "evaluate", "--models-dir", checkpoint / "models", "--data-dir", data,
