@@ -379,7 +379,11 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
         if not os.environ.get("DAGSTER_HOME"):
             raise PlanError("DAGSTER_HOME is not set: point it at the instance folder (e.g. dagster_home/)")
         instance = dg.DagsterInstance.get()
-    instance.event_log_storage.set_concurrency_slots(GPU_POOL, p.max_parallel)
+    from alpha_core.devices import visible_gpus
+
+    gpus = visible_gpus()  # several: each GPU step leases one of them (alpha_core.devices), at most one step each
+    gpu_slots = min(p.max_parallel, len(gpus)) if len(gpus) > 1 else p.max_parallel
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, gpu_slots)
     # every step is a process on this host: the CPU pools scale with its cores, each step gets its share of them
     host = cpus.local_plan(cpus.decide(cpus.cgroup_cpu_limit(), cpus.affinity_cpus(), None), p.max_parallel)
     for pool in (CPU_TRAINING_POOL, CPU_POOL):
@@ -391,7 +395,8 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
         title=p.title, description=p.description, run_config=p.run_config)
     instance.add_backfill(backfill)
     print(f"backfill {backfill.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
-          f"{pool_limits(p.max_parallel, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
+          f"{pool_limits(gpu_slots, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
+          f"{len(gpus)} GPU(s){' leased one per step' if len(gpus) > 1 else ''}, "
           f"{host.cpus_per_step} CPU thread(s) per step ({cpus.ENV})", flush=True)
     source = LocalBackfill(instance, backfill.backfill_id)
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})

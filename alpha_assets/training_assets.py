@@ -16,6 +16,8 @@ Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`
 import math
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -111,6 +113,20 @@ def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: st
     return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
 
 
+@contextmanager
+def leased_device(place, context: dg.AssetExecutionContext) -> Iterator[None]:
+    """A GPU step on a host with several GPUs runs on one of its own (alpha_core.devices); others run as they are."""
+    if not place.on_gpu:
+        yield
+        return
+    from alpha_core.devices import gpu_lease
+
+    with gpu_lease(run=context.run.run_id, step=f"{context.asset_key.to_user_string()}[{context.partition_key}]") as gpu:
+        if gpu is not None:
+            context.log.info(f"leased GPU {gpu} of this host")
+        yield
+
+
 def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
     plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
     if plans is None:
@@ -143,7 +159,7 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         plans = _plan_metadata(context, symbol)
         out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
         started = time.perf_counter()
-        with fail_without_retry():
+        with fail_without_retry(), leased_device(place, context):
             results = hyperopt(HyperoptConfig(
                 model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
                 symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
@@ -195,7 +211,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         params_file = hyper["path"] if hyper else None
         dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
-        with fail_without_retry():
+        with fail_without_retry(), leased_device(place, context):
             thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
             retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
             summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt,

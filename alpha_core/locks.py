@@ -96,6 +96,7 @@ class Lock:
         self.path, self.run, self.step = Path(path), run, step
         self.me = Holder(run=run, step=step, owner=owner_tag(), token=secrets.token_hex(8),
                          since=dt.datetime.now(dt.UTC).isoformat())
+        self.held = False
 
     def _create(self) -> bool:
         """Create the lock with its content in one step; False if a lock exists."""
@@ -125,20 +126,27 @@ class Lock:
 
     def acquire(self, takeover_same_step: bool = False) -> None:
         """Take the lock, breaking an abandoned one; a live holder is a PlanError that names it."""
+        holder = self.try_acquire(takeover_same_step)
+        if holder is not None:
+            age = lock_age(self.path)
+            raise PlanError(f"{self.path.parent} is being written by {holder.describe()}, heartbeat "
+                            f"{age or 0:.0f} s ago (lock {self.path}); wait for it, or remove the lock if that "
+                            f"process is gone (a lock without a heartbeat for {stale_seconds():.0f} s is taken over)")
+
+    def try_acquire(self, takeover_same_step: bool = False) -> Holder | None:
+        """Take the lock, breaking an abandoned one: None when taken, else its live holder."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(8):
             if self._create():
-                return
+                self.held = True
+                return None
             holder = read_holder(self.path)
             if holder is not None and holder.token == self.me.token:
-                return
+                self.held = True
+                return None
             retry = (self.run, self.step) if takeover_same_step else (None, None)
             if not is_abandoned(self.path, holder, *retry):
-                age = lock_age(self.path)
-                raise PlanError(f"{self.path.parent} is being written by {holder.describe()}, heartbeat "
-                                f"{age or 0:.0f} s ago (lock {self.path}); wait for it, or remove the lock if that "
-                                f"process is gone (a lock without a heartbeat for {stale_seconds():.0f} s is taken "
-                                f"over)")
+                return holder
             self._break(holder)
         raise PlanError(f"{self.path}: could not take the lock (others keep taking it)")
 
@@ -150,12 +158,15 @@ class Lock:
                             f"{holder.describe() if holder else 'nobody'}; its work is not committed")
 
     def release(self) -> None:
+        self.held = False
         if (holder := read_holder(self.path)) is not None and holder.token == self.me.token:
             self.path.unlink(missing_ok=True)
 
     @contextmanager
     def hold(self, takeover_same_step: bool = False) -> Iterator[Lock]:
-        self.acquire(takeover_same_step)
+        """Acquire (unless `try_acquire` already did), keep the heartbeat while the block runs, release."""
+        if not self.held:
+            self.acquire(takeover_same_step)
         stop = threading.Event()
 
         def beat() -> None:
