@@ -190,7 +190,7 @@ def reference_bars(path, horizons, cost):
             if target > last_ts:
                 continue
             k = max(i for i in range(t, n) if bars[i].ts_event <= target)
-            if k > t:  # no bar after t up to t + h: no price seen, no label
+            if k > t and closes[k] != closes[t]:  # no bar after t up to t + h, or no move: no direction
                 labels[t, j] = 1.0 if closes[k] > closes[t] else 0.0
     return bars, closes, np.array(feats), labels
 
