@@ -289,7 +289,7 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.products import PRODUCTS
 
     symbols = _symbols(args.symbols) or list(PRODUCTS)
-    paths = generate_demo_data(Path(args.out), args.scale, args.seed, symbols, args.quarters)
+    paths = generate_demo_data(Path(args.out), args.scale, args.seed, symbols, args.quarters, args.book_sessions)
     print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
     for p in paths:
         print(f"  {p}")
@@ -301,10 +301,13 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, help="data root to write into")
     p.add_argument("--scale", choices=list(SCALES), default=_default_of(generate_demo_data, "scale"),
-                   help="tiny (tests), small (the demo) or full (benchmarks) (default: %(default)s)")
+                   help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
+                        "8 quarters of every session, books around each roll) (default: %(default)s)")
     p.add_argument("--seed", type=_int, default=_default_of(generate_demo_data, "seed"), help="default: %(default)s")
     p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
     p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
+    p.add_argument("--book-sessions", type=int, help="--scale real: sessions around each roll with an MBP-10 book "
+                   "(default: the scale's, 3; 0: bars only)")
 
 
 # --- train (the flagship perception trainer) ------------------------------------------------------
