@@ -32,10 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from alpha_core import artifacts, cpus, progress
-from alpha_core.bounds import Device, NonNegFloat, NonNegInt
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
@@ -43,6 +41,7 @@ from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics
+from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
     Checkpoint,
     DecisionClockError,
@@ -68,42 +67,6 @@ from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 from alpha_core.train.params import HyperoptRecord, load_params_file
 from alpha_core.train.perception import resolve_device
-
-ENSEMBLES = ("equal_weight", "validation_weighted")
-DEFAULT_HORIZON = 0  # the horizon index positions follow (0 = the shortest)
-DEFAULT_BAND = 0.05  # flat while |P(up) - 0.5| <= band
-
-
-class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    models_dir: Path
-    data_dir: Path
-    output: Path  # ensemble_report.json; the Markdown and PNGs go beside it
-    symbols: list[str] | None = None
-    horizon: NonNegInt = DEFAULT_HORIZON  # index into the sidecar horizons; checked against them in evaluate()
-    band: float = Field(DEFAULT_BAND, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
-    cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
-    predecoded_dir: Path | None = None
-    device: Device | None = None
-    # model (or "model/SYMBOL") -> the hyperopt results.json behind checkpoints whose summary records none
-    hyperopt_results: dict[str, Path] = {}
-    # (model, fold) pairs that were requested for every evaluated symbol: one without a checkpoint is listed
-    expected: list[tuple[str, NonNegInt]] | None = None
-
-    # checkpoints the caller already knows are unusable (Dagster: never materialized, gate failed), with the reason
-    upstream_excluded: list[Excluded] = []
-    # the validation gate every checkpoint must pass to be reported (alpha_core.gates: the rule of promotion);
-    # None only where each checkpoint already passed its own (Dagster's report reads promoted attempts only)
-    gate: GateThresholds | None = GateThresholds()
-
-    @field_validator("expected", mode="before")
-    @classmethod
-    def _model_colon_fold(cls, value):
-        """The command line gives "model:fold" strings."""
-        if not isinstance(value, list):
-            return value
-        return [tuple(v.rsplit(":", 1)) if isinstance(v, str) and ":" in v else v for v in value]
 
 
 def find_checkpoints(models_dir: Path, symbols: list[str] | None,
@@ -207,8 +170,10 @@ def file_sharpe(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics
 
 def load_search(path: Path, model: str) -> HyperoptRecord:
     """A hyperopt results.json given by path; anything unusable is a DataError naming the file and the field."""
+    if not Path(path).is_file():
+        raise DataError(path, "no such hyperopt results file")
     try:
-        record = load_params_file(path).hyperopt if Path(path).is_file() else None
+        record = load_params_file(path).hyperopt
     except PlanError as exc:
         raise DataError(None, str(exc)) from exc
     if record is None:
