@@ -2,7 +2,8 @@
 evaluated checkpoints), and the per-epoch curves of a training run.
 
 Bars go to stderr, and only when stderr is a terminal and `alpha --quiet` was not given; the lines the loops
-print on stdout (one per epoch) stay on stdout, written around the bars.
+print on stdout (one per epoch or hyperopt trial) stay on stdout, written around the bars. tqdm and the event
+writer are imported on first use: `alpha --help` imports this module and should not pay for them.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
-from alpha_core.train.tb_events import EventWriter
+    from alpha_core.train.tb_events import EventWriter
 
 _quiet = False
 
@@ -31,12 +34,16 @@ def enabled() -> bool:
 
 def bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str, unit: str) -> tqdm:
     """A tqdm bar on stderr, cleared when done (disabled, and then free, when progress is off)."""
+    from tqdm import tqdm
+
     return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled(), leave=False,
                 dynamic_ncols=True)
 
 
 def say(line: str) -> None:
     """Print a line on stdout without tearing a bar on the terminal."""
+    from tqdm import tqdm
+
     tqdm.write(line, file=sys.stdout)
     sys.stdout.flush()
 
@@ -73,6 +80,8 @@ class TrainingReporter:
         metrics["epoch_s"], self.epoch_started = now - self.epoch_started, now
         self.epoch_metrics.append({"epoch": epoch, **metrics})
         if self.events is None:
+            from alpha_core.train.tb_events import EventWriter
+
             self.events = EventWriter(self.out_dir)
         self.events.add_scalars(epoch, {k: v for k, v in metrics.items() if math.isfinite(v)})
         self.epochs.set_postfix({k: f"{v:.3f}" for k, v in metrics.items() if k.startswith("val")}, refresh=False)
@@ -95,3 +104,9 @@ class TrainingReporter:
 def horizon_metrics(prefix: str, horizons: Iterable[int], values: Iterable[float]) -> dict[str, float]:
     """`{prefix}_h{horizon}` per horizon (`val_auc_h10`, ...): flat keys that plot as curves."""
     return {f"{prefix}_h{h}": float(v) for h, v in zip(horizons, values, strict=True)}
+
+
+def params_text(params: Mapping[str, object]) -> str:
+    """`d_model=32 lr=0.00123 n_heads=2`: hyperparameters as a person reads them (floats to 3 significant digits;
+    the results file keeps them whole)."""
+    return " ".join(f"{k}={format(v, '.3g') if isinstance(v, float) else v}" for k, v in params.items())

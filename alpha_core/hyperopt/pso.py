@@ -28,22 +28,20 @@ from pathlib import Path
 import nevergrad as ng
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 import alpha_core
 from alpha_core import cpus, progress
 from alpha_core.atomic import atomic_write_json, owner_tag
-from alpha_core.bounds import Count, Device, NonNegInt, Seed
 from alpha_core.cleanup import TRIAL_PREFIX
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode
 from alpha_core.errors import PlanError
 from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.hyperopt.configs import HyperoptConfig
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
 from alpha_core.train.perception import resolve_device
-from alpha_core.train.walk_forward import WalkForwardConfig
 
 
 def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
@@ -63,10 +61,12 @@ def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
 
 
 def pso_minimize(objective: Callable[[dict], float | tuple[float, dict]], space: dict[str, SearchParam], trials: int,
-                 workers: int = 1, seed: int = 0) -> tuple[dict, list[dict]]:
+                 workers: int = 1, seed: int = 0,
+                 on_trial: Callable[[dict], None] | None = None) -> tuple[dict, list[dict]]:
     """Minimise `objective(params)` with PSO in generations of `workers` concurrent evaluations.
 
-    The objective returns the loss, or (loss, extra): extra's keys are recorded with the trial."""
+    The objective returns the loss, or (loss, extra): extra's keys are recorded with the trial. `on_trial` gets
+    each trial's record as it joins the history (numbered as the history numbers it)."""
     optimizer = ng.optimizers.PSO(parametrization=parametrization(space, seed), budget=trials, num_workers=workers)
     history: list[dict] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -79,37 +79,14 @@ def pso_minimize(objective: Callable[[dict], float | tuple[float, dict]], space:
                 optimizer.tell(candidate, float(loss))
                 history.append({"trial": len(history), "params": _plain(candidate.value), "loss": float(loss),
                                 **extra, "wall_s": time.perf_counter() - started})
+                if on_trial is not None:
+                    on_trial(history[-1])
     best = min(history, key=lambda h: h["loss"])
     return best["params"], history
 
 
 def _plain(values: dict) -> dict:
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
-
-
-class HyperoptConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    model: str
-    data_dir: Path
-    output: Path
-    trials: Count = 20  # the spec's HYPEROPT_TRIALS
-    epochs: Count = 3
-    timesteps_per_epoch: Count = 5_000  # RL trials
-    workers: int = Field(1, ge=1, le=256)  # threads, one particle each
-    seed: Seed = 0
-    # the fold plan the search must stay out of the tests of: the same settings (and defaults) as training
-    cv_n_folds: Count = WalkForwardConfig.model_fields["cv_n_folds"].default
-    cv_train_window: NonNegInt = WalkForwardConfig.model_fields["cv_train_window"].default
-    allow_untested_folds: bool = False
-    cv_fold: NonNegInt | None = None  # nested search: fold k's own train/validation files, for fold k only
-    seq_len: Count = 64
-    batch_size: Count = 256
-    n_train_seqs: Count = 20_000
-    n_val_seqs: Count = 5_000
-    predecoded_dir: Path | None = None
-    symbol: str | None = None
-    device: Device | None = None
 
 
 def hyperopt(cfg: HyperoptConfig) -> dict:
@@ -140,8 +117,18 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         trials_bar.update()
         return loss, extra
 
+    score_name, leader = "val_sharpe" if spec.trainer == "rl" else "val_mean_auc", {"score": -math.inf}
+
+    def say_trial(trial: dict) -> None:  # one stdout line per trial, numbered as in results.json
+        score = -trial["loss"]
+        if score > leader["score"]:
+            leader.update(score=score, trial=trial["trial"])
+        progress.say(f"hyperopt {cfg.model} trial {trial['trial']} [{trial['trial'] + 1}/{cfg.trials}]: "
+                     f"{progress.params_text(trial['params'])} -> {score_name} {score:.4f} "
+                     f"(best {leader['score']:.4f}, trial {leader['trial']})")
+
     with trials_bar:
-        best, history = pso_minimize(counted, spec.search_space, cfg.trials, cfg.workers, cfg.seed)
+        best, history = pso_minimize(counted, spec.search_space, cfg.trials, cfg.workers, cfg.seed, say_trial)
     results = {
         "model": cfg.model,
         "metric": ("validation Sharpe" if spec.trainer == "rl" else "validation mean AUC") + " (higher is better)",
@@ -182,7 +169,8 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
 
 def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float, int]:
     """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint, its sessions)."""
-    from alpha_core.eval.evaluate import DEFAULT_BAND, DEFAULT_HORIZON, file_score
+    from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
+    from alpha_core.eval.evaluate import file_score
     from alpha_core.eval.predict import Checkpoint, load, predict
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from torch import nn
 
 from alpha_core.errors import PlanError
+
+if TYPE_CHECKING:  # the specs are data: listing them (`alpha models`) never imports torch
+    from torch import nn
 
 
 class SearchParam(BaseModel):

@@ -21,11 +21,10 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from safetensors.torch import load_file, save_file
 
 import alpha_core
@@ -33,19 +32,10 @@ from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_directory, atomic_write_json
 from alpha_core.bounds import (
     MAX_BATCH_ELEMENTS,
-    MAX_COUNT,
-    Count,
-    Device,
-    Dim,
-    LearningRate,
-    NonNegFloat,
-    NonNegInt,
-    Seed,
-    UnitFloat,
     check_batch_fits,
 )
 from alpha_core.data.dbn import MBP10
-from alpha_core.data.folds import N_FOLDS, plan_folds
+from alpha_core.data.folds import plan_folds
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import file_ref, predecode
@@ -54,6 +44,7 @@ from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.progress import TrainingReporter, horizon_metrics
+from alpha_core.train.configs import TrainConfig
 from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
@@ -67,47 +58,6 @@ STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "st
 RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size")  # they change nothing trained
 CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model_best_mean_auc.safetensors",
                "auc_h1000": "trunk_best_h1000.safetensors"}
-
-
-class TrainConfig(BaseModel):
-    """Every flag of the spec's `alpha_train`, same names and defaults, plus device/resume/precision."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    mbp10_data_dir: Path
-    predecoded_dir: Path
-    out: Path
-    epochs: Count = 5
-    seq_len: int = Field(64, ge=2, le=MAX_COUNT)
-    mamba2_state_dim: Dim = 16
-    lr_cfc: LearningRate = 3e-3
-    lr_mamba2: LearningRate = 1e-3
-    lr_aux: LearningRate | None = None  # the spec's aux group follows lr_cfc unless set
-    n_train_seqs: Count = 8000
-    n_val_seqs: Count = 1000
-    seed: Seed = 0x4242
-    lr_warmup_steps: NonNegInt = 200
-    lr_min_factor: UnitFloat = 0.1
-    early_stop_patience: NonNegInt = 5
-    early_stop_metric: str = "mean_auc"
-    horizon_weights: str | None = None
-    auto_horizon_weights: bool = False
-    batch_size: Count = 1
-    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
-    cv_fold: NonNegInt | None = None  # None: every fold of the plan, each into `out/fold-<k>`
-    cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
-    cv_train_window: int = Field(0, le=MAX_COUNT)
-    allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
-    smoothness_base_lambda: NonNegFloat = 0.0
-    kernel_step_trace: Path | None = None
-    bucket_warmup_cap_steps: NonNegInt | None = None
-    outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
-    device: Device | None = None  # None: cuda when available
-    resume: bool = False
-    precision: Literal["fp32", "bf16"] = "fp32"
-    cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
-    compile: bool = False  # torch.compile the forward + loss (GPU; the first step then takes minutes)
-    fused_scan: bool = True  # on cuda: each CfC scan as one Triton kernel per direction, where triton and sizes allow
 
 
 class TrainSummary(BaseModel):

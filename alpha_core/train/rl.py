@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -25,30 +24,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import alpha_core
 from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_write_json
-from alpha_core.bounds import Count, NonNegFloat, check_batch_fits
+from alpha_core.bounds import check_batch_fits
 from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
-from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
+from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.tracking import Trackers
-from alpha_core.train.walk_forward import WalkForwardConfig
 
 AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
-
-
-class RLTrainConfig(WalkForwardConfig):
-    model: Literal["dqn", "ppo"]
-    timesteps_per_epoch: Count = 20_000
-    window: Count = 32
-    episode_len: Count = 256
-    n_envs: Count = 8
-    cost_per_turnover: NonNegFloat = DEFAULT_COST_TICKS  # ticks per unit of position change: the evaluator's cost
-    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
 
 
 class RLFoldSummary(BaseModel):

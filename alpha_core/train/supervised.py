@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import alpha_core
 from alpha_core import artifacts, cpus
 from alpha_core.atomic import atomic_write_json
-from alpha_core.bounds import MAX_BATCH_ELEMENTS, Count, LearningRate, NonNegFloat, NonNegInt, UnitFloat, check_batch_fits
+from alpha_core.bounds import MAX_BATCH_ELEMENTS, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
@@ -33,30 +33,15 @@ from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_for
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 from alpha_core.progress import TrainingReporter, horizon_metrics
+from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
-from alpha_core.train.walk_forward import WalkForwardConfig
 from alpha_core.weights import save_weights
 
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
-
-
-class SupervisedTrainConfig(WalkForwardConfig):
-    model: str
-    seq_len: Count = 64
-    batch_size: Count = 256
-    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
-    n_train_seqs: Count = 20_000
-    n_val_seqs: Count = 5_000
-    lr: LearningRate = 1e-3
-    weight_decay: NonNegFloat = 0.01
-    lr_warmup_steps: NonNegInt = 100
-    lr_min_factor: UnitFloat = 0.1
-    early_stop_metric: str = "mean_auc"
-    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
 
 
 class FoldSummary(BaseModel):

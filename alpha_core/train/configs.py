@@ -1,0 +1,92 @@
+"""The trainers' settings, apart from the trainers: `alpha <command> --help` builds its options from these
+classes (each default written once, here) without importing torch. The trainer modules import them from here;
+`alpha_core.train.perception.TrainConfig`, `...supervised.SupervisedTrainConfig` and `...rl.RLTrainConfig`
+remain importable where they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from alpha_core.bounds import (
+    MAX_COUNT,
+    Count,
+    Device,
+    Dim,
+    LearningRate,
+    NonNegFloat,
+    NonNegInt,
+    Seed,
+    UnitFloat,
+)
+from alpha_core.data.folds import N_FOLDS
+from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.train.walk_forward import WalkForwardConfig
+
+
+class TrainConfig(BaseModel):
+    """Every flag of the spec's `alpha_train`, same names and defaults, plus device/resume/precision."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    mbp10_data_dir: Path
+    predecoded_dir: Path
+    out: Path
+    epochs: Count = 5
+    seq_len: int = Field(64, ge=2, le=MAX_COUNT)
+    mamba2_state_dim: Dim = 16
+    lr_cfc: LearningRate = 3e-3
+    lr_mamba2: LearningRate = 1e-3
+    lr_aux: LearningRate | None = None  # the spec's aux group follows lr_cfc unless set
+    n_train_seqs: Count = 8000
+    n_val_seqs: Count = 1000
+    seed: Seed = 0x4242
+    lr_warmup_steps: NonNegInt = 200
+    lr_min_factor: UnitFloat = 0.1
+    early_stop_patience: NonNegInt = 5
+    early_stop_metric: str = "mean_auc"
+    horizon_weights: str | None = None
+    auto_horizon_weights: bool = False
+    batch_size: Count = 1
+    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
+    cv_fold: NonNegInt | None = None  # None: every fold of the plan, each into `out/fold-<k>`
+    cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
+    cv_train_window: int = Field(0, le=MAX_COUNT)
+    allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
+    smoothness_base_lambda: NonNegFloat = 0.0
+    kernel_step_trace: Path | None = None
+    bucket_warmup_cap_steps: NonNegInt | None = None
+    outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
+    device: Device | None = None  # None: cuda when available
+    resume: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"
+    cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
+    compile: bool = False  # torch.compile the forward + loss (GPU; the first step then takes minutes)
+    fused_scan: bool = True  # on cuda: each CfC scan as one Triton kernel per direction, where triton and sizes allow
+
+
+class SupervisedTrainConfig(WalkForwardConfig):
+    model: str
+    seq_len: Count = 64
+    batch_size: Count = 256
+    val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
+    n_train_seqs: Count = 20_000
+    n_val_seqs: Count = 5_000
+    lr: LearningRate = 1e-3
+    weight_decay: NonNegFloat = 0.01
+    lr_warmup_steps: NonNegInt = 100
+    lr_min_factor: UnitFloat = 0.1
+    early_stop_metric: str = "mean_auc"
+    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
+
+
+class RLTrainConfig(WalkForwardConfig):
+    model: Literal["dqn", "ppo"]
+    timesteps_per_epoch: Count = 20_000
+    window: Count = 32
+    episode_len: Count = 256
+    n_envs: Count = 8
+    cost_per_turnover: NonNegFloat = DEFAULT_COST_TICKS  # ticks per unit of position change: the evaluator's cost
+    allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
