@@ -1,17 +1,29 @@
 """`alpha` command line: the same functions the Dagster assets call, usable without Dagster.
 
-Options of the training, hyperopt and evaluation commands are generated from their pydantic configs, so each
-default is written once (in the config) and `--help` shows it. Errors are one line on stderr, exit 2 for bad
-input (the file, path or key named) and 1 for anything unexpected; `--debug` (or ALPHA_DEBUG=1) re-raises
-with the traceback. Output paths are checked before any work starts.
+One language for every command:
+- Folders. `--data-dir` is the data root (one folder per symbol, as `alpha demo-data` writes it) or one symbol's
+  folder; alpha tells them apart: a folder named for a symbol (`ES.FUT`, or a schema folder in it such as
+  `ES.FUT/mbp-10`) is that symbol's, a folder holding symbol folders is a root, any other folder holds one
+  product's files. Under a root, `--symbol` picks the folder (needed when the root holds several). The sidecar
+  cache `--predecoded-dir` follows the same rule: a root gets one folder per symbol, a folder named for a symbol
+  is that symbol's. A folder a command writes is `--output-dir`, a file `--output`.
+- Symbols. `--symbol` is one product, `--symbols` a comma-separated list; `ES`, `es` and `ES.FUT` all name
+  ES.FUT; an unknown symbol is refused before any work.
+- Options are spelled out (no prefixes). The options of the training, hyperopt and evaluation commands are
+  generated from their pydantic configs, so each default is written once (in the config) and `--help` shows it;
+  building them imports no torch (the configs live in light `configs` modules).
+- Exit codes: 0 done, 1 the work failed (unexpected errors, nothing evaluated, failed runs or integrity
+  checks), 2 bad input or usage. Errors are one line on stderr (a usage error: the command's usage line and
+  the error); `--debug` (or ALPHA_DEBUG=1) re-raises with the traceback. Output paths are checked before any
+  work starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import errno
-import inspect
 import json
 import os
 import re
@@ -22,9 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
-
-from alpha_core import progress
+import alpha_core
 from alpha_core.errors import DataError, PlanError, describe_validation_error
 
 
@@ -54,8 +64,39 @@ def _pairs(value: str) -> dict[str, str]:
 
 
 def _int(value: str) -> int:
-    """An integer in any Python notation (the spec's seed is 0x4242)."""
+    """An integer in any Python notation (the original seed is 0x4242)."""
     return int(value, 0)
+
+
+# --- the parser: no prefixes, two-line usage errors ------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without prefix matching (`--cv-n 3` is an error, not --cv-n-folds), whose usage error is two
+    lines: the command's short usage and the error (argparse prints the whole option list first)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.chosen: Parser | None = None  # the top-level parser's command, whose usage an error shows
+
+    def error(self, message: str):
+        parser = self.chosen or self  # argparse reports a command's unrecognized arguments from the top level
+        self.exit(2, f"{short_usage(parser)}\n{parser.prog}: error: {message}\n")
+
+
+def short_usage(parser: argparse.ArgumentParser) -> str:
+    """`usage: alpha train-supervised --data-dir DATA_DIR ... [options]`: what is required, then a pointer."""
+    parts = [parser.prog]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parts.append("COMMAND ...")
+        elif not action.option_strings:
+            name = action.metavar or action.dest.upper()
+            parts.append({"+": f"{name} ...", "*": f"[{name} ...]", "?": f"[{name}]"}.get(action.nargs, name))
+        elif action.required:
+            parts.append(f"{action.option_strings[0]} {action.metavar or action.dest.upper()}")
+    return f"usage: {' '.join(parts)} [options] (--help lists them)"
 
 
 # --- options generated from a config ---------------------------------------------------------------
@@ -78,7 +119,7 @@ def _option_type(annotation) -> tuple[Callable | None, list | None]:
     return (_int if annotation is int else annotation), None
 
 
-def add_config_options(p: argparse.ArgumentParser, config: type[BaseModel], help: dict[str, str],
+def add_config_options(p: argparse.ArgumentParser, config: type, help: dict[str, str],
                        flags: dict[str, Sequence[str]] | None = None, skip: Sequence[str] = ()) -> None:
     """One option per field of `config` but `skip`: its type, choices and whether it is required come from the
     field, and its default is shown in --help but left to the config (an option not given is absent from the
@@ -104,7 +145,122 @@ def add_config_options(p: argparse.ArgumentParser, config: type[BaseModel], help
 
 def _default_of(func: Callable, name: str):
     """A function's own default, so an option of a command without a config still writes it once."""
+    import inspect
+
     return inspect.signature(func).parameters[name].default
+
+
+def _source_literals(module: str, function: str, table: str) -> tuple[dict, list[str]]:
+    """(`function`'s literal defaults, the names `table` is built from) of `module`, read from its source without
+    importing it: `alpha demo-data --help` then costs no scipy (a second of CPU). The names are the first string
+    argument of each call in the table's definition (`DemoScale("tiny", ...)`)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    pairs = [*zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults, strict=True),
+             *((a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None)]
+    defaults = {}
+    for arg, node in pairs:
+        try:
+            defaults[arg.arg] = ast.literal_eval(node)
+        except ValueError:
+            continue  # not a literal (e.g. tuple(PRODUCTS)): not shown
+    assignment = next(n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                      and table in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                                    if isinstance(t, ast.Name)])
+    names = [call.args[0].value for call in ast.walk(assignment) if isinstance(call, ast.Call) and call.args
+             and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)]
+    return defaults, names
+
+
+# --- folders and symbols: one meaning each (module docstring) --------------------------------------
+
+SCHEMA_FOLDERS = ("mbp-10", "ohlcv-1m")  # a symbol folder's schema folders, as `alpha demo-data` writes them
+ONE_SYMBOL = ("folds", "train", "train-supervised", "train-rl", "hyperopt")  # commands of one symbol's data
+
+
+def normalise_symbol(value: str) -> str:
+    """ES, es, ES.FUT -> ES.FUT; an unknown symbol is an error listing the known ones."""
+    from alpha_core.data.products import product
+
+    return product(value.strip().upper()).symbol
+
+
+def check_symbols(args: argparse.Namespace) -> None:
+    """Every --symbol/--symbols names known products, written as their parent symbol (never a second `ES/`)."""
+    if getattr(args, "symbol", None) is not None:
+        args.symbol = normalise_symbol(args.symbol)
+    if getattr(args, "symbols", None) is not None:
+        args.symbols = list(dict.fromkeys(normalise_symbol(s) for s in args.symbols)) or None
+
+
+def _named_symbol(path: Path, schema_folder: bool = False) -> str | None:
+    """The symbol a folder is named for (`.../ES.FUT`; with `schema_folder`, also `.../ES.FUT/mbp-10`)."""
+    from alpha_core.data.products import PRODUCTS
+
+    if path.name in PRODUCTS:
+        return path.name
+    if schema_folder and path.name in SCHEMA_FOLDERS and path.parent.name in PRODUCTS:
+        return path.parent.name
+    return None
+
+
+def _symbol_folders(root: Path) -> list[str]:
+    from alpha_core.data.products import PRODUCTS
+
+    return sorted(p.name for p in root.glob("*") if p.name in PRODUCTS and p.is_dir())
+
+
+def _agree(path: Path, named: str, symbols: str | list[str] | None, flag: str) -> None:
+    """A folder named for a symbol is that symbol's: --symbol/--symbols naming another is a contradiction."""
+    asked = [symbols] if isinstance(symbols, str) else symbols or []
+    if asked and asked != [named]:
+        raise PlanError(f"{path} is {named}'s folder, but {flag} is {','.join(asked)}")
+
+
+def symbol_data_dir(data_dir: Path, symbol: str | None) -> tuple[Path, str | None]:
+    """(the folder of one symbol's files, that symbol when known) from --data-dir and --symbol."""
+    from alpha_core.data.predecode import symbol_dir
+
+    named = _named_symbol(data_dir, schema_folder=True)
+    if named is not None:
+        _agree(data_dir, named, symbol, "--symbol")
+        return data_dir, named
+    present = _symbol_folders(data_dir)
+    if not present:  # a folder of one product's files
+        return data_dir, symbol
+    if symbol is None:
+        if len(present) > 1:
+            raise PlanError(f"{data_dir} is a data root with {', '.join(present)}: choose one with --symbol")
+        symbol = present[0]
+    return symbol_dir(data_dir, symbol), symbol
+
+
+def symbol_cache_dir(cache: Path, symbol: str | None) -> Path:
+    """One symbol's sidecar folder from --predecoded-dir: a root gets the symbol's folder, as `alpha predecode`
+    and Dagster lay it out; a folder named for a symbol (or any folder, the symbol unknown) is used as given."""
+    named = _named_symbol(cache)
+    if named is not None:
+        _agree(cache, named, symbol, "the symbol")
+        return cache
+    return cache / symbol if symbol else cache
+
+
+def resolve_one_symbol(args: argparse.Namespace) -> None:
+    """The folders of a one-symbol command: the symbol's data folder, its symbol, and its sidecar folder (by
+    default under $ALPHA_STORAGE_ROOT/predecoded when that is set, as Dagster's)."""
+    key = "mbp10_data_dir" if args.command == "train" else "data_dir"
+    folder, symbol = symbol_data_dir(Path(getattr(args, key)), getattr(args, "symbol", None))
+    setattr(args, key, folder)
+    args.symbol = symbol
+    cache = getattr(args, "predecoded_dir", None)
+    if cache is None and args.command != "folds" and os.environ.get("ALPHA_STORAGE_ROOT"):
+        cache = Path(os.environ["ALPHA_STORAGE_ROOT"], "predecoded")
+    if cache is not None:
+        args.predecoded_dir = symbol_cache_dir(Path(cache), symbol)
 
 
 # --- checks before any work ------------------------------------------------------------------------
@@ -117,7 +273,7 @@ def _outputs(args: argparse.Namespace) -> Iterator[tuple[Path, bool]]:
     """(path, is a directory) of every output option given."""
     for names, is_dir in ((OUTPUT_DIRS, True), (OUTPUT_FILES, False)):
         for name in names:
-            if getattr(args, name, None) is not None:
+            if getattr(args, name, None) is not None and not (name == "predecoded_dir" and args.command == "folds"):
                 yield Path(getattr(args, name)), is_dir
 
 
@@ -133,16 +289,6 @@ def check_output_path(path: Path, is_dir: bool) -> None:
             raise DataError(path, f"cannot be created: {existing} is not a directory")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise DataError(path, f"cannot be written: {existing} is not writable (permission denied or read-only)")
-
-
-def check_symbols(args: argparse.Namespace) -> None:
-    """Every command's --symbol/--symbols must name known products (the error lists them)."""
-    from alpha_core.data.products import product
-
-    for name in ("symbols", "symbol"):
-        value = getattr(args, name, None)
-        for symbol in value if isinstance(value, list) else (_symbols(value) or []):
-            product(symbol)
 
 
 # --- errors: one line each -------------------------------------------------------------------------
@@ -166,7 +312,8 @@ def _one_line(text: str) -> str:
 
 def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
     """(exit code, one-line message) for an exception that reached the command line."""
-    if isinstance(exc, ValidationError):
+    core = sys.modules.get("pydantic_core")  # not imported here: the error path must not load libraries (out of memory)
+    if core is not None and isinstance(exc, core.ValidationError):
         return 2, describe_validation_error(exc)
     if isinstance(exc, DataError | PlanError):
         return 2, _one_line(exc)
@@ -201,7 +348,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                     last = int(chunk["ts_event"][-1])
                     count += len(chunk)
         except DataError as exc:
-            print(f"alpha inspect: {exc}", file=sys.stderr)
+            print(f"alpha inspect: error: {_one_line(exc)}", file=sys.stderr)
             failed += 1
             continue
         rows.append(
@@ -228,34 +375,54 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 f"stype_in={r['stype_in']} symbols={','.join(r['symbols'])}\n"
                 f"  records={r['records']} first={r['first_ts']} last={r['last_ts']}"
             )
-    return 1 if failed else 0
+    return 2 if failed else 0  # a file that is not readable DBN is bad input; the others are still shown
+
+
+def add_inspect_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("--json", action="store_true")
 
 
 # --- predecode -------------------------------------------------------------------------------------
 
 
+def predecode_jobs(data_dir: Path, symbols: list[str] | None) -> list[tuple[Path, str | None]]:
+    """(folder, symbol) of each symbol --data-dir and --symbols name (the symbol None: a folder of one product's
+    files, not named for it)."""
+    from alpha_core.data.predecode import symbol_dir
+
+    named = _named_symbol(data_dir, schema_folder=True)
+    if named is not None:
+        _agree(data_dir, named, symbols, "--symbols")
+        return [(data_dir, named)]
+    present = _symbol_folders(data_dir)
+    if present:
+        return [(symbol_dir(data_dir, s), s) for s in symbols or present]
+    if symbols and len(symbols) > 1:
+        raise PlanError(f"{data_dir} holds no symbol folders ({', '.join(symbols)} asked): give the data root")
+    return [(data_dir, symbols[0] if symbols else None)]
+
+
 def cmd_predecode(args: argparse.Namespace) -> int:
     from alpha_core.data.checks import sidecar_problems
-    from alpha_core.data.predecode import predecode, symbol_dir
-    from alpha_core.data.products import PRODUCTS
+    from alpha_core.data.predecode import predecode
 
-    data_dir, out_dir = Path(args.data_dir), Path(args.predecoded_dir)
-    symbols = _symbols(args.symbols)
-    if symbols is None:  # a data root with one folder per symbol, or a folder of one product's files
-        symbols = sorted(p.name for p in data_dir.glob("*") if p.name in PRODUCTS and p.is_dir())
-        jobs = [(symbol_dir(data_dir, s), s) for s in symbols] or [(data_dir, None)]
-    else:
-        jobs = [((data_dir / s) if (data_dir / s).is_dir() else data_dir, s) for s in symbols]
     problems = []
-    for directory, symbol in jobs:
-        out = out_dir / symbol if symbol else out_dir
-        for item in predecode(directory, out, symbol=symbol):
+    for directory, symbol in predecode_jobs(Path(args.data_dir), args.symbols):
+        for item in predecode(directory, symbol_cache_dir(args.predecoded_dir, symbol), symbol=symbol):
             m = item.sidecar.meta
             print(f"{item.status:8s} {m.symbol:7s} {m.kind:4s} {m.source.name}: {m.rows} rows -> {item.sidecar.path}")
             problems += sidecar_problems(item.sidecar)
     for p in problems:
         print(f"alpha predecode: integrity: {p}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if problems else 0  # the sidecars were built but failed their checks: the work failed
+
+
+def add_predecode_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", required=True, type=Path, help="data root ({SYMBOL}/ folders) or one symbol's folder")
+    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path,
+                   help="sidecar cache root ({SYMBOL}/ folders are created on a miss) or one symbol's folder")
+    p.add_argument("--symbols", type=_symbols, help="comma-separated, e.g. ES,NQ (default: every symbol folder)")
 
 
 # --- folds -----------------------------------------------------------------------------------------
@@ -266,7 +433,8 @@ def cmd_folds(args: argparse.Namespace) -> int:
     from alpha_core.data.folds import plan_folds
     from alpha_core.data.predecode import record_refs
 
-    refs = record_refs(args.data_dir, args.schema, predecoded_dir=args.sidecar_cache)  # ordered by the records' time
+    # ordered by the records' time
+    refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
     plans = {s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
              for s in SUPPORTED_SCHEMAS if s in refs}
     if args.json:
@@ -281,6 +449,23 @@ def cmd_folds(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_folds_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.data.folds import plan_folds
+
+    p.add_argument("--data-dir", required=True, type=Path, help=WALK_FORWARD_HELP["data_dir"])
+    p.add_argument("--symbol", help=WALK_FORWARD_HELP["symbol"])
+    p.add_argument("--cv-n-folds", type=int, default=_default_of(plan_folds, "cv_n_folds"), help="default: %(default)s")
+    p.add_argument("--cv-train-window", type=int, default=_default_of(plan_folds, "cv_train_window"),
+                   help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)")
+    p.add_argument("--allow-untested-folds", action="store_true",
+                   help="allow folds without a test file (trained, never evaluated; warns)")
+    p.add_argument("--schema", choices=list(SCHEMA_FOLDERS), help="only this schema (default: each found)")
+    p.add_argument("--predecoded-dir", type=Path, default=argparse.SUPPRESS,
+                   help="a sidecar cache (read only): a file whose sidecar there was built from it as it is now is "
+                        "planned from the sidecar's meta, not decoded")
+    p.add_argument("--json", action="store_true")
+
+
 # --- demo-data -------------------------------------------------------------------------------------
 
 
@@ -288,8 +473,8 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.demo import generate_demo_data
     from alpha_core.data.products import PRODUCTS
 
-    symbols = _symbols(args.symbols) or list(PRODUCTS)
-    paths = generate_demo_data(Path(args.out), args.scale, args.seed, symbols, args.quarters, args.book_sessions)
+    paths = generate_demo_data(Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters,
+                               args.book_sessions)
     print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
     for p in paths:
         print(f"  {p}")
@@ -297,14 +482,13 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
 
 
 def add_demo_data_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.data.demo import SCALES, generate_demo_data
-
+    defaults, scales = _source_literals("alpha_core.data.demo", "generate_demo_data", "SCALES")
     p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, help="data root to write into")
-    p.add_argument("--scale", choices=list(SCALES), default=_default_of(generate_demo_data, "scale"),
+    p.add_argument("--scale", choices=scales, default=defaults["scale"],
                    help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
                         "8 quarters of every session, books around each roll) (default: %(default)s)")
-    p.add_argument("--seed", type=_int, default=_default_of(generate_demo_data, "seed"), help="default: %(default)s")
-    p.add_argument("--symbols", help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
+    p.add_argument("--seed", type=_int, default=defaults["seed"], help="default: %(default)s")
+    p.add_argument("--symbols", type=_symbols, help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
     p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
     p.add_argument("--book-sessions", type=int, help="--scale real: sessions around each roll with an MBP-10 book "
                    "(default: the scale's, 3; 0: bars only)")
@@ -313,8 +497,8 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
 # --- train (the flagship perception trainer) ------------------------------------------------------
 
 TRAIN_HELP = {
-    "mbp10_data_dir": "directory containing MBP-10 .dbn.zst files",
-    "predecoded_dir": "predecoded sidecar caches (created on miss)",
+    "mbp10_data_dir": "data root or one symbol's folder (its MBP-10 files are used)",
+    "predecoded_dir": "sidecar cache root or one symbol's folder (created on a miss)",
     "out": "output directory for weights + summary JSON",
     "seq_len": "snapshots per training sequence",
     "lr_aux": "aux AdamW group (default: --lr-cfc)",
@@ -338,7 +522,7 @@ TRAIN_HELP = {
 def cmd_train(args: argparse.Namespace) -> int:
     from alpha_core.train.perception import TrainConfig, train
 
-    cfg = TrainConfig(**_given(args))
+    cfg = TrainConfig(**_given(args, "symbol"))
     for s in train(cfg):
         print(f"fold {s.cv_fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
               f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))}, "
@@ -347,11 +531,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
-    """Every flag of the spec's `alpha_train` with its name and default (`--out` as an alias of the
-    `--output-dir` every command now uses), plus --device/--resume/--precision and the GPU switches."""
-    from alpha_core.train.perception import TrainConfig
+    """Every flag of the original `alpha_train` with its name and default (`--mbp10-data-dir` and `--out` as
+    aliases of the `--data-dir` and `--output-dir` every command uses), plus --device/--resume/--precision and the
+    GPU switches."""
+    from alpha_core.train.configs import TrainConfig
 
-    add_config_options(p, TrainConfig, TRAIN_HELP, flags={"out": ["--output-dir", "--out"]})
+    add_config_options(p, TrainConfig, TRAIN_HELP, flags={"out": ["--output-dir", "--out"],
+                                                         "mbp10_data_dir": ["--data-dir", "--mbp10-data-dir"]})
+    p.add_argument("--symbol", help="the product, e.g. ES or ES.FUT: picks the folder under a data root and the cache "
+                                    "folder under a cache root (default: the folder's name, or the root's only symbol)")
 
 
 # --- the model zoo ---------------------------------------------------------------------------------
@@ -375,6 +563,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_models_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
 def _explicit_params(pairs: list[str] | None) -> dict:
     """`--param KEY=VALUE` (VALUE parsed as JSON when it can be: 32, 1e-3, true, [1,2])."""
     out = {}
@@ -390,10 +582,12 @@ def _explicit_params(pairs: list[str] | None) -> dict:
 
 
 WALK_FORWARD_HELP = {
-    "data_dir": "one symbol's DBN folder",
+    "data_dir": "data root ({SYMBOL}/ folders) or one symbol's folder",
     "output_dir": "fold-<k>/ folders are written here",
-    "predecoded_dir": "sidecar cache (default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded)",
-    "symbol": "product to extract when a file maps several (e.g. ES.FUT)",
+    "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders) or one symbol's folder (default: "
+                      "$ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded)",
+    "symbol": "the product, e.g. ES or ES.FUT: picks the folder under a data root and the records of files that map "
+              "several (default: the folder's name, or the root's only symbol)",
     "early_stop_patience": "epochs without improvement; 0 disables",
     "cv_fold": "train this fold only (default: every fold)",
     "cv_train_window": "files per training window; 0: n_files - cv_n_folds - 1",
@@ -425,7 +619,7 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
 
 
 def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.train.supervised import SupervisedTrainConfig
+    from alpha_core.train.configs import SupervisedTrainConfig
 
     _add_params_options(p, "model/training")
     add_config_options(p, SupervisedTrainConfig, {
@@ -444,20 +638,57 @@ def cmd_train_rl(args: argparse.Namespace) -> int:
 
 
 def add_train_rl_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.train.rl import RLTrainConfig
+    from alpha_core.train.configs import RLTrainConfig
 
     _add_params_options(p, "agent")
     add_config_options(p, RLTrainConfig, {
-        **WALK_FORWARD_HELP, "data_dir": "one symbol's DBN folder (OHLCV-1m files are used)",
+        **WALK_FORWARD_HELP, "data_dir": f"{WALK_FORWARD_HELP['data_dir']} (its OHLCV-1m files are used)",
         "timesteps_per_epoch": "environment steps per epoch", "window": "bars of features in each observation",
         "episode_len": "acting bars per episode", "n_envs": "parallel episodes",
         "cost_per_turnover": "ticks per unit of position change"})
+
+
+# --- hyperopt --------------------------------------------------------------------------------------
+
+
+def cmd_hyperopt(args: argparse.Namespace) -> int:
+    from alpha_core import progress
+    from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
+
+    cfg = HyperoptConfig(**_given(args))
+    results = hyperopt(cfg)
+    best = max(results["trials"], key=lambda t: t["score"])
+    print(f"best {results['metric']}: {results['best_score']:.4f} with {progress.params_text(results['best_params'])} "
+          f"(trial {best['trial']}, {len(results['trials'])} trials) -> {cfg.output} (full precision)")
+    return 0
+
+
+def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.hyperopt.configs import HyperoptConfig
+
+    add_config_options(p, HyperoptConfig, {
+        "model": "a registry model with a search space (`alpha models`)",
+        "data_dir": WALK_FORWARD_HELP["data_dir"], "output": "results.json (loadable as --params-file)",
+        "trials": "PSO trials (HYPEROPT_TRIALS of `alpha run`)", "epochs": "epochs per trial",
+        "timesteps_per_epoch": "RL trials: environment steps per epoch",
+        "workers": "particles evaluated concurrently per generation", "seed": "(hex works: 0x4242)",
+        "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"].replace("{output_dir}", "{output}'s folder"),
+        "symbol": WALK_FORWARD_HELP["symbol"], "device": WALK_FORWARD_HELP["device"]})
+
+
+# --- evaluate --------------------------------------------------------------------------------------
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
     from alpha_core.gates import GateThresholds
 
+    named = _named_symbol(Path(args.data_dir))
+    if named is not None:  # one symbol's folder: the root is its parent, and the symbol the only one evaluated
+        _agree(Path(args.data_dir), named, args.symbols, "--symbols")
+        args.data_dir, args.symbols = Path(args.data_dir).parent, [named]
+    if getattr(args, "predecoded_dir", None) is not None and _named_symbol(Path(args.predecoded_dir)):
+        args.predecoded_dir = Path(args.predecoded_dir).parent  # evaluation reads the cache by symbol under its root
     thresholds = {name: getattr(args, name) for name in GateThresholds.model_fields if hasattr(args, name)}
     cfg = EvalConfig(**_given(args, *GateThresholds.model_fields), gate=GateThresholds(**thresholds))
     if not cfg.models_dir.is_dir():
@@ -477,20 +708,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def add_evaluate_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.eval.evaluate import EvalConfig
+    from alpha_core.eval.configs import EvalConfig
     from alpha_core.gates import GateThresholds
 
     add_config_options(p, EvalConfig, {
         "models_dir": "models/<model>/<symbol>/fold-<k>/ checkpoints",
-        "data_dir": "data root with one folder per symbol",
+        "data_dir": "data root ({SYMBOL}/ folders), or one symbol's folder (then only that symbol)",
         "output": "ensemble_report.json (.md and PNGs beside it)",
-        "symbols": "comma-separated (default: every symbol with checkpoints)",
+        "symbols": "comma-separated, e.g. ES,NQ (default: every symbol with checkpoints)",
         "horizon": "horizon index the positions follow (0: the shortest)",
         "band": "flat while |P(up) - 0.5| <= band",
         "cost_ticks": "cost per unit of position change in ticks",
         "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
         "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
-        "predecoded_dir": "sidecar cache (default: .predecoded beside --output)",
+        "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders; default: .predecoded beside --output)",
         "device": "cpu | cuda | cuda:N (default: cuda when available)"}, skip=("upstream_excluded", "gate"))
     # the validation gate, as at promotion: a checkpoint at or below it is listed as excluded, "gate failed"
     add_config_options(p, GateThresholds, {
@@ -498,11 +729,14 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
         "min_val_sharpe": "an RL checkpoint's validation Sharpe must be above this"})
 
 
+# --- run (Dagster) ---------------------------------------------------------------------------------
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """The spec's CI trigger as one Dagster asset backfill; the one command that needs Dagster (alpha_assets.run)."""
+    """The CI trigger as one Dagster asset backfill; the one command that needs Dagster (alpha_assets.run)."""
     from alpha_assets import run
 
-    plan = run.plan(_symbols(args.symbols) or [], args.models, args.phase, args.epochs, args.hyperopt_trials,
+    plan = run.plan(args.symbols or [], args.models, args.phase, args.epochs, args.hyperopt_trials,
                     args.run_id or run.default_run_id(), args.max_parallel,
                     run.parse_json_option("--train-config", args.train_config),
                     run.parse_json_option("--hyperopt-config", args.hyperopt_config))
@@ -517,19 +751,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_run_parser(sub) -> None:
-    import os
-
+def add_run_options(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    p = sub.add_parser("run", help="the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)")
-    p.add_argument("--symbols", default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS)")
+    p.add_argument("--symbols", type=_symbols, default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS)")
     p.add_argument("--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS)")
     p.add_argument("--phase", default=env("PHASE", "full"), help="hyperopt | train | eval | full (env PHASE)")
     # argparse converts string defaults with `type`, so a bad environment value is a clean usage error
     p.add_argument("--max-parallel", type=int, default=env("MAX_PARALLEL", "10"),
                    help="GPU steps at once across the instance: the `gpu` pool limit (env MAX_PARALLEL)")
     p.add_argument("--epochs", type=int, default=env("EPOCHS"),
-                   help="per walk-forward fold (env EPOCHS; default: each trainer's, 50 for the ensemble as in the spec)")
+                   help="per walk-forward fold (env EPOCHS; default: each trainer's, 50 for the ensemble)")
     p.add_argument("--hyperopt-trials", type=int, default=env("HYPEROPT_TRIALS"),
                    help="PSO trials per model (env HYPEROPT_TRIALS; default: alpha hyperopt's, 20)")
     p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
@@ -539,32 +770,9 @@ def add_run_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
     p.add_argument("--allow-gate-failures", action="store_true",
                    help="a checkpoint below its gate is reported (excluded, gate failed) instead of failing the command")
-    p.set_defaults(func=cmd_run)
 
 
-def cmd_hyperopt(args: argparse.Namespace) -> int:
-    from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
-
-    cfg = HyperoptConfig(**_given(args))
-    results = hyperopt(cfg)
-    print(f"best {results['metric']}: {results['best_score']:.4f} with {results['best_params']} -> {cfg.output}")
-    return 0
-
-
-def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.hyperopt.pso import HyperoptConfig
-
-    add_config_options(p, HyperoptConfig, {
-        "model": "a registry model with a search space (`alpha models`)",
-        "data_dir": "one symbol's DBN folder", "output": "results.json (loadable as --params-file)",
-        "trials": "PSO trials (the spec's HYPEROPT_TRIALS)", "epochs": "epochs per trial",
-        "timesteps_per_epoch": "RL trials: environment steps per epoch",
-        "workers": "particles evaluated concurrently per generation", "seed": "(hex works: 0x4242)",
-        "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"], "symbol": WALK_FORWARD_HELP["symbol"],
-        "device": WALK_FORWARD_HELP["device"]})
-
-
-# --- clean ---------------------------------------------------------------------------------------------
+# --- clean -----------------------------------------------------------------------------------------
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -579,7 +787,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def add_clean_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", help="storage roots or output folders (default: $ALPHA_STORAGE_ROOT)")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="storage roots or output folders (default: $ALPHA_STORAGE_ROOT)")
     p.add_argument("--older-than-days", type=float, default=7.0,
                    help="unfinished attempts untouched this long are removed (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
@@ -587,46 +795,13 @@ def add_clean_options(p: argparse.ArgumentParser) -> None:
 
 # --- entry point -----------------------------------------------------------------------------------
 
-
-def add_inspect_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="+", type=Path)
-    p.add_argument("--json", action="store_true")
-
-
-def add_predecode_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", required=True, help="data root ({SYMBOL}/... folders) or one symbol's folder")
-    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path,
-                   help="sidecar cache directory (created on miss)")
-    p.add_argument("--symbols", help="comma-separated, e.g. ES.FUT,NQ.FUT (default: every symbol folder)")
-
-
-def add_folds_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.data.folds import plan_folds
-
-    p.add_argument("--data-dir", required=True)
-    p.add_argument("--cv-n-folds", type=int, default=_default_of(plan_folds, "cv_n_folds"), help="default: %(default)s")
-    p.add_argument("--cv-train-window", type=int, default=_default_of(plan_folds, "cv_train_window"),
-                   help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)")
-    p.add_argument("--allow-untested-folds", action="store_true",
-                   help="allow folds without a test file (trained, never evaluated; warns)")
-    p.add_argument("--schema", choices=["mbp-10", "ohlcv-1m"], help="only this schema (default: each found)")
-    p.add_argument("--predecoded-dir", dest="sidecar_cache", type=Path,
-                   help="a sidecar cache: a file whose sidecar there was built from it as it is now is planned from "
-                        "the sidecar's meta, not decoded")
-    p.add_argument("--json", action="store_true")
-
-
-def add_models_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
-
-
-# name: (help, options, handler); a command's options are added only when it is the one parsed, so
-# `alpha inspect` does not import torch to read the training configs' defaults
+# name: (help, options, handler); a command's options are added only when it is the one parsed, so `alpha --help`
+# and `alpha inspect` import nothing heavy (the configs are light modules; torch loads when a command trains)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "inspect": ("show schema, dataset, version, symbols, counts and time range of DBN files", add_inspect_options,
                 cmd_inspect),
     "predecode": ("build or reuse the predecoded sidecars of every DBN file", add_predecode_options, cmd_predecode),
-    "folds": ("print the walk-forward fold plan of a folder of DBN files", add_folds_options, cmd_folds),
+    "folds": ("print the walk-forward fold plan of one symbol's DBN files", add_folds_options, cmd_folds),
     "demo-data": ("write synthetic DBN files with a planted, learnable signal", add_demo_data_options, cmd_demo_data),
     "train": ("train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars", add_train_options, cmd_train),
     "train-supervised": ("walk-forward training of a supervised registry model", add_train_supervised_options,
@@ -635,6 +810,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
     "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options,
                  cmd_evaluate),
+    "run": ("the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)", add_run_options,
+            cmd_run),
+    "models": ("list the model registry (name, group, input, hyperopt space)", add_models_options, cmd_models),
     "clean": ("remove what crashed writers left (stale temporaries, dead locks, abandoned attempts)",
               add_clean_options, cmd_clean),
 }
@@ -647,28 +825,43 @@ def _add_global_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars on stderr")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The `alpha` parser; with `command`, only that command's options are built (None: all of them)."""
-    parser = argparse.ArgumentParser(prog="alpha", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser(command: str | None = None) -> Parser:
+    """The `alpha` parser with the options of `command` only (of every command when None)."""
+    parser = Parser(prog="alpha", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"alpha {alpha_core.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, add_options, handler) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        if command in (None, name):
+        if command is None or command == name:
             add_options(p)
         p.set_defaults(func=handler)
-    add_run_parser(sub)
-    p = sub.add_parser("models", help="list the model registry (name, group, input, hyperopt space)")
-    add_models_options(p)
-    p.set_defaults(func=cmd_models)
     for p in (parser, *sub.choices.values()):
         _add_global_options(p)
+    parser.chosen = sub.choices.get(command)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The command word (the first argument that is not an option; the global options take no value)."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
+    command = _command(argv)
+    parser = build_parser(command)  # "" (no command): the list of commands only
+    if command and command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        print(f"{short_usage(parser)}\nalpha: error: unknown command {command!r}"
+              f"{f' (did you mean {close[0]}?)' if close else ''}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version (0) or a usage error (2), already printed
+        return done.code if isinstance(done.code, int) else 2
     debug = getattr(args, "debug", False) or os.environ.get("ALPHA_DEBUG", "") not in ("", "0")
+    from alpha_core import progress
+
     progress.set_quiet(getattr(args, "quiet", False))
     try:
         with warnings.catch_warnings():
@@ -676,6 +869,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warnings.showwarning = lambda message, *_, **__: print(
                     f"alpha {args.command}: warning: {_one_line(message)}", file=sys.stderr)
             check_symbols(args)
+            if args.command in ONE_SYMBOL:
+                resolve_one_symbol(args)
             for path, is_dir in _outputs(args):
                 check_output_path(path, is_dir)
             return args.func(args)
