@@ -7,6 +7,7 @@ They hold slots of the `cpu` pool (dagster.yaml's default limit); fold plans fol
 import dagster as dg
 from pydantic import Field
 
+from alpha_assets import metadata
 from alpha_assets.automation import FOLD_PLANS_AUTOMATION
 from alpha_assets.failures import fail_without_retry
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
@@ -73,7 +74,14 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         kinds={"databento", "numpy"},
         code_version=FEATURE_VERSION,
         pool=CPU_POOL,
-        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True, partitions_def=symbol_partitions)],
+        owners=metadata.OWNERS,
+        metadata=metadata.code_references(("alpha_core.data.predecode", "predecode"),
+                                          ("alpha_core.data.checks", "sidecar_problems")),
+        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True, partitions_def=symbol_partitions,
+                                       description=(
+            "Every sidecar of the symbol is sane (alpha_core.data.checks.sidecar_problems): timestamps in order, "
+            "an uncrossed book on its tick grid, finite features, labels NaN only where a horizon leaves the file. "
+            "A failure stops the fold plans and everything that trains on them."))],
     )
     def _asset(
         context: dg.AssetExecutionContext, config: SidecarConfig, data: DataRoot, storage: StorageRoot
@@ -94,15 +102,15 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
             metadata={
                 **({"oracle_auc": dg.MetadataValue.json(dict(zip(map(str, first.horizons), oracle, strict=True)))}
                    if oracle else {}),
-                "files": len(items),
-                "rows": sum(i.sidecar.rows for i in items),
-                "built": sum(i.status != "reused" for i in items),
+                "files": metadata.text(len(items)),
+                "rows": metadata.text(sum(i.sidecar.rows for i in items)),
+                "built": metadata.text(sum(i.status != "reused" for i in items)),
                 "first_time": first.first_time,
                 "last_time": items[-1].sidecar.meta.last_time,
                 "roll_dates": dg.MetadataValue.json(rolls),
                 "feature_names": dg.MetadataValue.json(first.feature_names),
                 "horizons": dg.MetadataValue.json({first.horizon_unit: first.horizons}),
-                "outcome_label_cost": first.outcome_label_cost,
+                "outcome_label_cost": metadata.text(first.outcome_label_cost),
                 "files_table": dg.MetadataValue.md(_summary_table(items)),
                 "predecoded_dir": dg.MetadataValue.path(str(storage.predecoded_dir(symbol))),
                 "manifest": dg.MetadataValue.json(sidecar_manifest(items)),
@@ -111,7 +119,8 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
                 dg.AssetCheckResult(
                     check_name=INTEGRITY,
                     passed=not problems,
-                    metadata={"problems": dg.MetadataValue.json(problems[:50]), "n_problems": len(problems)},
+                    metadata={"problems": dg.MetadataValue.json(problems[:50]),
+                              "n_problems": metadata.text(len(problems))},
                 )
             ],
         )
@@ -125,6 +134,7 @@ book_sidecars = _sidecar_asset(
 bar_sidecars = _sidecar_asset(
     "bar_sidecars", OHLCV_1M, "Predecoded OHLCV-1m sidecars (bar features, labels at 5/15/60 minutes)."
 )
+book_sidecars, bar_sidecars = dg.with_source_code_references([book_sidecars, bar_sidecars])
 
 
 def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: str) -> list[dict]:
@@ -146,7 +156,13 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     code_version="1",
     pool=CPU_POOL,
     automation_condition=FOLD_PLANS_AUTOMATION,
-    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True, partitions_def=symbol_partitions)],
+    owners=metadata.OWNERS,
+    metadata=metadata.code_references(("alpha_core.data.folds", "plan_folds"), ("alpha_core.data.folds", "check_leakage")),
+    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True, partitions_def=symbol_partitions,
+                                   description=(
+        "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
+        "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
+        "label_tail_problems)."))],
     description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
 )
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
@@ -171,7 +187,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         metadata={
             "path": dg.MetadataValue.path(str(path)),
             "run_id": context.run.run_id,
-            "cv_n_folds": N_FOLDS,
+            "cv_n_folds": N_FOLDS,  # read by the training steps
             "train_window": plans["book"]["window"],
             "folds_table": dg.MetadataValue.md("\n".join(table)),
             "plans": dg.MetadataValue.json(plans),
@@ -180,7 +196,10 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
             dg.AssetCheckResult(
                 check_name=LEAKAGE,
                 passed=not problems,
-                metadata={"problems": dg.MetadataValue.json(problems[:50]), "n_problems": len(problems)},
+                metadata={"problems": dg.MetadataValue.json(problems[:50]), "n_problems": metadata.text(len(problems))},
             )
         ],
     )
+
+
+(fold_plans,) = dg.with_source_code_references([fold_plans])

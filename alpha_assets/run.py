@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dagster as dg
@@ -262,16 +262,33 @@ class LocalBackfill:
             self.instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
 
 
-def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate_failures: bool = False) -> bool:
-    """Print one line per run that starts, finishes or fails until the backfill is finished; True if all succeeded.
+@dataclass(frozen=True)
+class Outcome:
+    """How a followed backfill ended; true when nothing failed (a missed gate counts only without
+    `allow_gate_failures`)."""
+
+    ok: bool
+    status: str
+    gate_misses: int  # runs that failed only because a checkpoint missed its validation gate
+    failures: int  # runs that failed otherwise, or were canceled
+    runs: tuple[RunState, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate_failures: bool = False) -> Outcome:
+    """Print one line per run that starts, finishes or fails until the backfill is finished; true if all succeeded.
 
     A run that failed only because a checkpoint missed its (blocking) gate prints `GATE`; with
-    `allow_gate_failures` it does not count as a failure (the report lists the checkpoint as excluded).
-    `check()` returns a reason to give up (the daemon died), or None."""
-    started, seen, failed = time.monotonic(), {}, 0
+    `allow_gate_failures` it does not count as a failure (the report lists the checkpoint as excluded), though
+    Dagster shows that partition, and so the backfill, as failed. `check()` returns a reason to give up (the daemon
+    died), or None."""
+    started, seen, gates, failures = time.monotonic(), {}, 0, 0
     while True:
         status = backfill.status()  # before the runs: a finished backfill has launched all of its runs
-        for run in sorted(backfill.runs(), key=lambda r: r.run_id):
+        runs = sorted(backfill.runs(), key=lambda r: r.run_id)
+        for run in runs:
             word = RUN_WORDS.get(run.status)
             if word is None or seen.get(run.run_id) == word:
                 continue
@@ -279,18 +296,47 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate
             reason = backfill.failure(run.run_id) if word == "FAILED" else ""
             if word == "FAILED" and reason.startswith(GATE_REASON):
                 word, reason = "GATE", reason.removeprefix(GATE_REASON)
-            failed += word in ("FAILED", "canceled") or (word == "GATE" and not allow_gate_failures)
+            gates += word == "GATE"
+            failures += word in ("FAILED", "canceled")
             print(f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
                   f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}", file=out, flush=True)
         if status in FINISHED:
+            failed = failures + (0 if allow_gate_failures else gates)
             done = sum(w == "done" for w in seen.values())
-            print(f"backfill {backfill.backfill_id}: {status}, {done} runs done, {failed} failed or canceled "
-                  f"({time.monotonic() - started:.0f} s)", file=out, flush=True)
-            return status in ("COMPLETED_SUCCESS", "COMPLETED") and not failed
+            print(f"backfill {backfill.backfill_id}: {status}, {done} runs done, {failed} failed or canceled"
+                  f"{f', {gates} below their gate' if gates else ''} ({time.monotonic() - started:.0f} s)",
+                  file=out, flush=True)
+            # Dagster marks a backfill with a gate-failed partition COMPLETED_FAILED: that is no failure of ours
+            # when the gate misses are allowed and nothing else failed
+            finished = status in ("COMPLETED_SUCCESS", "COMPLETED") or (status == "COMPLETED_FAILED" and gates > 0)
+            return Outcome(finished and not failed, status, gates, failures, tuple(runs))
         problem = check() if check else None
         if problem:
             raise PlanError(problem)
         time.sleep(poll_s)
+
+
+def report_followup(p: Plan, outcome: Outcome) -> Plan | None:
+    """The report partitions a backfill never ran because a checkpoint upstream missed its gate, as a backfill of
+    their own; None when there are none.
+
+    Dagster counts every partition downstream of a failed one as failed and does not run it, but the report is
+    where a missed gate is listed (under Excluded, with its reason), over the folds that passed. Only after gate
+    misses: any other failure stops the lineage as Dagster decided."""
+    if not outcome.gate_misses or outcome.failures:
+        return None
+    ran = {r.partition for r in outcome.runs if "ensemble_report" in r.assets}
+    missing = [symbol for symbol in p.targets.get("ensemble_report", []) if symbol not in ran]
+    if not missing:
+        return None
+    ops = {op: entry for op, entry in p.run_config.get("ops", {}).items() if op == "ensemble_report"}
+    return replace(p, phase="eval", symbols=missing, targets={"ensemble_report": missing},
+                   run_config={"ops": ops} if ops else {})
+
+
+def _followup_note(p: Plan) -> str:
+    return (f"the report of {', '.join(p.symbols)}, which Dagster does not run below a missed gate, as its own "
+            f"backfill")
 
 
 # --- local: the instance of $DAGSTER_HOME and its daemon ---------------------------------------------
@@ -368,47 +414,54 @@ def pool_limits(gpu: int, cpu_training: int | None) -> str:
 
 
 def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0,
-                 allow_gate_failures: bool = False) -> bool:
-    """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end."""
-    from dagster._core.execution.backfill import PartitionBackfill
-    from dagster._core.utils import make_new_backfill_id
-
-    from alpha_assets.definitions import defs
-
+                 allow_gate_failures: bool = False) -> Outcome:
+    """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end (and the report
+    it skipped below missed gates, `report_followup`)."""
     if instance is None:
         if not os.environ.get("DAGSTER_HOME"):
             raise PlanError("DAGSTER_HOME is not set: point it at the instance folder (e.g. dagster_home/)")
         instance = dg.DagsterInstance.get()
-    from alpha_core.devices import visible_gpus
-
-    gpus = visible_gpus()  # several: each GPU step leases one of them (alpha_core.devices), at most one step each
-    gpu_slots = min(p.max_parallel, len(gpus)) if len(gpus) > 1 else p.max_parallel
-    instance.event_log_storage.set_concurrency_slots(GPU_POOL, gpu_slots)
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, p.max_parallel)
     # every step is a process on this host: the CPU pools scale with its cores, each step gets its share of them
     host = cpus.local_plan(cpus.decide(cpus.cgroup_cpu_limit(), cpus.affinity_cpus(), None), p.max_parallel)
     for pool in (CPU_TRAINING_POOL, CPU_POOL):
         instance.event_log_storage.set_concurrency_slots(pool, host.cpu_pool_limit)
     cpu_limit = instance.event_log_storage.get_concurrency_info(CPU_TRAINING_POOL).limit
-    backfill = PartitionBackfill.from_asset_graph_subset(
-        backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
-        dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset(p.targets, defs.resolve_asset_graph()),
-        title=p.title, description=p.description, run_config=p.run_config)
-    instance.add_backfill(backfill)
-    print(f"backfill {backfill.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
-          f"{pool_limits(gpu_slots, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
-          f"{len(gpus)} GPU(s){' leased one per step' if len(gpus) > 1 else ''}, "
+    source = LocalBackfill(instance, _add_backfill(instance, p))
+    print(f"backfill {source.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
+          f"{pool_limits(p.max_parallel, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
           f"{host.cpus_per_step} CPU thread(s) per step ({cpus.ENV})", flush=True)
-    source = LocalBackfill(instance, backfill.backfill_id)
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)
+        outcome = follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)
+        followup = report_followup(p, outcome)
+        if followup is None:
+            return outcome
+        source = LocalBackfill(instance, _add_backfill(instance, followup))
+        print(f"backfill {source.backfill_id}: {_followup_note(followup)}", flush=True)
+        report = follow(source, poll_s, check=daemon.ensure)
+        return replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
     except KeyboardInterrupt:
         source.cancel()
         raise
     finally:
         daemon.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _add_backfill(instance: dg.DagsterInstance, p: Plan) -> str:
+    from dagster._core.execution.backfill import PartitionBackfill
+    from dagster._core.utils import make_new_backfill_id
+
+    from alpha_assets.definitions import defs
+
+    backfill = PartitionBackfill.from_asset_graph_subset(
+        backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
+        dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset(p.targets, defs.resolve_asset_graph()),
+        title=p.title, description=p.description, run_config=p.run_config)
+    instance.add_backfill(backfill)
+    return backfill.backfill_id
 
 
 # --- remote: the webserver's GraphQL API -----------------------------------------------------------
@@ -492,13 +545,21 @@ class RemoteBackfill:
         self.query(CANCEL, {"id": self.backfill_id})
 
 
-def launch_remote(p: Plan, url: str, poll_s: float = 5.0) -> bool:
+def launch_remote(p: Plan, url: str, poll_s: float = 5.0, allow_gate_failures: bool = False) -> Outcome:
     remote = RemoteBackfill(url)
     backfill_id = remote.launch(p)
     print(f"backfill {backfill_id} ({p.size} asset partitions): {remote.url}/runs/b/{backfill_id}; "
           f"{pool_limits(p.max_parallel, remote.cpu_training_limit())}", flush=True)
     try:
-        return follow(remote, poll_s)
+        outcome = follow(remote, poll_s, allow_gate_failures=allow_gate_failures)
+        followup = report_followup(p, outcome)
+        if followup is None:
+            return outcome
+        remote = RemoteBackfill(url)
+        backfill_id = remote.launch(followup)
+        print(f"backfill {backfill_id}: {_followup_note(followup)}: {remote.url}/runs/b/{backfill_id}", flush=True)
+        report = follow(remote, poll_s)
+        return replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
     except KeyboardInterrupt:
         remote.cancel()
         raise

@@ -26,16 +26,17 @@ from alpha_assets import metadata
 from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
 from alpha_assets.execution import STEP_RETRY_POLICY, placement
 from alpha_assets.failures import fail_without_retry
-from alpha_assets.metadata import clean
+from alpha_assets.metadata import OWNERS, clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
+from alpha_core.eval.report import epoch_curves
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
-OWNERS = ["team:quant-research"]
+GATE_TAG = "alpha/gate"  # on a run whose checkpoint missed its gate: the reason, shown in Dagster's runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
 
@@ -104,13 +105,32 @@ def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: st
     The one rule the report uses: only attempts whose gate passed (and which were therefore promoted) count, so
     a later gate-failed attempt under the same RUN_ID never changes what a report evaluates.
     """
-    found = materializations(context, dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold), limit=50)
+    key, partition = dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold)
+    found = materializations(context, key, partition, limit=50)
     for meta in found:
         if meta.get("gate_passed") is True:
             return meta, ""
-    if not found:
-        return None, "never materialized"
-    return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
+    missed = latest_gate_miss(context.instance, key, partition)
+    if missed is not None:
+        return None, f"gate failed: {missed}"
+    if found:  # a gate-failed attempt materialized by an older version of this asset
+        return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
+    return None, "never materialized"
+
+
+def latest_gate_miss(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> str | None:
+    """The reason of the partition's latest validation gate if it failed (a missed gate records its check, then
+    fails the step without a materialization), else None."""
+    from dagster._core.event_api import PartitionKeyFilter
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    records = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(key, GATE_CHECK), limit=1, partition_filter=PartitionKeyFilter(key=partition))
+    if not records or records[0].status != AssetCheckExecutionRecordStatus.FAILED or records[0].event is None:
+        return None
+    evaluation = records[0].event.dagster_event.asset_check_evaluation_data
+    reason = evaluation.metadata.get("reason")
+    return reason.value if reason is not None else (evaluation.description or "no passing attempt")
 
 
 @contextmanager
@@ -143,12 +163,15 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
               deps=["bar_sidecars", "fold_plans"], pool=place.pool, op_tags=place.op_tags,
               retry_policy=STEP_RETRY_POLICY,
               automation_condition=TRAINING_AUTOMATION, owners=OWNERS,
+              metadata=metadata.code_references(("alpha_core.hyperopt.pso", "hyperopt"),
+                                                ("alpha_core.data.folds", "hyperopt_leakage")),
               description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
                           f"{spec.description}",
               check_specs=[dg.AssetCheckSpec(HYPEROPT_CHECK, asset=key, blocking=True, partitions_def=symbol_partitions,
                                              description=(
                   "Every trial completed with a finite score, and no file the search trained or validated on is a "
-                  "test file of any fold (the search never sees the data it is evaluated on)."))])
+                  "test file of any fold (alpha_core.data.folds.hyperopt_leakage: the search never sees the data it "
+                  "is evaluated on)."))])
     def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
                storage: StorageRoot) -> dg.MaterializeResult:
         from alpha_core.data.folds import FoldPlan, hyperopt_leakage
@@ -170,18 +193,20 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         wanted = results["settings"]["trials"]
         problems += [f"{len(scores)} of {wanted} trials completed"] if len(scores) != wanted else []
         problems += hyperopt_leakage(FoldPlan.model_validate(plans["plans"]["bars"]), results)
+        best = metadata.series("best_score", symbol)
         return dg.MaterializeResult(metadata=clean({
-            "wall_time_s": time.perf_counter() - started, "device": str(resolve_device(config.device)),
-            "path": dg.MetadataValue.path(str(out)), "best_score": results["best_score"],
-            "best_params": dg.MetadataValue.json(results["best_params"]), "trials": len(scores),
+            "wall_time_s": metadata.text(time.perf_counter() - started, 1),
+            "device": str(resolve_device(config.device)),
+            "path": dg.MetadataValue.path(str(out)), best: results["best_score"],
+            "best_params": dg.MetadataValue.json(results["best_params"]), "trials": metadata.text(len(scores)),
             "trial_scores": metadata.table([{"trial": t["trial"], "score": t["score"], "val_sharpe": t["val_sharpe"]}
                                             for t in results["trials"]]),
             "train_files": dg.MetadataValue.json(results["train_files"]),
             "val_files": dg.MetadataValue.json(results["val_files"]), "run_id": context.run.run_id,
         }), check_results=[dg.AssetCheckResult(
             check_name=HYPEROPT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
-            metadata={"problems": dg.MetadataValue.json(problems[:50]), "trials": len(scores),
-                      "best_score": metadata.number(results["best_score"]) or 0.0})])
+            metadata=clean({"problems": dg.MetadataValue.json(problems[:50]), "trials": metadata.text(len(scores)),
+                            best: results["best_score"]}))])
 
     return _asset
 
@@ -195,23 +220,31 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         deps.append(dg.AssetDep(dg.AssetKey(["hyperopt", name]),
                                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol")))
 
+    core = {"supervised": ("alpha_core.train.supervised", "train_supervised"),
+            "rl": ("alpha_core.train.rl", "train_rl")}.get(spec.trainer, ("alpha_core.train.perception",
+                                                                         "PerceptionTrainer"))
+
     @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool=place.pool,
               op_tags=place.op_tags, retry_policy=STEP_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
               owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
-              description=f"{name}, one walk-forward fold: {spec.description}",
+              metadata=metadata.code_references(core, ("alpha_core.gates", "check_gate")),
+              description=f"{name}, one walk-forward fold: {spec.description} A partition that misses its "
+                          "validation gate is Failed (its attempt stays unpromoted); its reason is the run's error.",
               check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
                                              description=(
-                  "The validation gate: mean validation AUC (supervised, book) or validation Sharpe (RL) above its "
-                  "minimum. A failed gate leaves the attempt unpromoted: nothing downstream, now or later, uses it."))])
+                  "The validation gate (alpha_core.gates.check_gate): mean validation AUC (supervised, book) or "
+                  "validation Sharpe (RL) above its minimum. A missed gate fails the step: the partition is Failed, "
+                  "the attempt is not promoted, and nothing downstream, now or later, uses it."))])
     def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
-               storage: StorageRoot) -> dg.MaterializeResult:
+               storage: StorageRoot) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         symbol, fold = split_symbol_fold(context.partition_key)
         plans = _plan_metadata(context, symbol)
         hyper = latest_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
         params_file = hyper["path"] if hyper else None
-        dest = storage.run_dir(run_id(context)) / "models" / name / symbol / f"fold-{fold}"
+        run_dir = storage.run_dir(run_id(context))
+        dest = run_dir / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
-        with fail_without_retry(), leased_device(place, context):
+        with fail_without_retry():
             thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
             retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
             summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt,
@@ -220,24 +253,53 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         gate = check_gate(spec.trainer, value, thresholds, loss)
         if gate.passed:
             artifacts.promote(attempt)
+        partition = context.partition_key
         aucs = getattr(summary, "val_auc", None) or getattr(summary, "best_mean_auc_per_horizon", None)
-        meta = {
-            "path": dg.MetadataValue.path(str(attempt.path)), "attempt": attempt.id, "gate_passed": gate.passed,
-            "gate": gate.reason, "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
-            gate.metric: value, "epochs": summary.epochs, "wall_time_s": summary.wall_time_s,
-            "device": summary.device, "run_id": context.run.run_id, "final_train_loss": loss,
-            **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
-            **(metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}),
+        curves = epoch_curves(summary.epoch_metrics, f"{name} {symbol} fold {fold} (attempt {attempt.id[:8]})")
+        meta = clean({
+            "gate": gate.reason, "gate_passed": gate.passed, "path": dg.MetadataValue.path(str(attempt.path)),
+            "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
+            **({"curves": metadata.png(curves, f"{name} {symbol} fold {fold}: per-epoch curves")} if curves else {}),
+            "tensorboard": tensorboard(run_dir / "models", name, symbol, fold),
+            metadata.series(gate.metric, partition): value,
+            metadata.series("final_train_loss", partition): loss,
+            **{metadata.series(k, partition): v
+               for k, v in (metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}).items()},
             **({"val_auc": dg.MetadataValue.json([metadata.number(a) for a in aucs])} if aucs else {}),
-            **({"epoch_curves": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
-        }
-        return dg.MaterializeResult(metadata=clean(meta), check_results=[dg.AssetCheckResult(
+            **({"epoch_metrics": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
+            "epochs": metadata.text(summary.epochs), "wall_time_s": metadata.text(summary.wall_time_s, 1),
+            "device": summary.device, "attempt": attempt.id, "run_id": context.run.run_id,
+            **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
+        })
+        check = dg.AssetCheckResult(
             check_name=GATE_CHECK, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
             description=f"{name} {symbol} fold {fold}: {gate.reason}",
-            metadata={"metric": gate.metric, "value": metadata.number(gate.value) or 0.0, "threshold": gate.threshold,
-                      "partition": context.partition_key, "attempt": attempt.id})])
+            metadata=clean({"metric": gate.metric, "value": metadata.text(gate.value),
+                            "threshold": metadata.text(gate.threshold), "reason": gate.reason,
+                            metadata.series(gate.metric, partition): value, "partition": partition,
+                            "attempt": attempt.id}))
+        if gate.passed:
+            yield dg.MaterializeResult(metadata=meta, check_results=[check])
+            return
+        # A missed gate is a failed partition, not a materialization: Dagster then shows the partition Failed,
+        # the run Failure with this one line as its error, and the backfill as failed (it counts a partition
+        # materialized whenever a materialization was recorded, whatever its checks said). The check is
+        # recorded first, so the report lists the fold as "gate failed" with this reason.
+        yield check
+        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: f"missed: {gate.reason}"[:200]})
+        raise dg.Failure(description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
+                         metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
+                         allow_retries=False)
 
     return _asset
+
+
+def tensorboard(models_dir: Path, name: str, symbol: str, fold: int) -> dg.MetadataValue:
+    """How to see this fold's per-epoch scalars in TensorBoard: every attempt of the run writes an event file, so
+    one `--logdir` compares models and folds; the link filters the runs to this fold."""
+    return dg.MetadataValue.md(
+        f"`tensorboard --logdir {models_dir}`, then "
+        f"[{name}/{symbol}/fold-{fold}](http://localhost:6006/?runFilter={name}/{symbol}/.fold-{fold}#timeseries)")
 
 
 def given(config: dg.Config, fields) -> dict:
@@ -275,19 +337,23 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
 
 
 @dg.asset(
-    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="2", pool="cpu",
+    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="3", pool="cpu",
     automation_condition=REPORT_AUTOMATION, owners=OWNERS,
+    metadata=metadata.code_references(("alpha_core.eval.evaluate", "evaluate"), ("alpha_core.eval.report", "headline")),
     deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
           for m in MODELS],
-    description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate).",
+    description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate). "
+                "The page leads with the headline table (Sharpe, 95% CI, DSR, drawdown, PnL per model) and the equity "
+                "and drawdown by session; the full table, the checkpoints used and the exclusions follow.",
     check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, partitions_def=symbol_partitions,
                                  description=(
-        "Every requested model x fold is in the report or under Excluded with its reason, and every row has a DSR."))],
+        "Every requested model x fold is in the report or under Excluded with its reason (never materialized, gate "
+        "failed, ...), and every row has a DSR."))],
 )
 def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot,
                     storage: StorageRoot) -> dg.MaterializeResult:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
-    from alpha_core.eval.report import Excluded
+    from alpha_core.eval.report import Excluded, headline
 
     symbol = context.partition_key
     models = registry.select(",".join(config.models)) if config.models else MODELS
@@ -321,30 +387,38 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
     no_dsr = [name for name, r in rows.items() if r.oos.dsr is None]
     problems = [f"not accounted for: {m}" for m in missing] + [f"no DSR: {n}" for n in no_dsr]
     equal = sym.ensembles.get("equal_weight")
+    figure = out / f"{symbol}_equity_drawdown.png"
     return dg.MaterializeResult(metadata=clean({
-        "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
+        "headline": metadata.table(headline(sym)),
+        "equity_and_drawdown": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
+        if figure.is_file() else None,
+        metadata.series("ensemble_sharpe", symbol): equal.oos.sharpe if equal else None,
+        metadata.series("ensemble_dsr", symbol): equal.oos.dsr if equal else None,
         "results": metadata.table([{"row": name, "sessions": r.oos.n_sessions, "sharpe": r.oos.sharpe,
                                     "sharpe_se": r.oos.sharpe_se, "ci_low": r.oos.sharpe_ci_low,
                                     "ci_high": r.oos.sharpe_ci_high, "psr": r.oos.psr, "dsr": r.oos.dsr,
                                     "dsr_n": r.oos.dsr_n_trials, "max_drawdown": r.oos.max_drawdown,
                                     "turnover": r.oos.turnover, "total_pnl": r.oos.total_pnl}
                                    for name, r in rows.items()]),
-        "equity": metadata.inline_png(out / f"{symbol}_equity.png", f"{symbol}: out-of-sample equity"),
-        "drawdown": metadata.inline_png(out / f"{symbol}_drawdown.png", f"{symbol}: drawdown"),
-        "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
-        "checkpoints": dg.MetadataValue.json(used),
         "excluded": metadata.table([e.model_dump() for e in report.excluded]),
-        "ensemble_sharpe": equal.oos.sharpe if equal else None,
-        "ensemble_dsr": equal.oos.dsr if equal else None,
+        "checkpoints": metadata.table(used),
+        "fold_sharpe": metadata.inline_png(out / f"{symbol}_fold_sharpe.png", f"{symbol}: Sharpe per fold"),
+        "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
+        "tensorboard": dg.MetadataValue.md(f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint "
+                                           "in this report"),
+        "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
         "run_id": context.run.run_id,
     }), check_results=[dg.AssetCheckResult(
         check_name=REPORT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
-        metadata={"problems": dg.MetadataValue.json(problems), "excluded": len(report.excluded),
-                  "checkpoints": len(used)})])
+        metadata={"problems": dg.MetadataValue.json(problems), "excluded": metadata.text(len(report.excluded)),
+                  "checkpoints": metadata.text(len(used))})])
 
 
-hyperopt_assets = [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None]
-checkpoint_assets = [_checkpoint_asset(m) for m in MODELS]
+# code references (the UI's "Code" links): each asset's own function, after the alpha_core functions it calls
+hyperopt_assets = dg.with_source_code_references(
+    [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None])
+checkpoint_assets = dg.with_source_code_references([_checkpoint_asset(m) for m in MODELS])
+(ensemble_report,) = dg.with_source_code_references([ensemble_report])
 
 
 class CostConfig(dg.Config):
@@ -359,7 +433,7 @@ SPEC_COST_TABLE = """| Scenario (spec, H100 ~EUR 3/hr) | Jobs | Time | Cost |
 | Full ensemble, 4 symbols | 56 | ~2 hr (parallel) | ~EUR 65 |"""
 
 
-@dg.asset(group_name="evaluation", kinds={"json"}, deps=[ensemble_report], code_version="1",
+@dg.asset(group_name="evaluation", kinds={"json"}, deps=[ensemble_report], code_version="1", owners=OWNERS,
           description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-, CPU-hours and EUR.")
 def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: StorageRoot) -> dg.MaterializeResult:
     from alpha_core.atomic import atomic_write_json
@@ -372,11 +446,12 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
                 meta = latest_metadata(context, key, partition)
                 if meta and "wall_time_s" in meta:
                     steps.append({"asset": key.to_user_string(), "partition": partition, "device": meta["device"],
-                                  "wall_time_s": meta["wall_time_s"]})
+                                  "wall_time_s": float(meta["wall_time_s"])})
     for symbol in symbol_partitions.get_partition_keys():
         meta = latest_metadata(context, dg.AssetKey("ensemble_report"), symbol)
         if meta:
-            symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": meta.get("ensemble_sharpe")}
+            symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": meta.get(metadata.series("ensemble_sharpe", symbol),
+                                                                                    meta.get("ensemble_sharpe"))}
     gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
     compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
     cpu_hours = compute_hours - gpu_hours
@@ -393,3 +468,6 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
         "cost_eur": summary["cost_eur"], "steps": len(steps), "symbols": dg.MetadataValue.json(symbols),
         "cost_table": dg.MetadataValue.md(SPEC_COST_TABLE + "\n" + table),
     })
+
+
+(run_summary,) = dg.with_source_code_references([run_summary])

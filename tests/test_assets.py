@@ -54,8 +54,8 @@ def test_materialize_data_assets_for_one_symbol(resources):
 
     meta = {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
     book = meta["book_sidecars"]
-    assert book["files"].value == 5 and book["built"].value == 5
-    assert book["rows"].value > 10_000
+    assert book["files"].value == "5" and book["built"].value == "5"  # counts are text: Dagster plots only metrics
+    assert int(book["rows"].value) > 10_000
     assert len(book["roll_dates"].value) == 5 and "ESH4->ESM4" in book["roll_dates"].value[0]
     assert book["feature_names"].value[0] == "spread_ticks"
     assert len(book["manifest"].value) == 5
@@ -68,7 +68,7 @@ def test_materialize_data_assets_for_one_symbol(resources):
 
     again = materialize(resources, instance)
     book_again = next(e for e in again.get_asset_materialization_events() if e.asset_key.path == ["book_sidecars"])
-    assert book_again.materialization.metadata["built"].value == 0, "sidecars are reused across runs"
+    assert book_again.materialization.metadata["built"].value == "0", "sidecars are reused across runs"
 
 
 def test_failed_integrity_gate_blocks_fold_plans(resources):

@@ -1,8 +1,9 @@
 """The training lineage in Dagster: checkpoints per symbol x fold behind their gate, then the ensemble report.
 
 Partitionings differ, so (as in an asset backfill) every step runs in its own run on one instance. A checkpoint
-that misses its gate records a failed blocking check and stays unpromoted: no report, in that run or later,
-uses it, even when a later run under the same RUN_ID fails where an earlier one passed.
+that misses its gate records a failed blocking check, fails its step with the reason (no materialization: the
+partition is Failed) and stays unpromoted: no report, in that run or later, uses it, even when a later run under
+the same RUN_ID fails where an earlier one passed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from alpha_core import artifacts
 
 FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 512, "n_val_seqs": 256, "device": "cpu"}
 RUN_ID = {"alpha/run_id": "shared"}
+
+
+def plotted(metadata) -> set[str]:
+    """The entries Dagster plots: Int and Float metadata (a bool is neither)."""
+    return {key for key, value in metadata.items() if type(value.value) in (int, float)}
 
 
 def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
@@ -47,12 +53,24 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
         (check,) = ok.get_asset_check_evaluations()
         assert check.passed and check.check_name == "validation_gate"
         assert {"metric", "value", "threshold", "partition"} <= set(check.metadata)
+        assert plotted(check.metadata) == {f"mean_val_auc [ES.FUT fold {fold}]"}, "the metric only, one series a fold"
+        meta = ok.get_asset_materialization_events()[0].materialization.metadata
+        assert f"val_auc_h5 [ES.FUT fold {fold}]" in plotted(meta)  # no epochs, wall time or threshold among them
+        assert all(key.endswith(f" [ES.FUT fold {fold}]") for key in plotted(meta)), plotted(meta)
+        assert "](data:image/png;base64," in meta["curves"].value and "tensorboard --logdir" in meta["tensorboard"].value
         passing[fold] = ok.run_id
         gated = train("kan", fold, 0.99)
         assert not gated.success, "a missed gate fails the run"
         (check,) = gated.get_asset_check_evaluations()
-        assert not check.passed and check.metadata["threshold"].value == 0.99
+        assert not check.passed and float(check.metadata["threshold"].value) == 0.99
         assert check.metadata["partition"].value == f"ES.FUT|{fold}"
+        # a missed gate is a failed partition: no materialization, and the step's error is the one-line reason
+        assert not gated.get_asset_materialization_events()
+        (failure,) = [e for e in gated.all_events if e.event_type_value == "STEP_FAILURE"]
+        description = failure.step_failure_data.user_failure_data.description
+        assert description.startswith(f"kan ES.FUT fold {fold} not promoted: validation_gate missed, mean validation AUC")
+        assert "<= 0.99" in description and "\n" not in description
+        assert instance.get_run_by_id(gated.run_id).tags["alpha/gate"].startswith("missed: mean validation AUC")
         assert not (storage / "shared" / "models" / "kan" / "ES.FUT" / f"fold-{fold}").exists(), "never promoted"
 
     fold0 = storage / "shared" / "models" / "mamba2" / "ES.FUT" / "fold-0"
@@ -68,7 +86,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
                  {"ops": {"ensemble_report": {"config": {"models": ["mamba2", "kan", "tft"]}}}})
     assert report.success
     meta = report.get_asset_materialization_events()[0].materialization.metadata
-    used = meta["checkpoints"].value
+    used = [r.data for r in meta["checkpoints"].value.records]
     assert [(u["model"], u["fold"], u["run_id"]) for u in used] == [("mamba2", 0, passing[0]), ("mamba2", 1, passing[1])]
     path = Path(meta["path"].value)
     body = json.loads(path.read_text())
@@ -79,14 +97,20 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert len(reasons) == 3 * 3 - 2, "every requested model x fold is reported or excluded"
     (check,) = report.get_asset_check_evaluations()
     assert check.passed and check.check_name == "report_complete"
-    assert "![ES.FUT: out-of-sample equity](data:image/png;base64," in meta["equity"].value
+    assert "![ES.FUT: out-of-sample equity and drawdown by session](data:image/png;base64," in \
+        meta["equity_and_drawdown"].value
     rows = {r.data["row"]: r.data for r in meta["results"].value.records}
     assert rows["mamba2"]["dsr_n"] >= 1 and "sessions" in rows["mamba2"]
+    headline = {r.data["model"]: r.data for r in meta["headline"].value.records}
+    assert list(headline["mamba2"]) == ["model", "sessions", "sharpe", "95% CI", "dsr", "max_drawdown", "pnl"]
+    assert set(headline) == set(rows) and headline["mamba2"]["dsr"] == rows["mamba2"]["dsr"]
+    assert plotted(meta) == {"ensemble_sharpe [ES.FUT]", "ensemble_dsr [ES.FUT]"}
 
     for _ in range(2):  # `make demo` twice: a report re-run under the same RUN_ID rebuilds its view
         again = run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["mamba2"]}}}})
         assert again.success
-        assert again.get_asset_materialization_events()[0].materialization.metadata["checkpoints"].value == used
+        again_meta = again.get_asset_materialization_events()[0].materialization.metadata
+        assert [r.data for r in again_meta["checkpoints"].value.records] == used
 
     summary = run(["run_summary"], None)
     assert summary.success

@@ -5,8 +5,9 @@ Sharpe's standard error (Mertens 2002), a day-block bootstrap 95% interval and t
 of cost, beside the PSR and the DSR with the N (trials x configurations) and V it used (and how V was estimated),
 and the DSR at the null variance. Each model row also compares its AUC with the demo oracle's on exactly the rows
 and horizons it was scored on. Files written beside `ensemble_report.json`: `ensemble_report.md` and, per symbol,
-`<symbol>_equity.png` (out-of-sample equity of every model and both ensembles), `<symbol>_drawdown.png` and
-`<symbol>_fold_sharpe.png`. Non-finite numbers are stored as null (an infinite profit factor, an undefined PSR).
+`<symbol>_equity.png` (out-of-sample equity of every model and both ensembles, by session index),
+`<symbol>_drawdown.png`, `<symbol>_equity_drawdown.png` (both, one above the other) and `<symbol>_fold_sharpe.png`.
+Non-finite numbers are stored as null (an infinite profit factor, an undefined PSR).
 """
 
 from __future__ import annotations
@@ -135,6 +136,18 @@ def _uncertainty(m: Metrics) -> list[str]:
             costs, str(m.dsr_n_trials), _fmt(m.dsr_variance), _fmt(m.psr), _fmt(m.dsr), _fmt(m.dsr_null)]
 
 
+HEADLINE = ("model", "sessions", "sharpe", "95% CI", "dsr", "max_drawdown", "pnl")
+
+
+def headline(sym: SymbolReport) -> list[dict]:
+    """The numbers that decide, one row per model and ensemble (out of sample): sessions behind the Sharpe, its
+    95% interval, the DSR, the worst drawdown and the PnL (ticks, net of cost). Seven columns fit one screen."""
+    rows = [*sym.models.items(), *((f"ensemble: {k}", v) for k, v in sym.ensembles.items())]
+    return [dict(zip(HEADLINE, (name, r.oos.n_sessions, r.oos.sharpe,
+                                f"[{_fmt(r.oos.sharpe_ci_low)}, {_fmt(r.oos.sharpe_ci_high)}]", r.oos.dsr,
+                                r.oos.max_drawdown, r.oos.total_pnl), strict=True)) for name, r in rows]
+
+
 def markdown(report: EnsembleReport) -> str:
     lines = [f"# Ensemble report ({report.created})", "",
              f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
@@ -146,7 +159,13 @@ def markdown(report: EnsembleReport) -> str:
         rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
         costs = "Sharpe @ " + "/".join(next(iter(rows))[1].oos.sharpe_by_cost) + " ticks" if rows else "Sharpe @ cost"
         head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr", "dsr@null"]
-        lines += [f"## {symbol}", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
+        lines += [f"## {symbol}", "", "| " + " | ".join(HEADLINE) + " |", "|---|" + "---:|" * (len(HEADLINE) - 1)]
+        for row in headline(sym):
+            name = row["model"]
+            name = f"**{name.removeprefix('ensemble: ')}**" if name.startswith("ensemble: ") else name
+            lines.append(f"| {name} | " + " | ".join(v if isinstance(v, str) else _fmt(v) for k, v in row.items()
+                                                      if k != "model") + " |")
+        lines += ["", "### All metrics", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
                   "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS))]
         for name, result in rows:
             lines.append(f"| {name} | " + " | ".join(_uncertainty(result.oos) + [
@@ -175,8 +194,64 @@ def markdown(report: EnsembleReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def session_curve(equity_ts: list[int], equity: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(CME session day, cumulative PnL at that session's last bar) of a row's equity curve: the daily view
+    every statistic of the report uses, without the calendar gaps between test files."""
+    from alpha_core.data.front_month import session_days
+
+    if not equity_ts:
+        return np.zeros(0, dtype=np.int32), np.zeros(0)
+    days = session_days(np.asarray(equity_ts, dtype=np.int64))
+    last = np.r_[days[1:] != days[:-1], True]  # the timestamps are in time order
+    return days[last], np.asarray(equity, dtype=float)[last]
+
+
+def _session_axes(curves: dict[str, ModelResult]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[tuple[int, int]]]:
+    """Each curve against the session index (1 = the first session any row traded, counting only sessions with
+    data), and where each fold's test file starts on that index: (index, fold) of the row with the most folds."""
+    daily = {name: session_curve(r.equity_ts, r.equity) for name, r in curves.items()}
+    sessions = np.unique(np.concatenate([d for d, _ in daily.values()])) if daily else np.zeros(0, dtype=np.int32)
+    indexed = {name: (np.searchsorted(sessions, d) + 1, eq) for name, (d, eq) in daily.items()}
+    widest = max(curves.values(), key=lambda r: len(r.folds), default=None)
+    starts, at = [], 1
+    for f in sorted(widest.folds, key=lambda f: f.fold) if widest else []:
+        starts.append((at, f.fold))
+        at += f.metrics.n_sessions
+    return indexed, starts
+
+
+def _drawdown(eq: np.ndarray) -> np.ndarray:
+    return eq - np.maximum.accumulate(np.r_[0.0, eq])[1:] if len(eq) else eq
+
+
+def _equity_panel(ax, symbol: str, curves, indexed, starts) -> None:
+    for name, (x, eq) in indexed.items():
+        ax.plot(x, eq, label=name, linewidth=2.5 if name.startswith("ensemble") else 1.2)
+    _fold_marks(ax, starts)
+    ax.axhline(0, color="grey", linewidth=0.6)
+    ax.set(title=f"{symbol}: out-of-sample equity (ticks, net of cost) by session", ylabel="cumulative PnL")
+    ax.legend(fontsize=7, loc="best")
+
+
+def _drawdown_panel(ax, symbol: str, indexed, starts) -> None:
+    for name, (x, eq) in indexed.items():
+        ax.plot(x, _drawdown(eq), label=name, linewidth=2.0 if name.startswith("ensemble") else 1.0)
+    _fold_marks(ax, starts, labels=False)
+    ax.set(title=f"{symbol}: drawdown (ticks)", xlabel="session (test sessions only, in time order)")
+
+
+def _fold_marks(ax, starts: list[tuple[int, int]], labels: bool = True) -> None:
+    """A dotted line where each fold's test file starts, so the gaps between test quarters are visible."""
+    for at, fold in starts:
+        ax.axvline(at - 0.5, color="grey", linestyle=":", linewidth=0.8)
+        if labels:
+            ax.annotate(f"fold {fold}", (at - 0.5, 0.0), xycoords=("data", "axes fraction"), fontsize=7,
+                        color="grey", xytext=(3, 3), textcoords="offset points")
+
+
 def plot(report: EnsembleReport) -> dict[str, bytes]:
-    """The report's PNG plots, by file name."""
+    """The report's PNG plots, by file name. Equity and drawdown run against the session index (test sessions
+    only, in time order): calendar time would draw months of flat line between the folds' test quarters."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,20 +260,18 @@ def plot(report: EnsembleReport) -> dict[str, bytes]:
     written = {}
     for symbol, sym in report.symbols.items():
         curves = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
+        indexed, starts = _session_axes(curves)
         fig, ax = plt.subplots(figsize=(10, 5))
-        for name, r in curves.items():
-            ax.plot(np.asarray(r.equity_ts, dtype="datetime64[ns]"), r.equity, label=name,
-                    linewidth=2.5 if name.startswith("ensemble") else 1.0)
-        ax.set(title=f"{symbol}: out-of-sample equity (ticks)", ylabel="cumulative PnL")
-        ax.legend(fontsize=7)
+        _equity_panel(ax, symbol, curves, indexed, starts)
+        ax.set(xlabel="session (test sessions only, in time order)")
         written[f"{symbol}_equity.png"] = _png(fig)
         fig, ax = plt.subplots(figsize=(10, 3))
-        for name, r in curves.items():
-            eq = np.asarray(r.equity, dtype=float)
-            ax.plot(np.asarray(r.equity_ts, dtype="datetime64[ns]"), eq - np.maximum.accumulate(np.r_[0.0, eq])[1:],
-                    label=name)
-        ax.set(title=f"{symbol}: drawdown (ticks)")
+        _drawdown_panel(ax, symbol, indexed, starts)
         written[f"{symbol}_drawdown.png"] = _png(fig)
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True, height_ratios=[2, 1])
+        _equity_panel(top, symbol, curves, indexed, starts)
+        _drawdown_panel(bottom, symbol, indexed, starts)
+        written[f"{symbol}_equity_drawdown.png"] = _png(fig)
         fig, ax = plt.subplots(figsize=(10, 4))
         names = list(curves)
         for i, name in enumerate(names):
@@ -217,12 +290,50 @@ def plot(report: EnsembleReport) -> dict[str, bytes]:
     return written
 
 
-def _png(fig) -> bytes:
+def epoch_curves(epoch_metrics: list[dict], title: str) -> bytes | None:
+    """A training summary's `epoch_metrics` as one PNG: train and validation loss, and the validation AUC per
+    horizon (supervised, book) or the validation Sharpe and mean reward (RL), against the epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    if not epoch_metrics:
+        return None
+    epochs = [row.get("epoch", i) for i, row in enumerate(epoch_metrics)]
+    keys = [k for k in epoch_metrics[0] if k != "epoch"]
+
+    def column(key: str) -> np.ndarray:
+        return np.array([row.get(key, np.nan) if row.get(key) is not None else np.nan for row in epoch_metrics],
+                        dtype=float)
+
+    losses = [k for k in keys if k.endswith("loss")]
+    scores = ([k for k in keys if k.startswith("val_auc")] or
+              [k for k in keys if k in ("val_sharpe", "val_mean_reward")])
+    panels = [(losses, "loss"), (scores, "AUC" if any(k.startswith("val_auc") for k in scores) else "validation")]
+    panels = [(ks, label) for ks, label in panels if ks]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.0), squeeze=False)
+    for ax, (ks, label) in zip(axes[0], panels, strict=True):
+        for k in ks:
+            ax.plot(epochs, column(k), marker="o", markersize=3, label=k)
+        if label == "AUC":
+            ax.axhline(0.5, color="grey", linestyle=":", linewidth=0.8)
+        ax.set(xlabel="epoch", ylabel=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    data = _png(fig, dpi=80)
+    plt.close(fig)
+    return data
+
+
+def _png(fig, dpi: int = 100) -> bytes:
     import io
 
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
 
 
