@@ -685,7 +685,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     named = _named_symbol(Path(args.data_dir))
     if named is not None:  # one symbol's folder: the root is its parent, and the symbol the only one evaluated
-        _agree(Path(args.data_dir), named, args.symbols, "--symbols")
+        _agree(Path(args.data_dir), named, getattr(args, "symbols", None), "--symbols")
         args.data_dir, args.symbols = Path(args.data_dir).parent, [named]
     if getattr(args, "predecoded_dir", None) is not None and _named_symbol(Path(args.predecoded_dir)):
         args.predecoded_dir = Path(args.predecoded_dir).parent  # evaluation reads the cache by symbol under its root
