@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from alpha_core.data.loader import WindowLoader
+from alpha_core.data.loader import EpochCursor, EpochOverrun, WindowLoader, valid_ranges
 from alpha_core.data.norm import NormStats, fit_norm_stats
+from alpha_core.data.sidecar import ARRAYS, Sidecar
 from alpha_core.errors import DataError
 
 
@@ -103,17 +104,114 @@ def test_device_resident_gather_equals_host_gather(tiny_sidecars):
 
 def test_batch_at_device_positions_equals_the_epochs_batches_after_an_in_place_reshuffle(tiny_sidecars):
     """What a captured CUDA graph gathers (positions from a device cursor) is the epoch's batches, also after
-    `reset` reshuffled the order in the same buffers the graph keeps reading."""
+    `reset` drew other windows into the same buffers the graph keeps reading."""
     files = tiny_sidecars["book"][:2]
     loader = WindowLoader(files, seq_len=32, n_max_sequences=200, seed=3, norm=fit_norm_stats(files), resident=True)
-    buffers = (loader._global_device.data_ptr(), loader._order_device.data_ptr())
+    buffers = [t.data_ptr() for t in (*loader._buf.values(), loader._first, loader._file, loader._start)]
+    cursor = EpochCursor(loader, 64)
     for epoch_seed in (3, 4):
         loader.reset(epoch_seed)
         expected = list(loader.batches(64, drop_last=True))
-        cursor = torch.zeros((), dtype=torch.long)
+        cursor.rewind()
         for batch in expected:
-            got = loader.batch_at(cursor + torch.arange(64))
-            cursor += 64
+            cursor.claim()
+            got = cursor.next_batch()
             for name in ("x", "dt", "labels", "outcome_long", "outcome_short", "file_index", "start"):
                 torch.testing.assert_close(getattr(got, name), getattr(batch, name), equal_nan=True)
-    assert (loader._global_device.data_ptr(), loader._order_device.data_ptr()) == buffers
+    assert [t.data_ptr() for t in (*loader._buf.values(), loader._first, loader._file, loader._start)] == buffers
+
+
+def _anchors(sc, seq_len: int) -> set[int]:
+    """The old loader's per-row anchors: every start whose window fits and whose first row has a label."""
+    return set(np.flatnonzero(np.isfinite(np.asarray(sc.labels)[: sc.rows - seq_len + 1]).any(axis=1)).tolist())
+
+
+@pytest.mark.parametrize("kind", ["book", "bars"])
+def test_valid_ranges_are_the_old_per_row_anchors(tiny_sidecars, kind):
+    """Ranges (book: arithmetic on the meta; bars: runs read in blocks) cover exactly the starts the old loader
+    listed row by row, also for a truncated copy whose tail keeps the full file's labels."""
+    sc = tiny_sidecars[kind][0]
+    cut = _truncated(sc, sc.rows // 2)
+    for f in (sc, cut):
+        for seq_len in (1, 16, 64):
+            ranges = valid_ranges(f, seq_len)
+            starts = {s for lo, hi in ranges for s in range(lo, hi)}
+            assert starts == _anchors(f, seq_len) and sum(hi - lo for lo, hi in ranges) == len(starts)
+    assert len(valid_ranges(tiny_sidecars["book"][0], 64)) == 1
+
+
+def test_a_book_file_s_starts_come_from_its_meta_not_its_rows(tiny_sidecars, monkeypatch):
+    """The book loader reads at most 3 label rows per file to find its windows, however long the file."""
+    read = []
+    honest = Sidecar.read
+    monkeypatch.setattr(Sidecar, "read", lambda self, name, a, b: read.append((name, b - a)) or honest(self, name, a, b))
+    for sc in tiny_sidecars["book"][:3]:
+        valid_ranges(sc, 64)
+    assert set(read) == {("labels", 1)} and len(read) <= 9
+
+
+def test_the_sampler_is_deterministic_distinct_and_never_crosses_a_file(tiny_sidecars):
+    files = tiny_sidecars["book"][:3]
+    loader = WindowLoader(files, seq_len=64, n_max_sequences=500, seed=0)
+    f1, s1 = loader.draw(11)
+    f2, s2 = loader.draw(11)
+    np.testing.assert_array_equal(f1, f2)
+    np.testing.assert_array_equal(s1, s2)
+    f3, s3 = loader.draw(12)
+    assert not (np.array_equal(f1, f3) and np.array_equal(s1, s3))
+    assert len(set(zip(f1.tolist(), s1.tolist(), strict=True))) == 500  # without replacement
+    for f, s in zip(f1.tolist(), s1.tolist(), strict=True):
+        assert s in _anchors(files[f], 64) and s + 64 <= files[f].rows
+    # every valid start once when the epoch asks for all of them (the old full permutation's set)
+    everything = WindowLoader(files, seq_len=64, n_max_sequences=10**9, seed=0)
+    f, s = everything.draw(5)
+    assert sorted(zip(f.tolist(), s.tolist(), strict=True)) == sorted(
+        (i, a) for i, sc in enumerate(files) for a in _anchors(sc, 64))
+
+
+def test_the_buffer_holds_what_an_epoch_reads(tiny_sidecars):
+    """Capacity min(n_windows x seq_len, rows of the files); a small epoch's rows are the union of its windows."""
+    files = tiny_sidecars["book"][:3]
+    total = sum(sc.rows for sc in files)
+    small = WindowLoader(files, seq_len=32, n_max_sequences=50, seed=2)
+    assert small._buf["features"].shape[0] == 50 * 32 < total
+    files_, starts = small.draw(2)
+    union = {(f, r) for f, s in zip(files_.tolist(), starts.tolist(), strict=True) for r in range(s, s + 32)}
+    assert int(small._layout[:, 2].sum() - small._layout[:, 1].sum()) == len(union)
+    assert WindowLoader(files, seq_len=32, n_max_sequences=10**6, seed=2)._buf["features"].shape[0] == total
+    for loader in (small, WindowLoader(files, seq_len=32, n_max_sequences=10**6, seed=2)):
+        for epoch in range(2):
+            loader.reset(epoch)
+            for batch in loader.batches(16):
+                for i in range(len(batch)):
+                    sc, s = files[int(batch.file_index[i])], int(batch.start[i])
+                    np.testing.assert_array_equal(batch.x[i].numpy(), sc.features[s : s + 32])
+                    np.testing.assert_array_equal(batch.outcome_short[i].numpy(), sc.outcome_short[s : s + 32])
+
+
+def test_a_captured_step_s_cursor_stays_in_the_epoch_and_refuses_to_run_past_it(tiny_sidecars):
+    """The bounds a CUDA graph's cursor lives by, on the CPU: the host refuses the batch after the epoch's whole
+    batches (a clear error, not a device-side assert), and the device positions never leave the epoch even if
+    the cursor is pushed past it."""
+    loader = WindowLoader(tiny_sidecars["book"][:2], seq_len=16, n_max_sequences=100, seed=0, resident=True)
+    cursor = EpochCursor(loader, 32)
+    assert cursor.batches_per_epoch == 3
+    for _ in range(3):
+        cursor.claim()
+        assert int(cursor.positions().max()) < 100
+    with pytest.raises(EpochOverrun, match=r"batch 4 asked of an epoch of 3 batches of 32 \(100 windows\)"):
+        cursor.claim()
+    pos = cursor.positions()  # what a replay past the end would gather: clamped, so in range on any device
+    assert pos.tolist() == [96, 97, 98, 99] + [99] * 28
+    cursor.cursor.fill_(10**6)
+    assert int(cursor.positions().max()) == 99 and len(cursor.next_batch()) == 32
+    cursor.rewind()
+    cursor.claim()
+    assert cursor.positions().tolist() == list(range(32))
+    with pytest.raises(ValueError, match="batch_at needs a resident loader"):
+        WindowLoader(tiny_sidecars["book"][:1], 16, 10, 0).batch_at(torch.arange(2))
+
+
+def _truncated(sc: Sidecar, n: int) -> Sidecar:
+    arrays = {k: np.asarray(getattr(sc, k))[:n] for k in ARRAYS}
+    return Sidecar(path=sc.path, meta=sc.meta.model_copy(update={"rows": n}), **arrays)

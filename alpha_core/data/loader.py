@@ -1,12 +1,25 @@
 """Window loader with the spec's `MultiHorizonLoader` contract, batching straight into torch tensors.
 
-The sidecars are memory-mapped once at construction. Each epoch, `reset(seed)` draws a fresh
-random order of window anchors (no disk IO); iteration yields up to `n_max_sequences` windows of
-`seq_len` consecutive rows with features, time steps and labels at every position. A window never
-spans two files, and windows whose first row has no finite label (the file's tail) are skipped.
+Each epoch, `reset(seed)` draws a fresh random set of up to `n_max_sequences` windows of `seq_len`
+consecutive rows with features, time steps and labels at every position. A window never spans two files,
+and windows whose first row has no finite label (the file's tail) are never drawn.
 
-On an accelerator (`device="cuda"`) the arrays are copied to device memory once and windows are
-gathered there, so the host never becomes the bottleneck of a GPU training step.
+Memory does not grow with the files. The windows' valid starts are a few ranges per file, never a per-row
+list: the book's labels count snapshots, so a book file's labelled rows are one prefix and its starts one
+range, [0, min(rows - seq_len + 1, rows - shortest horizon)), from the meta (checked at both ends); a bar
+file's (NaN on a flat move or a gap) are the runs of labelled rows, read once in blocks. An epoch draws
+`n_windows` distinct ranks among all valid starts (`Generator.choice` without replacement: Floyd's algorithm,
+O(n) memory, the same draws for the same seed) and maps each to (file, start) by a search on the ranges'
+cumulative counts: O(ranges + n) memory, and every valid start equally likely, as the old full permutation.
+
+The epoch's rows. `reset` copies the rows the drawn windows read (their union: overlapping windows share
+rows) into one buffer of fixed capacity, n_windows x seq_len rows, reading each file in blocks through
+short-lived memory maps; a window is then K consecutive rows of that buffer, copied whole into its batch. An
+epoch that would read about every row (n_windows x seq_len >= the files' rows) keeps every row instead, copied
+once. The buffer sits on the device (`resident`, the default on any non-CPU device: what an epoch reads, not
+every file) or on the host, and `reset` refills it in place, so a captured CUDA graph (`batch_at` through an
+`EpochCursor`) keeps reading the same memory across epochs. Device memory: capacity x (4 F + 4 + 12 H) bytes
+(features, dt, the three label arrays) + 24 bytes per window.
 """
 
 from __future__ import annotations
@@ -18,8 +31,12 @@ import numpy as np
 import torch
 
 from alpha_core.data.norm import NormStats
-from alpha_core.data.sidecar import Sidecar
+from alpha_core.data.sidecar import HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError
+
+ARRAYS = ("features", "dt", "labels", "outcome_long", "outcome_short")  # what a window carries
+STAGE_ROWS = 1 << 16  # rows copied per block (17 MiB of book rows): the host's share of an epoch's gather
+SCAN_ROWS = 1 << 20  # rows of labels read per block when a bar file's labelled runs are found
 
 
 @dataclass
@@ -39,12 +56,45 @@ class WindowBatch:
         return WindowBatch(*(t.to(device, non_blocking=non_blocking) for t in self.__dict__.values()))
 
 
-def _windows(arr: np.ndarray, seq_len: int) -> np.ndarray:
-    """Read-only view [N-K+1, K, ...] of every window; indexing it copies whole windows at once."""
-    n = arr.shape[0] - seq_len + 1
-    shape = (n, seq_len, *arr.shape[1:])
-    strides = (arr.strides[0], *arr.strides)
-    return np.lib.stride_tricks.as_strided(arr, shape=shape, strides=strides, writeable=False)
+def take_rows(sc: Sidecar, name: str, rows: np.ndarray, block: int = STAGE_ROWS) -> np.ndarray:
+    """`sc.<name>[rows]` for sorted rows, gathered in blocks, each through a memory map released after it: the
+    pages touched stay in the page cache, not in this process, so a gather over a huge file holds one block."""
+    rows = np.asarray(rows, dtype=np.int64)
+    spec = sc.meta.arrays[name]
+    out = np.empty((len(rows), *spec.shape[1:]), dtype=np.dtype(spec.dtype))
+    for lo in range(0, len(rows), block):
+        arr = sc.array(name)
+        out[lo : lo + block] = arr[rows[lo : lo + block]]
+        del arr
+    return out
+
+
+def valid_ranges(sc: Sidecar, seq_len: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of the rows where a window may start: it fits in the file and its first row has a label.
+
+    Book labels count snapshots (`labels.future_rows_by_count`): exactly the rows before the last
+    `min(horizons)` have one, so the range is arithmetic, checked at its two ends (a file that disagrees, e.g. a
+    truncated copy, is scanned). Bar labels have gaps: their runs are read in blocks."""
+    last = sc.rows - seq_len + 1  # starts whose window fits
+    if last <= 0:
+        return []
+    if sc.meta.horizon_unit == HORIZON_UNIT["book"]:
+        hi = min(last, sc.rows - min(sc.meta.horizons))
+        labelled = lambda r: bool(np.isfinite(sc.read("labels", r, r + 1)).any())  # noqa: E731
+        if hi <= 0 and not labelled(0):
+            return []
+        if hi > 0 and labelled(0) and labelled(hi - 1) and (hi == last or not labelled(hi)):
+            return [(0, hi)]
+    runs: list[tuple[int, int]] = []
+    for a in range(0, last, SCAN_ROWS):
+        ok = np.isfinite(sc.read("labels", a, min(a + SCAN_ROWS, last))).any(axis=1)
+        edges = np.flatnonzero(np.diff(np.r_[False, ok, False].astype(np.int8)))
+        for lo, hi in zip(edges[::2] + a, edges[1::2] + a, strict=True):
+            if runs and runs[-1][1] == lo:
+                runs[-1] = (runs[-1][0], int(hi))
+            else:
+                runs.append((int(lo), int(hi)))
+    return runs
 
 
 class WindowLoader:
@@ -58,7 +108,7 @@ class WindowLoader:
         device: torch.device | str = "cpu",
         resident: bool | None = None,
     ) -> None:
-        """`resident` (default: on any non-CPU device) keeps all windows' data in device memory."""
+        """`resident` (default: on any non-CPU device) keeps the epoch's rows in device memory."""
         if seq_len < 1:
             raise DataError(None, f"seq_len must be >= 1 (got {seq_len})")
         if not sidecars:
@@ -72,70 +122,90 @@ class WindowLoader:
                 raise DataError(sc.path, "feature names or horizons differ from the loader's first file")
         if norm is not None and norm.feature_names != names:
             raise DataError(None, "norm_stats feature_names do not match the sidecars")
-        self._mean, self._std = (None, None) if norm is None else map(torch.from_numpy, norm.arrays())
+        self.device = torch.device(device)
+        on_device = self.device.type != "cpu" if resident is None else resident
+        self.buffer_device = self.device if on_device else torch.device("cpu")
+        self._resident = on_device
 
-        self._views = []
-        anchors = []
-        for sc in self.sidecars:
-            if sc.rows < seq_len:
-                continue
-            views = {
-                name: _windows(getattr(sc, name), seq_len)
-                for name in ("features", "dt", "labels", "outcome_long", "outcome_short")
-            }
-            self._views.append(views)
-            starts = np.flatnonzero(np.isfinite(sc.labels[: sc.rows - seq_len + 1]).any(axis=1))
-            anchors.append(np.stack([np.full(len(starts), len(self._views) - 1), starts], axis=1))
-        if not anchors or sum(len(a) for a in anchors) == 0:
+        ranges = [(i, lo, hi) for i, sc in enumerate(self.sidecars) for lo, hi in valid_ranges(sc, seq_len)]
+        if not ranges:
             raise DataError(
                 self.sidecars[0].path, f"no labelled window of seq_len={seq_len} in {len(self.sidecars)} file(s)"
             )
-        self._file_of_view = [i for i, sc in enumerate(self.sidecars) if sc.rows >= seq_len]
-        self._anchors = np.concatenate(anchors).astype(np.int64)
-        self._order = self._anchors
+        self._ranges = np.array(ranges, dtype=np.int64)  # [R, 3]: file, first start, end of starts
+        self._cum = np.cumsum(self._ranges[:, 2] - self._ranges[:, 1])  # valid starts up to each range's end
+        self.n_windows = min(self.n_max_sequences, int(self._cum[-1]))  # windows one epoch yields
+
+        used = sorted({int(f) for f in self._ranges[:, 0]})
+        rows = np.array([self.sidecars[f].rows for f in used], dtype=np.int64)
+        # an epoch that reads about every row keeps every row, copied once (the layout never changes)
+        self._whole = self.n_windows * seq_len >= rows.sum()
+        capacity = int(rows.sum()) if self._whole else self.n_windows * seq_len
+        dev = self.buffer_device
+        first = self.sidecars[used[0]]
+        self._buf = {name: torch.empty((capacity, *first.meta.arrays[name].shape[1:]), device=dev,
+                                       dtype=getattr(torch, first.meta.arrays[name].dtype)) for name in ARRAYS}
+        # [capacity - K + 1, K, ...] views of the buffer: window i is rows i..i+K-1
+        self._windows = {name: buf.as_strided((capacity - seq_len + 1, seq_len, *buf.shape[1:]),
+                                              (buf.stride(0), *buf.stride())) for name, buf in self._buf.items()}
+        self._first = torch.zeros(self.n_windows, dtype=torch.long, device=dev)  # each window's row in the buffer
+        self._file = torch.zeros(self.n_windows, dtype=torch.long, device=dev)
+        self._start = torch.zeros(self.n_windows, dtype=torch.long, device=dev)
+        self._mean, self._std = (None, None) if norm is None else (torch.from_numpy(a).to(dev) for a in norm.arrays())
+        self._layout: np.ndarray | None = None  # the buffer's (file, lo, hi) row intervals
+        self._at = np.zeros(len(self.sidecars), dtype=np.int64)  # whole files: each file's first buffer row
+        if self._whole:
+            layout = np.stack([np.array(used), np.zeros_like(rows), rows], axis=1)
+            self._at[used] = np.r_[0, np.cumsum(rows)[:-1]]
+            self._fill(layout, self._at[used])
+            self._layout = layout
         self._cursor = 0
-        self.device = torch.device(device)
-        self._resident: dict[str, torch.Tensor] | None = None
-        self._order_device: torch.Tensor | None = None  # resident: this epoch's windows, on the device
-        self._global_device: torch.Tensor | None = None
-        if self.device.type != "cpu" if resident is None else resident:
-            self._make_resident()
         self.reset(seed)
 
-    def _make_resident(self) -> None:
-        """Copy every used file's arrays to the device once, concatenated; windows become index arithmetic."""
-        used = [self.sidecars[i] for i in self._file_of_view]
-        names = ("features", "dt", "labels", "outcome_long", "outcome_short")
-        self._resident = {
-            name: torch.cat([torch.from_numpy(np.array(getattr(sc, name))) for sc in used]).to(self.device)
-            for name in names
-        }
-        self._offsets = np.cumsum([0] + [sc.rows for sc in used[:-1]]).astype(np.int64)
-        self._steps = torch.arange(self.seq_len, device=self.device)
-        self._file_of_view_device = torch.as_tensor(self._file_of_view, device=self.device)
-        if self._mean is not None:
-            self._mean, self._std = self._mean.to(self.device), self._std.to(self.device)
-
-    @property
-    def n_windows(self) -> int:
-        """Windows one epoch yields: min(n_max_sequences, labelled windows available)."""
-        return min(self.n_max_sequences, len(self._anchors))
+    def draw(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(file, start) of this seed's `n_windows` windows, in the epoch's order."""
+        rank = np.random.default_rng(seed).choice(int(self._cum[-1]), size=self.n_windows, replace=False)
+        r = np.searchsorted(self._cum, rank, side="right")
+        start = self._ranges[r, 1] + rank - (self._cum[r] - (self._ranges[r, 2] - self._ranges[r, 1]))
+        return self._ranges[r, 0], start
 
     def reset(self, seed: int) -> None:
-        """Reshuffle anchors for a new epoch (no disk IO) and rewind."""
-        rng = np.random.default_rng(seed)
-        pick = rng.permutation(len(self._anchors))[: self.n_windows]
-        self._order = self._anchors[pick]
+        """Draw the epoch's windows, copy their rows into the buffer (in place) and rewind."""
+        files, starts = self.draw(seed)
+        first = self._at[files] + starts if self._whole else self._pack(files, starts)
+        for dst, src in ((self._first, first), (self._file, files), (self._start, starts)):
+            dst.copy_(torch.from_numpy(np.ascontiguousarray(src)))
         self._cursor = 0
-        if self._resident is not None:  # in place: a captured CUDA graph keeps reading these buffers (`batch_at`)
-            order = torch.from_numpy(self._order)
-            first_rows = torch.from_numpy(self._offsets[self._order[:, 0]] + self._order[:, 1])
-            if self._order_device is None:
-                self._order_device = order.to(self.device)
-                self._global_device = first_rows.to(self.device)
-            else:
-                self._order_device.copy_(order)
-                self._global_device.copy_(first_rows)
+
+    def _pack(self, files: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Lay the windows' rows out in the buffer (refilled when the layout changed); each window's first row."""
+        order = np.lexsort((starts, files))
+        f, s = files[order], starts[order]
+        # union of [s, s + K) per file: a new interval where a window starts after the previous one's end
+        new = np.r_[True, (f[1:] != f[:-1]) | (s[1:] > s[:-1] + self.seq_len)]
+        group = np.cumsum(new) - 1
+        lo = s[new]
+        hi = np.maximum.reduceat(s, np.flatnonzero(new)) + self.seq_len
+        at = np.r_[0, np.cumsum(hi - lo)[:-1]]  # each interval's first row in the buffer
+        first = np.empty(len(s), dtype=np.int64)
+        first[order] = at[group] + s - lo[group]
+        layout = np.stack([f[new], lo, hi], axis=1)
+        if self._layout is None or not np.array_equal(layout, self._layout):
+            self._fill(layout, at)
+            self._layout = layout
+        return first
+
+    def _fill(self, layout: np.ndarray, at: np.ndarray) -> None:
+        """Copy the rows of each (file, lo, hi) interval to the buffer at `at`, in blocks of STAGE_ROWS rows."""
+        for file in np.unique(layout[:, 0]):
+            mine = np.flatnonzero(layout[:, 0] == file)
+            lengths = layout[mine, 2] - layout[mine, 1]
+            rows = np.repeat(layout[mine, 1] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
+            dst = int(at[mine[0]])  # one file's intervals are consecutive in the buffer
+            for name in ARRAYS:
+                for b in range(0, len(rows), STAGE_ROWS):
+                    block = take_rows(self.sidecars[file], name, rows[b : b + STAGE_ROWS])
+                    self._buf[name][dst + b : dst + b + len(block)].copy_(torch.from_numpy(block))
 
     def yielded(self) -> int:
         return self._cursor
@@ -144,12 +214,9 @@ class WindowLoader:
         remaining = self.n_windows - self._cursor
         if remaining <= 0 or (drop_last and remaining < batch_size):
             return None
-        take = self._order[self._cursor : self._cursor + batch_size]
-        if self._resident is not None:
-            batch = self._gather_resident(slice(self._cursor, self._cursor + len(take)))
-        else:
-            batch = self._gather(take)
-        self._cursor += len(take)
+        take = min(batch_size, remaining)
+        batch = self._gather(slice(self._cursor, self._cursor + take))
+        self._cursor += take
         return batch
 
     def next_sequence(self) -> WindowBatch | None:
@@ -160,43 +227,58 @@ class WindowLoader:
             yield batch
 
     def batch_at(self, positions: torch.Tensor) -> WindowBatch:
-        """The windows at these positions of the epoch's order, computed on the device from device tensors only
-        (resident loaders): a CUDA graph can capture it, with `positions` advanced inside the graph."""
-        if self._resident is None:
+        """The windows at these positions of the epoch's order (each in [0, n_windows)), computed on the device
+        from device tensors only (resident loaders): a CUDA graph can capture it, with `positions` advanced inside
+        the graph (`EpochCursor`, which keeps them in range)."""
+        if not self._resident:
             raise ValueError("batch_at needs a resident loader")
-        return self._gather_resident(positions)
+        return self._gather(positions)
 
-    def _gather_resident(self, rows: slice | torch.Tensor) -> WindowBatch:
-        idx = self._global_device[rows, None] + self._steps  # [B, K] rows of the concatenated arrays
-        r = self._resident
-        x = r["features"][idx]
+    def _gather(self, rows: slice | torch.Tensor) -> WindowBatch:
+        first = self._first[rows]  # each window is K consecutive rows of the buffer: copied whole
+        out = {name: windows.index_select(0, first) for name, windows in self._windows.items()}
         if self._mean is not None:
-            x = (x - self._mean) / self._std
-        order = self._order_device[rows]
-        files = self._file_of_view_device[order[:, 0]]
-        return WindowBatch(x=x, dt=r["dt"][idx], labels=r["labels"][idx], outcome_long=r["outcome_long"][idx],
-                           outcome_short=r["outcome_short"][idx], file_index=files, start=order[:, 1])
+            out["features"] = (out["features"] - self._mean) / self._std
+        return WindowBatch(x=out["features"], dt=out["dt"], labels=out["labels"], outcome_long=out["outcome_long"],
+                           outcome_short=out["outcome_short"], file_index=self._file[rows], start=self._start[rows])
 
-    def _gather(self, take: np.ndarray) -> WindowBatch:
-        first = self._views[0]
-        out = {
-            name: np.empty((len(take), *view.shape[1:]), dtype=view.dtype) for name, view in first.items()
-        }
-        for v in np.unique(take[:, 0]):
-            rows = np.flatnonzero(take[:, 0] == v)
-            starts = take[rows, 1]
-            for name, view in self._views[v].items():
-                out[name][rows] = view[starts]
-        x = torch.from_numpy(out["features"])
-        if self._mean is not None:
-            x.sub_(self._mean).div_(self._std)
-        files = np.asarray(self._file_of_view, dtype=np.int64)[take[:, 0]]
-        return WindowBatch(
-            x=x,
-            dt=torch.from_numpy(out["dt"]),
-            labels=torch.from_numpy(out["labels"]),
-            outcome_long=torch.from_numpy(out["outcome_long"]),
-            outcome_short=torch.from_numpy(out["outcome_short"]),
-            file_index=torch.from_numpy(files),
-            start=torch.from_numpy(take[:, 1].copy()),
-        )
+
+class EpochOverrun(RuntimeError):
+    """A captured step asked for a batch past the end of the epoch's windows."""
+
+
+class EpochCursor:
+    """Where a captured training step reads its batch: a device cursor into the loader's epoch order that the
+    step (a CUDA graph) advances by one batch per replay. Its positions are clamped on the device to the epoch's
+    last window, so no replay can index past the buffers (a device-side assert would kill the CUDA context);
+    and the host counts the batches handed out and refuses one past the epoch's whole batches with an
+    `EpochOverrun` naming it (`claim`, before each replay), so the clamp never silently repeats a window."""
+
+    def __init__(self, loader: WindowLoader, batch_size: int) -> None:
+        self.loader, self.batch_size = loader, batch_size
+        self.batches_per_epoch = loader.n_windows // batch_size
+        dev = loader.buffer_device
+        self.cursor = torch.zeros((), dtype=torch.long, device=dev)
+        self.offsets = torch.arange(batch_size, device=dev)
+        self.taken = 0
+
+    def rewind(self) -> None:
+        """At each epoch's start, after the loader's `reset`."""
+        self.cursor.zero_()
+        self.taken = 0
+
+    def claim(self) -> None:
+        if self.taken >= self.batches_per_epoch:
+            raise EpochOverrun(
+                f"batch {self.taken + 1} asked of an epoch of {self.batches_per_epoch} batches of {self.batch_size} "
+                f"({self.loader.n_windows} windows): rewind the cursor after the loader's reset")
+        self.taken += 1
+
+    def positions(self) -> torch.Tensor:
+        """This batch's positions in the epoch order (device ops only: capturable), advancing the cursor."""
+        pos = (self.cursor + self.offsets).clamp_(max=self.loader.n_windows - 1)
+        self.cursor.add_(self.batch_size)
+        return pos
+
+    def next_batch(self) -> WindowBatch:
+        return self.loader.batch_at(self.positions())
