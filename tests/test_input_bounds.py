@@ -62,7 +62,7 @@ def run_alpha(*argv: str, memory_limit: int | None = None) -> subprocess.Complet
 
 
 def one_line(done: subprocess.CompletedProcess, path: Path, *needles: str, code: int = 2) -> None:
-    """One line on stderr naming `path` and every needle, exit `code` (`alpha inspect` exits 1 for a bad file)."""
+    """One line on stderr naming `path` and every needle, exit `code` (2: bad input)."""
     assert done.returncode == code, (done.returncode, done.stderr[-3000:])
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -88,7 +88,7 @@ def test_a_huge_metadata_length_is_refused_before_anything_is_read(tmp_path, pac
             fh.write(head)
             fh.truncate(8 + (1 << 32))
     needles = ("metadata length is 4,294,967,280 bytes", "ALPHA_MAX_METADATA_BYTES")
-    one_line(run_alpha("inspect", str(bomb), memory_limit=2 << 30), bomb, *needles, code=1)
+    one_line(run_alpha("inspect", str(bomb), memory_limit=2 << 30), bomb, *needles)
     cache = tmp_path / "pd"
     one_line(run_alpha("predecode", "--data-dir", str(tmp_path), "--output-dir", str(cache), memory_limit=2 << 30),
              bomb, *needles)
@@ -143,7 +143,7 @@ def test_metadata_counts_that_do_not_fit_are_refused_before_the_decoder(tmp_path
     path = tmp_path / "crafted.dbn"
     path.write_bytes(bytes(data))
     done = run_alpha("inspect", str(path))
-    assert done.returncode == 1 and "alpha inspect:" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "alpha inspect:" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "not a valid DBN file: metadata." in done.stderr, done.stderr
 
 
