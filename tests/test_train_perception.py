@@ -83,6 +83,7 @@ def test_best_checkpoint_reproduces_its_validation_auc(book_dir, tmp_path):
     assert summary.val_auc == summary.best_mean_auc_per_horizon
     model = PerceptionModel(PerceptionConfig(**json.loads((out / "model_config.json").read_text())))
     load_model(model, str(out / "trunk_best_h1000.safetensors"))
+    load_model(fresh.model, str(out / summary.best_h1000_ckpt_path))  # the same checkpoint (its epoch may differ)
     x, dt = torch.randn(2, 8, model.cfg.n_features), torch.rand(2, 8)
     torch.testing.assert_close(model(x, dt)["logits"], fresh.model.cpu()(x, dt)["logits"])
 
@@ -186,3 +187,31 @@ def test_aux_stop_gradient_lifts_on_a_constant_signal():
     assert (model.aux_huber_ema < 0.1).all() and (parts["aux_acc"] == 1.0).all() and (model.aux_acc_ema > 0.99).all()
     assert lifted_at is not None and lifted_at < 200, "the stop-gradient lift fires within the first 200 steps"
     assert any(not torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
+
+
+def test_the_time_scale_is_np_median_of_the_training_spacing_streamed(tiny_sidecars):
+    """`median_spacing` reads dt in blocks and gives the number the whole-array `np.median` gave, to the bit:
+    odd and even counts, ties, non-positive spacing left out, and no spacing at all."""
+    from alpha_core.data.sidecar import ARRAYS, Sidecar
+    from alpha_core.train.perception import median_spacing
+
+    def whole(files):
+        spacing = np.concatenate([np.asarray(sc.dt[1:]) for sc in files])
+        return float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
+
+    def with_dt(sc, dt):
+        arrays = {k: np.asarray(getattr(sc, k))[: len(dt)] for k in ARRAYS}
+        return Sidecar(sc.path, sc.meta.model_copy(update={"rows": len(dt)}), **{**arrays, "dt": dt})
+
+    books = tiny_sidecars["book"][:3]
+    for files in (books, books[:1], books[1:]):
+        assert median_spacing(files) == whole(files)
+        assert median_spacing(files, block=1000) == whole(files)
+    sc = books[0]
+    rng = np.random.default_rng(0)
+    for dt in (np.array([0, 3, 1, 2], np.float32), np.array([0, 3, 1, 2, 7], np.float32),
+               np.array([5, 0, -1, 0, np.nan], np.float32), rng.choice([0.25, 0.5, 1e-9, 3e4, -2], 999).astype(np.float32),
+               rng.exponential(0.05, 4001).astype(np.float32)):
+        assert median_spacing([with_dt(sc, dt)]) == whole([with_dt(sc, dt)])
+    two = [with_dt(sc, np.array([9, 1, 2], np.float32)), with_dt(sc, np.array([9, 4], np.float32))]
+    assert median_spacing(two) == whole(two) == 2.0  # each file's first row left out

@@ -36,7 +36,7 @@ from alpha_core.bounds import (
 )
 from alpha_core.data.dbn import MBP10
 from alpha_core.data.folds import plan_folds
-from alpha_core.data.loader import WindowLoader
+from alpha_core.data.loader import EpochCursor, WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import file_ref, predecode
 from alpha_core.data.sidecar import LabelConfig
@@ -246,8 +246,7 @@ class PerceptionTrainer:
         # a tensor, like the model's time scale: one compiled graph for every product
         self.tick_size = torch.tensor(self.train_files[0].meta.tick_size, device=self.device)
         self.norm = fit_norm_stats(self.train_files)
-        spacing = np.concatenate([np.asarray(sc.dt[1:]) for sc in self.train_files])
-        self.time_scale = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
+        self.time_scale = median_spacing(self.train_files)
         self.train_loader = WindowLoader(self.train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, self.norm,
                                          device=self.device)
         self.val_loader = WindowLoader(self.val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + VAL_SEED_OFFSET,
@@ -516,11 +515,42 @@ class PerceptionTrainer:
         print(f"resumed after epoch {self.trackers.epochs_completed - 1} from {self.out}", flush=True)
 
 
+def median_spacing(files, block: int = 1 << 20) -> float:
+    """The median positive `dt` after each file's first row (1.0 when there is none), exactly as `np.median` of
+    their concatenation gives it, in O(block) memory: positive float32 values order as their bit patterns, so two
+    passes of 65,536-bin histograms (the high 16 bits, then the low 16 bits inside the bins holding the middle
+    ranks) find the two middle values, which `np.median` averages."""
+
+    def values():
+        for sc in files:
+            for a in range(1, sc.rows, block):
+                v = sc.read("dt", a, min(a + block, sc.rows))
+                yield v[v > 0].view(np.uint32)
+
+    high = np.zeros(1 << 16, dtype=np.int64)
+    for bits in values():
+        high += np.bincount(bits >> 16, minlength=1 << 16)
+    n = int(high.sum())
+    if n == 0:
+        return 1.0
+    ranks = ((n - 1) // 2, n // 2)  # the middle order statistics (one when n is odd)
+    below = np.cumsum(high) - high  # values in lower bins
+    bins = [int(np.searchsorted(np.cumsum(high), r, side="right")) for r in ranks]
+    low = {b: np.zeros(1 << 16, dtype=np.int64) for b in set(bins)}
+    for bits in values():
+        for b, hist in low.items():
+            hist += np.bincount(bits[(bits >> 16) == b] & 0xFFFF, minlength=1 << 16)
+    middle = [np.uint32((b << 16) | int(np.searchsorted(np.cumsum(low[b]), r - below[b], side="right")))
+              for r, b in zip(ranks, bins, strict=True)]
+    return float(np.median(np.array(middle, dtype=np.uint32).view(np.float32)))
+
+
 class CapturedStep:
     """The whole training step in one CUDA graph, its batch included: the graph gathers the windows at a device
-    cursor into the epoch's order (`WindowLoader.batch_at`), advances the cursor, reads the LR from a device
-    table and steps the capturable AdamW. A replay then needs nothing from the host, which at batch 1 would
-    otherwise take longer to feed the step than the GPU takes to run it.
+    cursor into the epoch's order (`EpochCursor`: `WindowLoader.batch_at` at positions clamped to the epoch),
+    advances the cursor, reads the LR from a device table and steps the capturable AdamW. A replay then needs
+    nothing from the host, which at batch 1 would otherwise take longer to feed the step than the GPU takes to
+    run it; the host only counts the steps, and a step past the epoch's windows is an `EpochOverrun`.
 
     The first `WARMUP_STEPS` steps run eagerly on a side stream (they are real steps and initialise the
     optimiser state); the next call captures the step, and every later one replays it.
@@ -534,15 +564,14 @@ class CapturedStep:
         names = [g["name"] for g in trainer.optimizer.param_groups]
         table = [[lrs[name] for name in names] for lrs in map(trainer.lrs_at, range(trainer.total_steps + 1))]
         self.lr_table = torch.tensor(table, device=device)
-        self.cursor = torch.zeros((), dtype=torch.long, device=device)  # the epoch's next window
-        self.offsets = torch.arange(batch, device=device)
+        self.epoch = EpochCursor(trainer.train_loader, batch)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
         self.calls = 0
 
     def start_epoch(self) -> None:
-        """Rewind the cursor, after the loader reshuffled its order in place."""
-        self.cursor.zero_()
+        """Rewind the cursor, after the loader drew the epoch's windows into its buffers (in place)."""
+        self.epoch.rewind()
 
     def _body(self):
         tr = self.trainer
@@ -550,11 +579,11 @@ class CapturedStep:
         row = self.lr_table.index_select(0, step).squeeze(0)  # plain `table[step]` would sync on the host
         for i, group in enumerate(tr.optimizer.param_groups):
             group["lr"].copy_(row[i])
-        batch = tr.train_loader.batch_at(self.cursor + self.offsets)
-        self.cursor.add_(len(self.offsets))
+        batch = self.epoch.next_batch()
         return tr.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
 
     def __call__(self):
+        self.epoch.claim()  # on the host, before anything runs: past the epoch's windows is an error, not a replay
         self.calls += 1
         if self.graph is not None:
             self.graph.replay()
