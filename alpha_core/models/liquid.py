@@ -5,10 +5,11 @@ steps per bar, softplus-constrained parameters) -> Linear(units, H). Bars are re
 minute), so no timespans are passed: ncps's batched timespans are broken (see notes/models.md), and the
 flagship's irregular-time CfC is in-house for that reason. The recurrence is causal.
 
-On CUDA the cell's ODE solver is torch.compile'd on first use: ncps steps it `ode_unfolds` times per bar in
-about a dozen small ops each, so an eager batch is some 10,000 launches (about 6% GPU use on an H200, the
-ensemble's longest GPU job in bench/bench_ensemble.py); compiled, each unfold is a few fused kernels. The
-parameters and the math are ncps's either way; CPU runs stay eager.
+On CUDA the recurrence runs as the fused Triton kernels of `ltc_triton.py` (one launch per direction for all bars
+and unfolds), with ncps's parameters and math: ncps steps the ODE `ode_unfolds` times per bar in about a dozen
+small ops each, so an eager batch was some 10,000 launches (about 6% GPU use on an H200) and compiling the solver
+cost 49 s per fold. CPU runs are ncps's own code. Inference batches are cut so that the sensory synapses' [B, L,
+F, U] activations stay under `SENSORY_ELEMENTS`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 from alpha_core.bounds import Count, Dim
+
+SENSORY_ELEMENTS = 2**27  # per inference chunk on CUDA: 512 MiB of fp32 activations
 
 
 class LiquidConfig(BaseModel):
@@ -39,13 +42,18 @@ class LiquidModel(nn.Module):
         self.heads = nn.Linear(cfg.units, len(cfg.horizons))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.is_cuda:
-            self._compile_solver()
-        states, _ = self.ltc(x)
-        return self.heads(states)
-
-    def _compile_solver(self) -> None:
-        """Compile this model's ODE solver once (an instance attribute: the state dict does not change)."""
+        if not x.is_cuda:
+            states, _ = self.ltc(x)
+            return self.heads(states)
         cell = self.ltc.rnn_cell
-        if "_ode_solver" not in vars(cell):
-            cell._ode_solver = torch.compile(cell._ode_solver)
+        rows = max(1, SENSORY_ELEMENTS // max(1, x.shape[1] * x.shape[2] * cell.state_size))
+        if torch.is_grad_enabled() or x.shape[0] <= rows:
+            return self._fused(x)
+        return torch.cat([self._fused(part) for part in x.split(rows)])
+
+    def _fused(self, x: Tensor) -> Tensor:
+        from alpha_core.models.ltc_triton import ltc_states
+
+        cell = self.ltc.rnn_cell
+        states = ltc_states(cell, x)[..., : cell.motor_size]  # ncps's output mapping, per bar
+        return self.heads(states * cell._params["output_w"] + cell._params["output_b"])
