@@ -36,7 +36,7 @@ from alpha_core.models import registry
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
-GATE_TAG = "alpha/gate"  # on a run whose checkpoint missed its gate: the reason, shown in Dagster's runs list
+GATE_TAG = "alpha/gate"  # `alpha/gate/<model>` on a run whose checkpoint missed its gate: the reason, in the runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
 
@@ -286,7 +286,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         # materialized whenever a materialization was recorded, whatever its checks said). The check is
         # recorded first, so the report lists the fold as "gate failed" with this reason.
         yield check
-        context.instance.add_run_tags(context.run.run_id, {GATE_TAG: f"missed: {gate.reason}"[:200]})
+        context.instance.add_run_tags(context.run.run_id, {f"{GATE_TAG}/{name}": f"missed: {gate.reason}"[:200]})
         raise dg.Failure(description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
                          metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
                          allow_retries=False)
@@ -343,8 +343,10 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
     deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
           for m in MODELS],
     description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate). "
-                "The page leads with the headline table (Sharpe, 95% CI, DSR, drawdown, PnL per model) and the equity "
-                "and drawdown by session; the full table, the checkpoints used and the exclusions follow.",
+                "`headline`: per model and ensemble, the sessions, Sharpe, 95% CI, DSR, max drawdown and PnL (ticks, "
+                "net of cost); `equity`: equity and drawdown by session; `results`: every metric; `excluded`: each "
+                "model x fold left out, with its reason; `used`: the checkpoints evaluated; `sharpe` and `dsr`: the "
+                "equal-weight ensemble's, one series per symbol.",
     check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, partitions_def=symbol_partitions,
                                  description=(
         "Every requested model x fold is in the report or under Excluded with its reason (never materialized, gate "
@@ -389,11 +391,13 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
     equal = sym.ensembles.get("equal_weight")
     figure = out / f"{symbol}_equity_drawdown.png"
     return dg.MaterializeResult(metadata=clean({
-        "headline": metadata.table(headline(sym)),
-        "equity_and_drawdown": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
+        # keys of at most 8 characters: Dagster sizes its key column to the longest, and the headline beside it
+        # must fit at 1,600 px
+        "headline": dg.MetadataValue.md(headline(sym)),
+        "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
         if figure.is_file() else None,
-        metadata.series("ensemble_sharpe", symbol): equal.oos.sharpe if equal else None,
-        metadata.series("ensemble_dsr", symbol): equal.oos.dsr if equal else None,
+        metadata.series("sharpe", symbol): equal.oos.sharpe if equal else None,  # the equal-weight ensemble's
+        metadata.series("dsr", symbol): equal.oos.dsr if equal else None,
         "results": metadata.table([{"row": name, "sessions": r.oos.n_sessions, "sharpe": r.oos.sharpe,
                                     "sharpe_se": r.oos.sharpe_se, "ci_low": r.oos.sharpe_ci_low,
                                     "ci_high": r.oos.sharpe_ci_high, "psr": r.oos.psr, "dsr": r.oos.dsr,
@@ -401,11 +405,11 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
                                     "turnover": r.oos.turnover, "total_pnl": r.oos.total_pnl}
                                    for name, r in rows.items()]),
         "excluded": metadata.table([e.model_dump() for e in report.excluded]),
-        "checkpoints": metadata.table(used),
-        "fold_sharpe": metadata.inline_png(out / f"{symbol}_fold_sharpe.png", f"{symbol}: Sharpe per fold"),
+        "used": metadata.table(used),  # the checkpoints this report evaluated
+        "by_fold": metadata.inline_png(out / f"{symbol}_fold_sharpe.png", f"{symbol}: Sharpe per fold"),
         "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
-        "tensorboard": dg.MetadataValue.md(f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint "
-                                           "in this report"),
+        "curves": dg.MetadataValue.md(f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint "
+                                      "in this report"),
         "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
         "run_id": context.run.run_id,
     }), check_results=[dg.AssetCheckResult(
@@ -450,8 +454,8 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
     for symbol in symbol_partitions.get_partition_keys():
         meta = latest_metadata(context, dg.AssetKey("ensemble_report"), symbol)
         if meta:
-            symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": meta.get(metadata.series("ensemble_sharpe", symbol),
-                                                                                    meta.get("ensemble_sharpe"))}
+            sharpe = meta.get(metadata.series("sharpe", symbol), meta.get("ensemble_sharpe"))  # (before: unkeyed)
+            symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": sharpe}
     gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
     compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
     cpu_hours = compute_hours - gpu_hours

@@ -136,16 +136,25 @@ def _uncertainty(m: Metrics) -> list[str]:
             costs, str(m.dsr_n_trials), _fmt(m.dsr_variance), _fmt(m.psr), _fmt(m.dsr), _fmt(m.dsr_null)]
 
 
-HEADLINE = ("model", "sessions", "sharpe", "95% CI", "dsr", "max_drawdown", "pnl")
+HEADLINE = ("model", "sessions", "Sharpe", "95% CI", "DSR", "max DD", "PnL")
 
 
-def headline(sym: SymbolReport) -> list[dict]:
-    """The numbers that decide, one row per model and ensemble (out of sample): sessions behind the Sharpe, its
-    95% interval, the DSR, the worst drawdown and the PnL (ticks, net of cost). Seven columns fit one screen."""
-    rows = [*sym.models.items(), *((f"ensemble: {k}", v) for k, v in sym.ensembles.items())]
-    return [dict(zip(HEADLINE, (name, r.oos.n_sessions, r.oos.sharpe,
-                                f"[{_fmt(r.oos.sharpe_ci_low)}, {_fmt(r.oos.sharpe_ci_high)}]", r.oos.dsr,
-                                r.oos.max_drawdown, r.oos.total_pnl), strict=True)) for name, r in rows]
+def headline(sym: SymbolReport) -> str:
+    """The numbers that decide, as a Markdown table: one row per model and ensemble (in bold), out of sample: the
+    sessions behind the Sharpe, its 95% interval, the DSR, the maximum drawdown and the PnL (ticks, net of cost).
+    Short enough to fit beside Dagster's sidebars at 1,600 px, and under 1,000 characters, which Dagster shows
+    inline."""
+
+    def num(value: float | None, digits: int) -> str:
+        return "n/a" if value is None else f"{value:,.{digits}f}"
+
+    rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
+    lines = ["| " + " | ".join(HEADLINE) + " |", "|---|" + "---:|" * (len(HEADLINE) - 1)]
+    for name, r in rows:
+        m = r.oos
+        lines.append(f"| {name} | {m.n_sessions} | {num(m.sharpe, 2)} | [{num(m.sharpe_ci_low, 2)},"
+                     f"{num(m.sharpe_ci_high, 2)}] | {num(m.dsr, 2)} | {num(m.max_drawdown, 0)} | {num(m.total_pnl, 0)} |")
+    return "\n".join(lines)
 
 
 def markdown(report: EnsembleReport) -> str:
@@ -159,13 +168,7 @@ def markdown(report: EnsembleReport) -> str:
         rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
         costs = "Sharpe @ " + "/".join(next(iter(rows))[1].oos.sharpe_by_cost) + " ticks" if rows else "Sharpe @ cost"
         head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr", "dsr@null"]
-        lines += [f"## {symbol}", "", "| " + " | ".join(HEADLINE) + " |", "|---|" + "---:|" * (len(HEADLINE) - 1)]
-        for row in headline(sym):
-            name = row["model"]
-            name = f"**{name.removeprefix('ensemble: ')}**" if name.startswith("ensemble: ") else name
-            lines.append(f"| {name} | " + " | ".join(v if isinstance(v, str) else _fmt(v) for k, v in row.items()
-                                                      if k != "model") + " |")
-        lines += ["", "### All metrics", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
+        lines += [f"## {symbol}", "", headline(sym), "", "### All metrics", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
                   "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS))]
         for name, result in rows:
             lines.append(f"| {name} | " + " | ".join(_uncertainty(result.oos) + [
