@@ -452,7 +452,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trial-epochs", type=int, help="epochs per hyperopt trial, every searchable model "
                                                     "(seed: 10 for RL, the search's default for supervised)")
     p.add_argument("--folds", help="folds to run, e.g. 0 (default: all); the others are projected from them")
-    p.add_argument("--n-folds", type=int, default=repo_default("alpha_assets/partitions.py", "N_FOLDS"),
+    p.add_argument("--n-folds", type=int, default=repo_default("alpha_core/data/folds.py", "N_FOLDS"),
                    help="walk-forward folds (default: the pipeline's N_FOLDS)")
     p.add_argument("--cv-train-window", type=int, default=0, help="files per training window (0: the plan's default)")
     p.add_argument("--allow-untested-folds", action="store_true", help="let a fold have no test file (few files)")
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             "trials": HyperoptConfig.model_fields["trials"].default,  # the spec's HYPEROPT_TRIALS
             "trial_epochs": {"rl": 10,  # the spec's `hyperopt_baseline_rl --epochs 10`
                              "supervised": HyperoptConfig.model_fields["epochs"].default},
-            "folds": repo_default("alpha_assets/partitions.py", "N_FOLDS")}
+            "folds": repo_default("alpha_core/data/folds.py", "N_FOLDS")}
     run = {"epochs": args.epochs or seed["epochs"], "flagship_epochs": args.flagship_epochs or seed["flagship_epochs"],
            "trials": args.trials or seed["trials"],
            "trial_epochs": {k: args.trial_epochs or v for k, v in seed["trial_epochs"].items()}}

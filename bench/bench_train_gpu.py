@@ -5,7 +5,10 @@
 For each mode (batch size x precision x eager/CUDA graph x compile x fused or torch CfC scan) it builds
 the real `PerceptionTrainer` (K=64, default widths), runs warm-up steps (the graph is captured there), then
 times `--steps` training steps, each including the device-resident loader's gather, with CUDA events, and
-reports sequences/s, the time to the first step (compile and capture included) and peak GPU memory. It also
+reports sequences/s, the time to the first step (compile and capture included) and peak GPU memory. The run is
+sized to the data: the timed steps go on into new epochs (the loader reshuffled, the captured step's cursor
+rewound) once an epoch's full batches are used, as `train_epoch` does, so no step reads past the epoch's windows
+(at B=4096 over 100 steps the captured cursor once ran past them: a device-side index assert). It also
 times forward-only inference at batch 4096, and optionally (`--auc-parity`) trains fp32 and bf16 side by side to
 compare validation AUC.
 Run one mode per process: a failed capture poisons the CUDA state of the process.
@@ -37,6 +40,9 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     trainer = PerceptionTrainer(cfg)
     trainer.model.train()
     loader = trainer.train_loader
+    per_epoch = loader.n_windows // batch  # full batches the data holds: the steps are sized to it
+    if per_epoch < 1:
+        raise ValueError(f"the training files hold {loader.n_windows} windows, fewer than one batch of {batch}")
     epoch = 0
 
     def next_batch():  # eager steps: the device-resident loader's gather is part of every timed step
@@ -48,10 +54,18 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
             b = loader.next_batch(batch, drop_last=True)
         return b
 
-    if graph:  # the captured step gathers its own batch (one epoch holds every timed step)
+    if graph:  # the captured step gathers its own batch; a new epoch starts before its cursor passes the data
         trainer.graph.start_epoch()
+        in_epoch = 0
 
         def run(_):
+            nonlocal epoch, in_epoch
+            if in_epoch == per_epoch:
+                epoch += 1
+                loader.reset(epoch)
+                trainer.graph.start_epoch()
+                in_epoch = 0
+            in_epoch += 1
             return trainer.graph()
 
         def next_batch():
@@ -75,7 +89,8 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     ms = start.elapsed_time(end) / n
     prof = profile_steps(run, next_batch, args.profile) if args.profile else None
     return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "fused_scan": fused,
-            "profile": prof, "steps": n, "ms_per_step": ms,
+            "profile": prof, "steps": n, "ms_per_step": ms, "windows": loader.n_windows, "steps_per_epoch": per_epoch,
+            "epochs_spanned": epoch + 1,
             "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
             "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "final_loss": float(loss)}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device machine (carry .whl and gpu from bench/prepare_gpu_carry.sh): one process per mode, since a
+# On the device machine (carry .whl from bench/prepare_gpu_carry.sh; the data is generated there): one process per mode, since a
 # failed CUDA-graph capture poisons the process. Results land in $OUT (or bench/out). Example modes:
 #   1:fp32:1:c 4096:bf16:1:c 4096:fp32:1
 set -uo pipefail
