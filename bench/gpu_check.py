@@ -39,6 +39,10 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
     return [
         ("cuda_tests", 240, [PY, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *cuda_files],
          {"ALPHA_GPU_TEST_DATA": "gpu"}),
+        ("ensemble_fold", 200, [*ensemble, "--jobs", ",".join(f"train/{m}/0" for m in SUPERVISED), "--work-dir",
+                                "/tmp/gpu_check_ensemble", "--out", str(raw / "ensemble_fold.json")], {}),
+        ("dqn_fold", 150, [*ensemble, "--jobs", "train/dqn/0", "--work-dir", "/tmp/gpu_check_dqn", "--out",
+                           str(raw / "dqn_fold.json")], {}),
         ("b1_fp32", 110, [*train, "--modes", "1:fp32:1:c", "--steps", "1000", "--out", str(raw / "b1_fp32.json")], {}),
         ("b4096_bf16", 120, [*train, "--modes", "4096:bf16:1:c", "--steps", "100", "--out", str(raw / "b4096_bf16.json")],
          {}),
@@ -47,17 +51,13 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
         ("fold_cold", 110, [PY, "bench/fold_timeline.py", "--data-dir", f"{DATA}/mbp-10", "--predecoded-dir", PD,
                             "--out", str(raw / "fold_cold.json"), "--work-dir", "/tmp/gpu_check_fold"],
          {"TORCHINDUCTOR_CACHE_DIR": str(cold / "inductor"), "TRITON_CACHE_DIR": str(cold / "triton")}),
-        ("ensemble_fold", 200, [*ensemble, "--jobs", ",".join(f"train/{m}/0" for m in SUPERVISED), "--work-dir",
-                                "/tmp/gpu_check_ensemble", "--out", str(raw / "ensemble_fold.json")], {}),
-        ("dqn_fold", 150, [*ensemble, "--jobs", "train/dqn/0", "--work-dir", "/tmp/gpu_check_dqn", "--out",
-                           str(raw / "dqn_fold.json")], {}),
         # a diagnostic, not a target (--stages): one DQN epoch and its parts at 16, 4 and 1 torch threads
         ("dqn_threads", 90, [PY, "bench/bench_dqn.py", "--data-dir", DATA, "--predecoded-dir", PD,
                              "--threads", "16,4,1", "--out", str(raw / "dqn_threads.json")], {}),
     ]
 
 
-DEFAULT_STAGES = "cuda_tests,b1_fp32,b4096_bf16,b4096_fp32,fold_cold,ensemble_fold,dqn_fold"
+DEFAULT_STAGES = "cuda_tests,ensemble_fold,dqn_fold,b1_fp32,b4096_bf16,b4096_fp32,fold_cold"
 
 
 def run_stages(out: Path, deadline: float, chosen: list[str]) -> dict:
