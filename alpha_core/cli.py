@@ -420,7 +420,7 @@ def cmd_predecode(args: argparse.Namespace) -> int:
 
 def add_predecode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, type=Path, help="data root ({SYMBOL}/ folders) or one symbol's folder")
-    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path,
+    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path, metavar="OUTPUT_DIR",
                    help="sidecar cache root ({SYMBOL}/ folders are created on a miss) or one symbol's folder")
     p.add_argument("--symbols", type=_symbols, help="comma-separated, e.g. ES,NQ (default: every symbol folder)")
 
@@ -483,7 +483,8 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
 
 def add_demo_data_options(p: argparse.ArgumentParser) -> None:
     defaults, scales = _source_literals("alpha_core.data.demo", "generate_demo_data", "SCALES")
-    p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, help="data root to write into")
+    p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, metavar="OUTPUT_DIR",
+                   help="data root to write into")
     p.add_argument("--scale", choices=scales, default=defaults["scale"],
                    help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
                         "8 quarters of every session, books around each roll) (default: %(default)s)")
@@ -734,6 +735,8 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The CI trigger as one Dagster asset backfill; the one command that needs Dagster (alpha_assets.run)."""
+    # Dagster's notes on its own beta and preview APIs, raised while the definitions load, are not the user's business
+    warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     from alpha_assets import run
 
     plan = run.plan(args.symbols or [], args.models, args.phase, args.epochs, args.hyperopt_trials,
@@ -779,6 +782,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from alpha_core.cleanup import clean
 
     roots = [Path(p) for p in (args.paths or [os.environ.get("ALPHA_STORAGE_ROOT", "storage")])]
+    for root in args.paths or []:  # a folder named on the command line must exist (the default may not yet)
+        if not Path(root).is_dir():
+            raise DataError(root, "no such folder")
     removed = clean(roots, args.older_than_days * 86_400, dry_run=args.dry_run)
     for r in removed:
         print(f"{'would remove' if args.dry_run else 'removed'} {r.path}: {r.reason}")

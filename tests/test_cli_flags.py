@@ -231,3 +231,40 @@ def test_hyperopt_prints_a_line_per_trial_and_the_best_params_rounded(capsys, ti
     assert best.startswith(f"best validation mean AUC (higher is better): {results['best_score']:.4f} with "
                            f"lr={lr:.3g} d_model=") and best.endswith(f"-> {out} (full precision)"), best  # ... not the line
     assert sorted(p.name for p in (tmp_path / "pd").iterdir()) == ["ES.FUT"]  # the cache root got the symbol's folder
+
+
+# --- exit codes: 0 done, 1 the work failed, 2 bad input or usage ---------------------------------------------------
+
+BAD_INPUT = {
+    "inspect": ["inspect", "{tmp}/none.dbn.zst"],
+    "predecode": ["predecode", "--data-dir", "{tmp}/none", "--output-dir", "{tmp}/pd"],
+    "folds": ["folds", "--data-dir", "{tmp}/none"],
+    "demo-data": ["demo-data", "--output-dir", "{tmp}/d", "--quarters", "many"],
+    "train": ["train", "--data-dir", "{tmp}/none", "--predecoded-dir", "{tmp}/pd", "--output-dir", "{tmp}/o"],
+    "train-supervised": ["train-supervised", "--model", "nope", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/o"],
+    "train-rl": ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/o", "--epochs", "0"],
+    "hyperopt": ["hyperopt", "--model", "kan", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}/h.json"],
+    "evaluate": ["evaluate", "--models-dir", "{tmp}/none", "--data-dir", "{data}", "--output", "{tmp}/r.json"],
+    "run": ["run", "--symbols", "ES,XX", "--dry-run"],
+    "models": ["models", "--jsn"],
+    "clean": ["clean", "{tmp}/none"],
+}
+
+
+def test_bad_input_exits_2_in_one_line_on_every_command(capsys, tmp_path, tiny_data):
+    assert set(BAD_INPUT) == set(COMMANDS)
+    for command, argv in BAD_INPUT.items():
+        code = main([a.format(tmp=tmp_path, data=tiny_data) for a in argv])
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if not line.startswith("usage: ")]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"alpha {command}: error: "), (command, err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_work_that_fails_exits_1(capsys, tmp_path, tiny_data):
+    """Nothing evaluable (an unfinished checkpoint): the report lists it and the command fails."""
+    (tmp_path / "models" / "tft" / "ES.FUT" / "fold-0").mkdir(parents=True)
+    code = main(["evaluate", "--models-dir", str(tmp_path / "models"), "--data-dir", str(tiny_data / "ES.FUT"),
+                 "--output", str(tmp_path / "e" / "r.json"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1 and "alpha evaluate: error: nothing could be evaluated (1 checkpoint(s) excluded" in err, err
