@@ -46,6 +46,19 @@ def test_help_models_and_usage_errors_import_no_torch_or_dagster():
         "train-supervised --model tft --data-dir d --output-dir o --bogus 1": 2}
 
 
+def test_the_data_commands_import_no_torch_or_dagster(tiny_data, tmp_path):
+    """inspect, folds and predecode do their work without the training stack."""
+    book = sorted((tiny_data / "ES.FUT" / "mbp-10").iterdir())[0]
+    cases = [["inspect", str(book)], ["folds", "--data-dir", str(tiny_data), "--symbol", "ES", "--cv-n-folds", "2"],
+             ["predecode", "--data-dir", str(tiny_data / "NQ.FUT"), "--output-dir", str(tmp_path / "pd")]]
+    child = CHILD.replace("cases = [", f"cases = [*{cases!r}, ", 1)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert {" ".join(argv): seen[" ".join(argv)] for argv in cases} == {" ".join(argv): [0, []] for argv in cases}
+
+
 def _filled(command: str) -> tuple[list[str], str]:
     """(argv giving every required argument of `command` a valid-looking value, a prefix of one of its options)."""
     parser = build_parser(command).chosen
