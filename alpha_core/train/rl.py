@@ -74,8 +74,11 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
              folds: list[FoldData] | None = None) -> list[RLFoldSummary]:
     """Train every requested fold, each as attempt `attempt_id` (`retry`: the orchestrator's retry of this step
     takes it over); with `promote`, every fold is promoted to `fold-<k>` once all are complete."""
-    cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     device = resolve_device(cfg.device)
+    # threads for the CPUs this step was given (alpha_core/cpus.py); DQN on a CPU takes one: its gradient step is about
+    # a hundred ops on [64, 417] tensors at most, too small to share, and the step's other threads only wait at
+    # every op's barrier (bench/bench_dqn.py times an epoch and its parts by thread count)
+    cpus.apply(1 if cfg.model == "dqn" and device.type == "cpu" else None)
     agent_cls = AGENT_CONFIGS[cfg.model]
     source = load_params_file(params_file)
     file_params = _agent_params(source.values, agent_cls, str(params_file))
