@@ -1,7 +1,8 @@
 """One registry of every model: name -> group, input, config class with defaults, builder, search space.
 
-Adding a model is one entry here; the CLI (`alpha models`, `alpha train-supervised`, `alpha hyperopt`) and,
-later, the Dagster assets are generated from it. Supervised models map a window x [B, K, F] to causal
+Adding a model is one entry here; the CLI (`alpha models`, `alpha train-supervised`, `alpha hyperopt`) and the
+Dagster assets are generated from it. A spec is data (listing the registry imports no torch); its config class and
+builder are imported when a model is built. Supervised models map a window x [B, K, F] to causal
 per-horizon logits [B, K, H]; a model may define `loss(batch, tick_size)` to train on something other than
 masked BCE (the diffusion member does). RL models are built by the RL trainer from their config.
 """
