@@ -26,6 +26,10 @@ import torch
 from alpha_core.models import cfc_triton
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
+# fold 0 of the 3-fold plan over the device's demo set (4 files): one training file, the next for validation
+# (fold_timeline.py's plan; the default plan needs 5 files, a test file per fold)
+FOLD = {"cv_fold": 0, "cv_n_folds": 3, "cv_train_window": 1, "allow_untested_folds": True}
+
 
 def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False,
              fused: bool = True) -> dict:
@@ -35,7 +39,7 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / f"b{batch}",
                       device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps + args.profile),
                       epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled,
-                      fused_scan=fused)
+                      fused_scan=fused, **FOLD)
     t0 = time.perf_counter()
     trainer = PerceptionTrainer(cfg)
     trainer.model.train()
@@ -116,7 +120,7 @@ def profile_steps(run, next_batch, steps: int) -> dict:
 @torch.no_grad()
 def inference(args, batch: int = 4096, reps: int = 20) -> dict:
     cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / "inf",
-                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch, epochs=1)
+                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch, epochs=1, **FOLD)
     trainer = PerceptionTrainer(cfg)
     trainer.model.eval()
     b = trainer.train_loader.next_batch(batch)
@@ -137,7 +141,7 @@ def auc_parity(args) -> dict:
         cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir,
                           out=args.out_dir / f"parity-{precision}", device="cuda", batch_size=256, seq_len=64,
                           n_train_seqs=20_000, n_val_seqs=5_000, epochs=3, lr_warmup_steps=50, precision=precision,
-                          cuda_graph=True, early_stop_metric="none")
+                          cuda_graph=True, early_stop_metric="none", **FOLD)
         s = PerceptionTrainer(cfg).fit()
         out[precision] = {"best_mean_auc": s.best_mean_auc, "per_horizon": s.best_mean_auc_per_horizon,
                           "final_val_auc": s.final_val_auc, "sequences_per_s": s.sequences_per_s}

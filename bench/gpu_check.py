@@ -24,7 +24,7 @@ from pathlib import Path
 PY = sys.executable
 DATA, PD = "gpu/data/ES.FUT", "gpu/pd"
 SUPERVISED = ["tft", "mamba2", "tggn", "tlob", "liquid", "kan", "xlstm", "diffusion"]  # registry order
-ENSEMBLE_FOLD_LAST_S = 136.0  # issue 22 (2026-12-02): 164 s for the supervised members and the flagship, less 28.0
+ENSEMBLE_FOLD_LAST_S = 64.6  # measured 2026-12-02 (c769f39, bench/results/h200-2026-12-02b); before the fused Liquid: 136
 
 
 def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:

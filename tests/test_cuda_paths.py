@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
@@ -25,6 +26,15 @@ pytestmark = pytest.mark.cuda
 
 SUPERVISED = [n for n, s in registry.REGISTRY.items() if s.trainer == "supervised"]
 COMMON = ["--device", "cuda", "--epochs", "1", "--cv-n-folds", "2", "--cv-fold", "0"]
+
+
+@pytest.fixture(autouse=True)
+def _tf32_stays_in_its_test():
+    """Every command on CUDA turns TF32 matmuls on for its process (`resolve_device`); the model tests that run
+    after these in one pytest process compare fp32 CUDA with the CPU at 1e-4 and must not inherit it."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +80,15 @@ def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
 
 def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, tmp_path):
     data, pd = gpu_data
-    out = models_dir / "perception" / "ES.FUT" / "fold-0"
+    out = models_dir / "perception" / "ES.FUT"  # `alpha train --out` holds fold-<k>, as every trainer writes
     argv = ["train", "--mbp10-data-dir", str(data / "ES.FUT" / "mbp-10"), "--predecoded-dir", str(pd / "ES.FUT"),
             "--device", "cuda", "--epochs", "2", "--batch-size", "64", "--n-train-seqs", "1024", "--n-val-seqs", "512",
             "--seq-len", "16", "--cv-n-folds", "2", "--cv-fold", "0", "--cuda-graph", "--compile"]
     assert main([*argv, "--out", str(out)]) == 0
-    summary = json.loads((out / "alpha_train_summary.json").read_text())
+    summary = json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())
     assert summary["device"].startswith("cuda") and summary["epochs"] == 2 and summary["best_mean_auc"] > 0.5
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # a finished run: nothing left to train
-    assert json.loads((out / "alpha_train_summary.json").read_text()) == summary
+    assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text()) == summary
 
 
 SEARCHABLE = [n for n, s in registry.REGISTRY.items() if s.search_space and s.trainer != "perception"]
