@@ -120,7 +120,7 @@ def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(tra
     assert kan.auc.scored_on == "bars" and kan.auc.horizons == [5, 15, 60] and kan.auc.horizon_unit == "minutes"
     assert perception.auc.scored_on == "book" and perception.auc.horizons == [10, 100, 1000]
     assert perception.auc.horizon_unit == "snapshots" and sym.models["ppo"].auc is None
-    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
     seq_len = json.loads(next((root / "models" / "perception" / "ES.FUT").glob("fold-0/alpha_train_summary.json"))
                          .read_text())["seq_len"]
     labelled = np.isfinite(np.asarray(book.labels))[seq_len - 1 :].sum(axis=0)
@@ -161,7 +161,7 @@ def test_predictions_use_only_bars_up_to_each_bar(trained):
     """Cut the test file after bar n: every prediction before n is unchanged, so none can use a later bar."""
     root, pd = trained
     (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "mamba2" and c.fold == 0]
-    test = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
+    test = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
     model = load(ckpt, torch.device("cpu"))
     full, read = window_probs_at(model, test)
     n = test.rows // 2
@@ -190,8 +190,8 @@ def test_the_book_model_decides_on_nothing_after_each_close_trade(trained):
     snapshot received after the price it trades at (the last snapshot at or before the close trade)."""
     root, pd = trained
     (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "perception"]
-    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
-    bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
     close = book_close_trade_ts(bars, book)
     model = load(ckpt, torch.device("cpu"))
     rows = snapshots_at(book.ts, close)
@@ -225,7 +225,7 @@ def test_batched_inference_gives_the_model_s_own_numbers(trained):
     --demo --reference.)"""
     root, pd = trained
     checkpoints = {c.model: c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.fold == 0}
-    book = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.book.*")))
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
     model = load(checkpoints["perception"], torch.device("cpu"))
     x, dt, k = _windows(model, book.features), _windows(model, book.dt, normalise=False), model.window
     assert len(x) > 2 * CPU_BATCH  # several batches, so the worker threads share the file
@@ -241,7 +241,7 @@ def test_batched_inference_gives_the_model_s_own_numbers(trained):
     picked = np.array([k - 1, k + 5, book.rows - 1])
     np.testing.assert_allclose(some[picked], snap[picked], rtol=0, atol=1e-6)
     assert np.isnan(np.delete(some, picked, axis=0)).all()
-    bars = load_sidecar(next(pd.glob("ES.FUT_2024-Q4.ES.bars.*")))
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
     mamba2 = load(checkpoints["mamba2"], torch.device("cpu"))
     with torch.no_grad():
         whole = torch.sigmoid(mamba2.net(_windows(mamba2, bars.features))[:, -1]).numpy()
@@ -335,3 +335,162 @@ def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp
     finally:
         artifacts.promote(before)
         shutil.rmtree(other.path)
+
+
+def _whole_file_probs(model, features, dt, seq_len, norm, rows):
+    """The evaluation of commit 243e5a4 (before streaming), kept as the reference: `np.array` of the whole file,
+    normalised once, TFT variable selection over every row, then windows in padded batches of CPU_BATCH."""
+    from alpha_core.eval.predict import SAMPLING_SEED, _padded
+
+    mean, std = (torch.from_numpy(a) for a in norm.arrays())
+    values = torch.from_numpy(np.array(features)).sub_(mean).div_(std)
+    sampling = hasattr(model, "forward_last")
+    generator = torch.Generator().manual_seed(SAMPLING_SEED) if sampling else None
+    parallel = not sampling
+    if hasattr(model, "position_wise"):
+        (values,) = _padded(lambda r: (model.position_wise(values[r][None])[0],), torch.arange(len(values)),
+                            CPU_BATCH * seq_len, parallel)
+    times = None if dt is None else torch.from_numpy(np.array(dt))
+    lags = torch.arange(-seq_len + 1, 1)
+
+    def run(end):
+        index = end[:, None] + lags
+        x = values[index]
+        if times is not None:
+            last = model.last_logits(x, times[index])
+        elif sampling:
+            last = model.forward_last(x, generator=generator)
+        else:
+            last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
+        return torch.sigmoid(last.float()), index.amax(dim=1)
+
+    probs, read = _padded(run, torch.from_numpy(np.asarray(rows, dtype=np.int64)), CPU_BATCH, parallel, pad=not sampling)
+    return probs.numpy(), read.numpy()
+
+
+def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, monkeypatch):
+    """Windows gathered chunk by chunk from the sidecar (dense spans and sparse rows, chunks far smaller than the
+    file) give the probabilities, and the rows read, of the whole-file evaluation, bit for bit: the book model on
+    its decision rows and on every snapshot, a bar model, the TFT's position-wise path and the sampling Diffusion."""
+    import alpha_core.eval.predict as predict_module
+    from alpha_core.eval.predict import book_decision_rows, window_probs
+
+    root, pd = trained
+    checkpoints = {c.model: c for c in find_checkpoints(root / "models", ["ES.FUT"], ANY_FINITE)[0] if c.fold == 0}
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
+    perception, mamba2 = (load(checkpoints[m], torch.device("cpu")) for m in ("perception", "mamba2"))
+    n = len(BAR_FEATURES)
+    others = []
+    for name in ("tft", "diffusion"):
+        torch.manual_seed(5)
+        net = registry.get(name).build(n_features=n).eval()
+        others.append(type(mamba2)(mamba2.ckpt, mamba2.device, mamba2.norm, mamba2.window, net))
+    decision = book_decision_rows(bars, book)
+    cases = [(perception, book, decision[decision >= 0]), (perception, book, None), (mamba2, bars, None),
+             *((m, bars, None) for m in others)]
+    for model, sc, rows in cases:
+        k = model.window
+        want_rows = np.arange(k - 1, sc.rows) if rows is None else np.unique(rows[rows >= k - 1])
+        dt = sc.dt if model.ckpt.trainer == "perception" else None
+        want = _whole_file_probs(model.net, sc.features, dt, k, model.norm, want_rows)
+        for chunk in (predict_module.CHUNK_ROWS, 3 * k + 5, k * CPU_BATCH + 1):
+            monkeypatch.setattr(predict_module, "CHUNK_ROWS", chunk)
+            got_rows, probs, read = window_probs(model, sc, rows)
+            np.testing.assert_array_equal(got_rows, want_rows)
+            np.testing.assert_array_equal(probs, want[0])
+            np.testing.assert_array_equal(read, want[1])
+
+
+def test_the_book_s_times_scanned_in_blocks_give_the_whole_array_answers(trained, monkeypatch):
+    """Close trades, the snapshot at or before a time, and decision times, with the book read in blocks of 1,000
+    rows, equal the whole-array computations they replace."""
+    import alpha_core.eval.predict as predict_module
+    from alpha_core.eval.predict import NS_PER_MINUTE, book_decision_times, book_snapshots_at, decision_times
+
+    _, pd = trained
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
+    trade = np.unique(np.asarray(book.trade_ts)[np.asarray(book.trade_ts) >= 0])
+    minute = trade // NS_PER_MINUTE * NS_PER_MINUTE
+    bar_ts = np.asarray(bars.ts)
+    last = np.searchsorted(minute, bar_ts, side="right") - 1
+    ok = (last >= 0) & (minute[np.maximum(last, 0)] == bar_ts)
+    want_close = np.where(ok, trade[np.maximum(last, 0)], -1)
+    rng = np.random.default_rng(0)
+    ts = np.asarray(book.ts)
+    clock = np.concatenate([want_close, ts[rng.integers(0, book.rows, 500)], [-1, ts[0] - 1, ts[-1], ts[-1] + 1]])
+    for block in (1 << 20, 1000, 7):
+        monkeypatch.setattr(predict_module, "BLOCK_ROWS", block)
+        np.testing.assert_array_equal(book_close_trade_ts(bars, book), want_close)
+        np.testing.assert_array_equal(book_snapshots_at(book, clock), snapshots_at(ts, clock))
+    read = np.r_[-1, rng.integers(0, book.rows, 300), -1]
+    np.testing.assert_array_equal(book_decision_times(read, book), decision_times(read, ts))
+
+
+def test_the_book_auc_sample_is_fixed_seeded_and_every_row_of_a_small_file():
+    from alpha_core.eval.predict import AUC_SAMPLE, auc_rows
+
+    np.testing.assert_array_equal(auc_rows(24_000, 64), np.arange(63, 24_000))  # a demo file: every snapshot
+    big = auc_rows(200_000_000, 64)
+    assert len(big) == AUC_SAMPLE == len(np.unique(big)) and big[0] >= 63 and big[-1] < 200_000_000
+    assert (np.diff(big) > 0).all()
+    np.testing.assert_array_equal(big, auc_rows(200_000_000, 64))  # the same rows for every checkpoint and run
+
+
+def _delong_by_pairs(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """DeLong's AUC and variance from every (positive, negative) pair: the definition, O(m n)."""
+    pos, neg = p[y == 1], p[y == 0]
+    psi = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    v10, v01 = psi.mean(axis=1), psi.mean(axis=0)
+    return psi.mean(), v10.var(ddof=1) / len(pos) + v01.var(ddof=1) / len(neg)
+
+
+def test_the_auc_interval_is_delong_s():
+    from alpha_core.eval.evaluate import auc_interval
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, size=(700, 2)).astype(np.float64)
+    p = np.round(rng.normal(size=(700, 2)) + 0.6 * y, 1)  # rounded: ties count 1/2
+    y[rng.random(700) < 0.1, 1] = np.nan
+    low, high = auc_interval(p, y)
+    for j in range(2):
+        ok = ~np.isnan(y[:, j])
+        auc, var = _delong_by_pairs(p[ok, j], y[ok, j])
+        assert auc == pytest.approx(metrics.auc(p[ok, j], y[ok, j]), abs=1e-12)
+        assert (low[j], high[j]) == pytest.approx((auc - 1.959964 * var**0.5, auc + 1.959964 * var**0.5), abs=1e-12)
+    assert auc_interval(np.array([[0.2], [0.9]]), np.array([[0.0], [1.0]])) == ([0.0], [1.0])  # too few to say
+
+
+def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trained, tiny_data, tmp_path, monkeypatch):
+    """A test file only one model trades needs no validation Sharpe (its weight is 1); where several share it, each
+    checkpoint's validation file is predicted once, except an RL agent's, whose summary holds the evaluator's own
+    number; the weights are the same as when every validation file is predicted."""
+    import alpha_core.eval.evaluate as evaluate_module
+
+    root, pd = trained
+    calls = []
+    honest = evaluate_module.predict
+    monkeypatch.setattr(evaluate_module, "predict", lambda model, bars, *a, **k: calls.append(
+        (model.ckpt.model, bars.meta.source.name, a[3] if len(a) > 3 else k.get("scored", True)))
+        or honest(model, bars, *a, **k))
+    alone = tmp_path / "models"
+    shutil.copytree(root / "models" / "kan", alone / "kan", symlinks=True)
+    cfg = EvalConfig(models_dir=alone, data_dir=tiny_data, output=tmp_path / "alone" / "r.json", symbols=["ES.FUT"],
+                     predecoded_dir=pd, device="cpu", gate=ANY_FINITE)
+    report = evaluate(cfg)
+    assert all(scored for *_, scored in calls) and len(calls) == 2  # two test files, no validation file
+    assert [f.weights for f in report.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [{"kan": 1.0}] * 2
+
+    calls.clear()
+    cfg = cfg.model_copy(update={"models_dir": root / "models", "output": tmp_path / "all" / "r.json"})
+    weighted = evaluate(cfg).symbols["ES.FUT"].ensembles["validation_weighted"].folds
+    val_calls = [(m, f) for m, f, scored in calls if not scored]
+    assert sorted(m for m, _ in val_calls) == ["kan", "kan", "mamba2", "mamba2", "perception"]  # ppo: its summary
+    assert len(set(val_calls)) == len(val_calls)  # once per checkpoint
+    monkeypatch.setattr(evaluate_module, "summary_val_sharpe", lambda *a: None)
+    calls.clear()
+    again = evaluate(cfg.model_copy(update={"output": tmp_path / "all2" / "r.json"}))
+    assert "ppo" in [m for m, _, scored in calls if not scored]
+    assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [
+        f.weights for f in weighted]

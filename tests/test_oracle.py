@@ -35,3 +35,14 @@ def test_oracle_auc_on_the_rows_a_model_was_scored_on(tiny_sidecars):
     want = auc(oracle_probabilities(sc), np.where(scored, labels, np.nan))
     np.testing.assert_allclose(got, want, rtol=0, atol=0)
     assert got != oracle_auc([sc])  # other rows, another number: the comparison must use the model's rows
+
+
+def test_the_oracle_on_some_rows_is_the_oracle_on_a_mask_of_them(tiny_sidecars):
+    """`rows` (the book model's AUC sample) scores exactly those rows, as a mask over the whole file did."""
+    sc = tiny_sidecars["book"][0]
+    rows = np.sort(np.random.default_rng(2).choice(sc.rows, 300, replace=False))
+    labels = np.asarray(sc.labels)
+    full = np.zeros(labels.shape, bool)
+    full[rows] = np.isfinite(labels[rows])
+    assert oracle_auc([sc], [full[rows]], [rows]) == oracle_auc([sc], [full])
+    np.testing.assert_array_equal(oracle_probabilities(sc, rows), oracle_probabilities(sc)[rows])

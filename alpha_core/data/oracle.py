@@ -21,8 +21,9 @@ def oracle_path(source: str | Path) -> Path:
     return source.parent.parent / "oracle" / f"{stem}.oracle.npz"
 
 
-def oracle_probabilities(sc: Sidecar) -> np.ndarray | None:
-    """float32 [N, H] oracle up-probability per sidecar row, or None without an oracle file (or not this file's).
+def oracle_probabilities(sc: Sidecar, rows: np.ndarray | None = None) -> np.ndarray | None:
+    """float32 [N, H] oracle up-probability per sidecar row (of `rows` only, when given), or None without an
+    oracle file (or not this file's).
 
     Book rows are keyed by time; bars by (minute, instrument), since on a roll day both contracts trade a bar in
     the same minute, each with its own close trade."""
@@ -38,8 +39,10 @@ def oracle_probabilities(sc: Sidecar) -> np.ndarray | None:
         iid = np.zeros(len(ts), np.int64) if book else z["bar_instrument_id"]
     if list(horizons) != sc.meta.horizons:
         return None
-    want_ts = np.asarray(sc.ts, dtype=np.int64)
-    want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(sc.instrument_id, dtype=np.int64)
+    pick = slice(None) if rows is None else rows
+    want_ts = np.asarray(np.asarray(sc.ts)[pick], dtype=np.int64)
+    want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(np.asarray(sc.instrument_id)[pick],
+                                                                          dtype=np.int64)
     order = np.lexsort((iid, ts))
     keys = np.stack([ts[order], iid[order]], axis=1)
     rows = _find(keys, np.stack([want_ts, want_iid], axis=1))
@@ -57,19 +60,22 @@ def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:
     return rows if len(have) and np.array_equal(have[rows], want) else None
 
 
-def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None) -> list[float] | None:
+def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None,
+               rows: list[np.ndarray | None] | None = None) -> list[float] | None:
     """Pooled AUC per horizon of the oracle against the sidecars' labels; None without oracle files.
 
-    `scored` (one bool [N, H] mask per sidecar) restricts each horizon to the rows a model was scored on, so
-    the model and the oracle are compared on exactly the same rows and labels. The AUC is the evaluator's."""
+    `rows` (sorted row indices per sidecar, None: every row) are the rows a model was scored on, and `scored` (one
+    bool [rows, H] mask per sidecar) restricts each horizon to those with a prediction and a label, so the model
+    and the oracle are compared on exactly the same rows and labels. The AUC is the evaluator's."""
     from alpha_core.eval.metrics import auc
 
     probs, labels = [], []
     for i, sc in enumerate(sidecars):
-        p = oracle_probabilities(sc)
+        pick = None if rows is None else rows[i]
+        p = oracle_probabilities(sc, pick)
         if p is None:
             return None
-        y = np.asarray(sc.labels, dtype=np.float64)
+        y = np.asarray(np.asarray(sc.labels)[slice(None) if pick is None else pick], dtype=np.float64)
         probs.append(p)
         labels.append(y if scored is None else np.where(scored[i], y, np.nan))
     return np.atleast_1d(auc(np.concatenate(probs), np.concatenate(labels))).tolist()

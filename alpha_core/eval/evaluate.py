@@ -6,7 +6,10 @@ one decision clock (see predict.py; `check_decision_clock` refuses any model tha
 its entry price). A bar's PnL is the position held over the next bar times that bar's move in ticks, minus
 `cost_ticks` per unit of position change. The folds' test files, in time order, form one out-of-sample series
 per model. Two ensembles are reported: equal weight, and weights fitted on the VALIDATION files only (each
-model's validation Sharpe, floored at 0; equal weights when none is positive).
+model's validation Sharpe, floored at 0; equal weights when none is positive). A validation file is predicted
+only where those weights need it: once per checkpoint, and only for test files that two or more models share
+(one model's weight is 1 whatever its Sharpe); an RL agent's Sharpe is its training summary's where that is
+the very number this module computes (`summary_val_sharpe`).
 
 Multiple testing: a row's DSR counts N = the hyperopt trials behind its checkpoints x the configurations the
 report compares (its model and ensemble rows). The search behind a checkpoint is the one its summary records
@@ -16,7 +19,8 @@ original layout). V is the variance of N zero-skill Sharpe estimates of the test
 1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`, net
 of each trial's sampling noise); each row also shows the DSR at the null variance. Each model's AUC is set
 beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
-labels). Checkpoints that are missing, unreadable, without a test file, of an unknown symbol, with a failed
+labels, on a fixed seeded sample of the test file's snapshots: `predict.auc_rows`), with its 95% DeLong
+interval. Checkpoints that are missing, unreadable, without a test file, of an unknown symbol, with a failed
 gate or tuned on their test file are listed with the reason, never silently dropped; so is every `expected`
 (model, fold) that has no checkpoint at all.
 """
@@ -35,6 +39,7 @@ import torch
 
 from alpha_core import artifacts, cpus, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
+from alpha_core.data.loader import take_rows
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
 from alpha_core.data.products import PRODUCTS
@@ -43,6 +48,7 @@ from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
+    AUC_SAMPLE,
     Checkpoint,
     DecisionClockError,
     Loaded,
@@ -244,18 +250,35 @@ class Scored:
     fold: int
     test_file: str
     prediction: Prediction
-    mask: np.ndarray | None = None  # [rows, H] rows scored per horizon (a prediction and a label)
+    mask: np.ndarray | None = None  # [scored rows, H] rows scored per horizon (a prediction and a label)
+    labels: np.ndarray | None = None  # [scored rows, H] their labels
     weights: dict[str, float] | None = None  # ensembles
     search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
     checkpoint: str | None = None  # the attempt folder its weights were read from
 
 
 def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
-                     scored: bool = True) -> Prediction:
-    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored)
-    check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts,
-                         entry_ts(bars, book))
+                     entry: np.ndarray, scored: bool = True) -> Prediction:
+    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry)
+    check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
     return pred
+
+
+def summary_val_sharpe(ckpt: Checkpoint, val_name: str, cfg: EvalConfig, device: torch.device) -> float | None:
+    """An RL agent's validation Sharpe from its training summary, where it is the number `file_sharpe` gives its
+    positions on `val_name` here: the summary scored that one file (train-rl scores the kept policy on the whole
+    validation files once, `greedy_decisions` as here), at this report's cost per turnover, on this device type
+    (the same greedy actions). None otherwise (then the file is predicted). tests/test_evaluate.py checks it."""
+    s = ckpt.summary
+    if ckpt.trainer != "rl" or s.get("val_files") != [val_name] or "val_sharpe" not in s:
+        return None
+    try:
+        env = json.loads((ckpt.path / "env_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if env.get("cost_per_turnover") != cfg.cost_ticks or torch.device(s.get("device", "?")).type != device.type:
+        return None
+    return float(s["val_sharpe"])
 
 
 def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple[str | None, HyperoptRecord | None]:
@@ -278,35 +301,67 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     scored: dict[str, list[Scored]] = defaultdict(list)
     test_predictions: dict[str, dict[str, Prediction]] = defaultdict(dict)  # test file -> model -> prediction
     val_sharpe: dict[tuple[str, str], float] = {}  # (test file, model) -> validation Sharpe of that fold
+    clocks: dict[str, np.ndarray] = {}  # file -> entry time of each bar (the book's close trades: one scan a file)
+
+    def clock(name: str) -> np.ndarray:
+        if name not in clocks:
+            clocks[name] = entry_ts(bars[name], book.get(name))
+        return clocks[name]
+
+    def drop(ckpt: Checkpoint, reason: str) -> None:
+        excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=reason))
+
+    held: dict[tuple[str, str], tuple[Checkpoint, Loaded, str]] = {}  # (test file, model) -> what its val needs
     for ckpt in progress.bar(ckpts, desc=f"evaluate {symbol}", unit="checkpoint"):
         val_files, test_files = ckpt.summary["val_files"], ckpt.summary["test_files"]
         reason, search = _unusable(ckpt, cfg, test_files)
         if reason is not None:
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=reason))
+            drop(ckpt, reason)
             continue
         test_name, val_name = test_files[0], val_files[-1]
         twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
         if twin is not None:  # e.g. a fold folder copied by hand: its days would count twice
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
-                                     reason=f"tests on {test_name} like fold {twin}: one checkpoint per test file"))
+            drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")
             continue
         try:
-            test, val = bars[test_name], bars[val_name]
+            test, _ = bars[test_name], bars[val_name]
             model = load(ckpt, device)
-            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg)
-            val_pred = _predict_checked(model, val_name, val, book.get(val_name), cfg, scored=False)  # its Sharpe only
+            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name))
+            labels = mask = None
+            if pred.probs is not None:
+                labels = take_rows(pred.scored_on, "labels", pred.rows)
+                mask = np.isfinite(pred.probs) & np.isfinite(labels)
         except DecisionClockError:
             raise  # look-ahead is a bug to fix, not a checkpoint to skip
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
-            excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold,
-                                     reason=f"unreadable: {type(exc).__name__}: {exc}"))
+            drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
             continue
-        mask = None
-        if pred.probs is not None:
-            mask = np.isfinite(pred.probs) & np.isfinite(np.asarray(pred.scored_on.labels))
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, search=search, checkpoint=str(ckpt.path)))
+        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, labels, search=search,
+                                         checkpoint=str(ckpt.path)))
         test_predictions[test_name][ckpt.model] = pred
-        val_sharpe[(test_name, ckpt.model)] = file_sharpe(val, val_pred.position, cfg.cost_ticks)
+        held[(test_name, ckpt.model)] = (ckpt, model, val_name)
+
+    # the validation-weighted ensemble's weights: a validation Sharpe per model of each test file two or more share
+    for (test_name, name), (ckpt, model, val_name) in held.items():
+        if len(test_predictions[test_name]) < 2:
+            continue
+        sharpe = summary_val_sharpe(ckpt, val_name, cfg, device)
+        try:
+            if sharpe is None:
+                val = bars[val_name]
+                pos = _predict_checked(model, val_name, val, book.get(val_name), cfg, clock(val_name), scored=False)
+                sharpe = file_sharpe(val, pos.position, cfg.cost_ticks)
+        except DecisionClockError:
+            raise
+        except Exception as exc:
+            drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
+            scored[name] = [p for p in scored[name] if p.test_file != test_name]
+            if not scored[name]:
+                del scored[name]
+            del test_predictions[test_name][name]
+            continue
+        val_sharpe[(test_name, name)] = sharpe
+    held.clear()
 
     n_configs = len(scored) + (len(ENSEMBLES) if test_predictions else 0)  # one band, one horizon
     models = {name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs) for name, parts in scored.items()}
@@ -319,15 +374,14 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                 names = sorted(by_model)
                 if kind == "equal_weight":
                     weights = np.ones(len(names))
-                else:
-                    weights = np.array([max(val_sharpe[(test_file, n)], 0.0) for n in names])
+                else:  # one model: its weight is 1 (its validation Sharpe was not needed)
+                    weights = np.array([max(val_sharpe.get((test_file, n), 1.0), 0.0) for n in names])
                     weights = weights if weights.sum() > 0 else np.ones(len(names))
                 weights = weights / weights.sum()
                 pos = np.clip(sum(w * by_model[n].position for w, n in zip(weights, names, strict=True)), -1.0, 1.0)
                 decision = np.max([by_model[n].decision_ts for n in names], axis=0)
                 test = bars[test_file]
-                check_decision_clock(kind, test_file, np.asarray(test.ts), pos, decision,
-                                     entry_ts(test, book.get(test_file)))
+                check_decision_clock(kind, test_file, np.asarray(test.ts), pos, decision, clock(test_file))
                 parts.append(Scored(len(parts), test_file, Prediction(pos, decision, None, None),
                                     weights=dict(zip(names, weights.tolist(), strict=True))))
             ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs)
@@ -373,20 +427,48 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
                        equity=np.cumsum(pnl)[::step].tolist())
 
 
+def auc_interval(probs: np.ndarray, labels: np.ndarray, z: float = 1.959964) -> tuple[list[float], list[float]]:
+    """95% interval of the AUC per horizon by DeLong et al. (1988): Var = S10/m + S01/n from the structural
+    components (each positive's share of negatives ranked below it, and the converse; midranks for ties), normal
+    approximation, clipped to [0, 1]; rows with a NaN label are left out, and a horizon with fewer than 2 of either
+    class gets [0, 1]. It treats the rows as independent draws: for a random sample of a file's rows, the spread of
+    the sample's AUC around the whole file's."""
+    lows, highs = [], []
+    for j in range(labels.shape[1]):
+        ok = ~np.isnan(labels[:, j])
+        y, p = labels[ok, j], probs[ok, j]
+        pos, neg = p[y == 1.0], p[y == 0.0]
+        m, n = len(pos), len(neg)
+        if m < 2 or n < 2:
+            lows.append(0.0)
+            highs.append(1.0)
+            continue
+        ranks = metrics.average_ranks(np.concatenate([pos, neg]))
+        v10 = (ranks[:m] - metrics.average_ranks(pos)) / n  # per positive: negatives below it
+        v01 = 1.0 - (ranks[m:] - metrics.average_ranks(neg)) / m  # per negative: positives above it
+        auc, half = v10.mean(), z * np.sqrt(v10.var(ddof=1) / m + v01.var(ddof=1) / n)
+        lows.append(float(max(auc - half, 0.0)))
+        highs.append(float(min(auc + half, 1.0)))
+    return lows, highs
+
+
 def _auc(parts: list[Scored]) -> AucComparison | None:
-    """The model's AUC per horizon on the rows it was scored on (pooled over the parts' files), beside the oracle's on
-    exactly those rows and labels; None for a row without probabilities (RL agents, ensembles)."""
+    """The model's AUC per horizon on the rows it was scored on (pooled over the parts' files: every bar, or the
+    book's AUC sample), with its DeLong interval, beside the oracle's on exactly those rows and labels; None for a
+    row without probabilities (RL agents, ensembles)."""
     if any(p.prediction.probs is None for p in parts):
         return None
     sidecars = [p.prediction.scored_on for p in parts]
     masks = [p.mask for p in parts]
     probs = np.concatenate([np.nan_to_num(p.prediction.probs, nan=0.5) for p in parts])
-    labels = np.concatenate([np.where(m, np.asarray(sc.labels), np.nan) for sc, m in zip(sidecars, masks, strict=True)])
+    labels = np.concatenate([np.where(p.mask, p.labels, np.nan) for p in parts]).astype(np.float64)
     model = np.atleast_1d(metrics.auc(probs, labels)).tolist()
-    oracle = oracle_auc(sidecars, masks)
+    low, high = auc_interval(probs.astype(np.float64), labels)
+    oracle = oracle_auc(sidecars, masks, [p.prediction.rows for p in parts])
     meta = sidecars[0].meta
     return AucComparison(
         scored_on="book" if meta.kind == BOOK else "bars", horizons=list(meta.horizons),
         horizon_unit=HORIZON_UNIT[meta.kind], n_rows=np.concatenate(masks).sum(axis=0).astype(int).tolist(),
-        model=model, oracle=oracle, gap=None if oracle is None else [o - m for o, m in zip(oracle, model, strict=True)],
+        model=model, ci_low=low, ci_high=high, sample=AUC_SAMPLE if meta.kind == BOOK else None,
+        oracle=oracle, gap=None if oracle is None else [o - m for o, m in zip(oracle, model, strict=True)],
         oracle_note=None if oracle is not None else "no generator oracle for these rows (real data)")

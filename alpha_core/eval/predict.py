@@ -15,6 +15,12 @@ row: its snapshot time), carried with the prediction. So a model, or a change to
 bar, one record or one second past its entry trade shows it in `decision_ts`, and `check_decision_clock`
 (which `evaluate` runs on every model and ensemble) refuses it. Bars before the first full window (or without
 a decision) stay flat, decided on no data (`NO_DECISION`).
+
+Bounded memory whatever the file: a book file is never read whole. Its times are scanned in blocks (the close
+trades of each minute, the snapshot at or before each), and only the windows asked for are gathered, chunk by
+chunk (`CHUNK_ROWS` rows at most), through short-lived memory maps (`loader.take_rows`). The book model
+predicts the snapshots its bars decide on and, for its AUC, a fixed seeded sample of the test file's snapshots
+(`auc_rows`), never every snapshot.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 
 from alpha_core import cpus
 from alpha_core.data.labels import NS_PER_MINUTE
+from alpha_core.data.loader import take_rows
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.models import registry
@@ -40,6 +47,10 @@ BATCH = 4096  # windows per forward pass on an accelerator
 CPU_BATCH = 128  # on CPU: small batches stay in cache (4096 windows took 3x the CPU time of 128-256 per window)
 MAX_CPU_WORKERS = 8  # CPU threads that each run one batch at a time
 SAMPLING_SEED = 0x5EED  # the noise of sampling models in evaluation: the same report for the same checkpoint
+BLOCK_ROWS = 1 << 20  # rows of one column read per block where a book file's times are scanned (8 MiB)
+CHUNK_ROWS = 1 << 19  # rows gathered for one chunk of windows (120 MiB of book features)
+AUC_SAMPLE = 1 << 16  # snapshots of a book test file its AUC is scored on (every one when the file has fewer)
+AUC_SAMPLE_SEED = 0xA0C  # which ones: the same rows for the same file length, whatever the checkpoint
 
 
 NO_DECISION = -1  # decision_ts of a bar whose (flat) position uses no data
@@ -53,8 +64,9 @@ class DecisionClockError(RuntimeError):
 class Prediction:
     position: np.ndarray  # [N bars] float64, held over the next bar
     decision_ts: np.ndarray  # [N bars] int64 ns: the latest data the position depends on (NO_DECISION: none)
-    probs: np.ndarray | None  # [rows of scored_on, H] up-probabilities (NaN where none); None for RL agents
+    probs: np.ndarray | None  # [len(rows), H] up-probabilities (NaN where none); None for RL agents
     scored_on: Sidecar | None  # whose rows and labels `probs` belong to: the bars, or the book file (perception)
+    rows: np.ndarray | None = None  # the rows of `scored_on` scored: every bar, or the book's AUC sample
 
 
 @dataclass
@@ -76,12 +88,31 @@ def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
     return np.where(probs > 0.5 + band, 1.0, np.where(probs < 0.5 - band, -1.0, 0.0))
 
 
+def _blocks(sc: Sidecar, name: str):
+    """Column `name` of a sidecar in blocks of BLOCK_ROWS rows (plain reads: nothing stays mapped)."""
+    for a in range(0, sc.rows, BLOCK_ROWS):
+        yield sc.read(name, a, min(a + BLOCK_ROWS, sc.rows))
+
+
+def _last_per_minute(trade: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(minute, its latest trade) of sorted trade times."""
+    minute = trade // NS_PER_MINUTE * NS_PER_MINUTE
+    last = np.r_[np.flatnonzero(minute[1:] != minute[:-1]), len(minute) - 1] if len(minute) else np.empty(0, int)
+    return minute[last], trade[last]
+
+
 def book_close_trade_ts(bars: Sidecar, book: Sidecar) -> np.ndarray:
     """int64 [N bars]: ts_event of each bar minute's last trade, from the book sidecar's `trade_ts` (the max
-    trade_ts falling in [m, m + 60 s)); -1 where the book saw no trade in that minute."""
-    trade = np.asarray(book.trade_ts, dtype=np.int64)
-    trade = np.unique(trade[trade >= 0])  # sorted: the last of a minute is the max
-    minute = trade // NS_PER_MINUTE * NS_PER_MINUTE
+    trade_ts falling in [m, m + 60 s)); -1 where the book saw no trade in that minute. `trade_ts` is read in
+    blocks, keeping each block's latest trade per minute (O(minutes) memory)."""
+    minutes, trades = [], []
+    for block in _blocks(book, "trade_ts"):
+        m, t = _last_per_minute(np.unique(block[block >= 0]))
+        minutes.append(m)
+        trades.append(t)
+    minute, trade = (np.concatenate(a) if a else np.empty(0, np.int64) for a in (minutes, trades))
+    order = np.lexsort((trade, minute))  # a minute's trades may span blocks: its max is the last after sorting
+    minute, trade = _last_per_minute(trade[order])
     bar_ts = np.asarray(bars.ts, dtype=np.int64)
     last = np.searchsorted(minute, bar_ts, side="right") - 1  # the minute's last trade, if the minute has one
     ok = last >= 0
@@ -105,6 +136,23 @@ def snapshots_at(book_ts: np.ndarray, clock: np.ndarray) -> np.ndarray:
     return np.where(clock >= 0, rows, -1)
 
 
+def book_snapshots_at(book: Sidecar, clock: np.ndarray) -> np.ndarray:
+    """`snapshots_at(book.ts, clock)` with the book's times read in blocks: each clock time counts the snapshots at
+    or before it, block by block (a block wholly at or before it adds its length)."""
+    clock = np.asarray(clock, dtype=np.int64)
+    order = np.argsort(clock, kind="stable")
+    c = clock[order]
+    count = np.zeros(len(c), dtype=np.int64)
+    whole = np.zeros(len(c) + 1, dtype=np.int64)  # blocks wholly at or before c[i:], as a difference array
+    for ts in _blocks(book, "ts"):
+        lo, hi = np.searchsorted(c, ts[0], side="left"), np.searchsorted(c, ts[-1], side="left")
+        count[lo:hi] += np.searchsorted(ts, c[lo:hi], side="right")
+        whole[hi] += len(ts)
+    rows = np.empty(len(c), dtype=np.int64)
+    rows[order] = count + np.cumsum(whole)[:-1] - 1
+    return np.where(clock >= 0, rows, -1)
+
+
 def bar_decision_rows(bars: Sidecar) -> np.ndarray:
     """The bar row whose window decides each bar's position: the bar itself."""
     return np.arange(bars.rows, dtype=np.int64)
@@ -112,13 +160,34 @@ def bar_decision_rows(bars: Sidecar) -> np.ndarray:
 
 def book_decision_rows(bars: Sidecar, book: Sidecar) -> np.ndarray:
     """The book row whose window decides each bar's position: the last snapshot at or before its close trade."""
-    return snapshots_at(book.ts, book_close_trade_ts(bars, book))
+    return book_snapshots_at(book, book_close_trade_ts(bars, book))
+
+
+def auc_rows(n_rows: int, window: int) -> np.ndarray:
+    """The book rows a test file's AUC is scored on, sorted: AUC_SAMPLE of the rows with a full window, drawn
+    without replacement with seed AUC_SAMPLE_SEED; every such row when there are no more than that."""
+    first = window - 1
+    population = max(n_rows - first, 0)
+    if population <= AUC_SAMPLE:
+        return np.arange(first, n_rows, dtype=np.int64)
+    pick = np.random.default_rng(AUC_SAMPLE_SEED).choice(population, size=AUC_SAMPLE, replace=False)
+    return first + np.sort(pick).astype(np.int64)
 
 
 def decision_times(read_rows: np.ndarray, row_ts: np.ndarray) -> np.ndarray:
     """int64 [N]: the timestamp of the latest row each decision read (`NO_DECISION` where it read none)."""
     read_rows = np.asarray(read_rows, dtype=np.int64)
     return np.where(read_rows >= 0, np.asarray(row_ts, dtype=np.int64)[np.maximum(read_rows, 0)], NO_DECISION)
+
+
+def book_decision_times(read_rows: np.ndarray, book: Sidecar) -> np.ndarray:
+    """`decision_times(read_rows, book.ts)`, gathering only the rows read."""
+    read_rows = np.asarray(read_rows, dtype=np.int64)
+    out = np.full(len(read_rows), NO_DECISION, dtype=np.int64)
+    read = np.flatnonzero(read_rows >= 0)
+    order = np.argsort(read_rows[read], kind="stable")
+    out[read[order]] = take_rows(book, "ts", read_rows[read][order])
+    return out
 
 
 def check_decision_clock(model: str, file: str, bars_ts: np.ndarray, position: np.ndarray, decision_ts: np.ndarray,
@@ -187,49 +256,86 @@ def _padded(fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], index: torch
     return tuple(torch.cat(outputs) for outputs in zip(*parts, strict=True))
 
 
+def _chunks(rows: np.ndarray, seq_len: int, batch: int):
+    """(i, j): runs of the sorted window ends whose rows, gathered, stay near CHUNK_ROWS: a span of consecutive
+    rows (dense ends) or up to CHUNK_ROWS // seq_len windows (sparse ends). Every chunk but the last holds whole
+    batches, so the batches (and a sampling model's noise, drawn batch by batch) are those of one pass."""
+    i = 0
+    while i < len(rows):
+        sparse = i + max(1, CHUNK_ROWS // seq_len)
+        dense = int(np.searchsorted(rows, rows[i] + CHUNK_ROWS - seq_len, side="right"))
+        j = min(len(rows), max(sparse, dense))
+        if j < len(rows):
+            j = i + max(batch, (j - i) // batch * batch)
+        yield i, min(j, len(rows))
+        i = j
+
+
 def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: int, norm: NormStats,
-                  device: torch.device, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(up-probability per horizon at the last position of the window ending at each of `rows` (each >=
+                  device: torch.device, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`_probs_at` on whole arrays (or memory maps) of one file: the windows ending at `rows` (every full window
+    when None)."""
+    arrays = {"features": features, "dt": dt}
+    rows = np.arange(seq_len - 1, len(features)) if rows is None else np.asarray(rows, dtype=np.int64)
+    return _probs_at(model, lambda name, idx: np.asarray(arrays[name][idx]), dt is not None, seq_len, norm, device, rows)
+
+
+def _probs_at(model, fetch: Callable[[str, np.ndarray], np.ndarray], timed: bool, seq_len: int, norm: NormStats,
+              device: torch.device, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(up-probability per horizon at the last position of the window ending at each of `rows` (sorted, each >=
     seq_len - 1): [len(rows), H]; the latest row each of those windows read: [len(rows)]).
 
     The rows read come from the very index that gathers each window, so they are what the model saw, not what it was
-    meant to see. The file goes to the device once and is normalised once; each batch of windows is then gathered
-    from it on the device, so the host copies nothing per batch. A model with a `position_wise` part (the TFT's
-    variable selection) runs it once per row, and `forward_windows` on the windows of its output. Batches are padded
-    to the full size (`_padded`): the validation path, which predicts only some snapshots, gets the numbers of the
-    full file (on the demo checkpoints to the bit: bench_evaluate.py --demo --reference). On CPU the batches are
-    small and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in order, unpadded, on
-    its own seeded noise, so reruns agree.
+    meant to see. The windows go chunk by chunk (`_chunks`): a chunk's rows are fetched (`fetch(name, sorted
+    rows)`), moved to the device and normalised once, and each batch of windows is gathered from them on the device.
+    A model with a `position_wise` part (the TFT's variable selection) runs it once per fetched row, and
+    `forward_windows` on the windows of its output. Batches are padded to the full size (`_padded`), so a window's
+    numbers do not depend on the others predicted with it: the validation path, which predicts only some
+    snapshots, gets the numbers of the full file, and so does any chunking (tests/test_evaluate.py, to the bit). On
+    CPU the batches are small and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in
+    order, unpadded, on its own seeded noise, so reruns agree.
     """
     if len(rows) == 0:
         return np.empty((0, 0), np.float32), np.empty(0, np.int64)
     mean, std = (torch.from_numpy(a).to(device) for a in norm.arrays())
-    values = torch.from_numpy(np.array(features)).to(device).sub_(mean).div_(std)  # [N, F]
     sampling = hasattr(model, "forward_last")
     generator = torch.Generator(device=device).manual_seed(SAMPLING_SEED) if sampling else None
     cpu = device.type == "cpu"
     batch = CPU_BATCH if cpu else BATCH
     parallel = cpu and not sampling
-    if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
-        (values,) = _padded(lambda r: (model.position_wise(values[r][None])[0],),
-                            torch.arange(len(values), device=device), batch * seq_len, parallel)
-    times = None if dt is None else torch.from_numpy(np.array(dt)).to(device)
-    lags = torch.arange(-seq_len + 1, 1, device=device)
-
-    def run(end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        index = end[:, None] + lags  # [B, K]: the rows each window reads, oldest first
-        x = values[index]
-        if times is not None:  # the book model: its trunk's logits, without the aux path
-            last = model.last_logits(x, times[index])
-        elif sampling:
-            last = model.forward_last(x, generator=generator)
+    lags = np.arange(-seq_len + 1, 1)
+    probs, reads = [], []
+    for i, j in _chunks(rows, seq_len, batch):
+        ends = rows[i:j]
+        if ends[-1] - ends[0] + seq_len <= len(ends) * seq_len:  # dense: the span; sparse: the windows' rows
+            need = np.arange(ends[0] - seq_len + 1, ends[-1] + 1)
         else:
-            last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
-        return torch.sigmoid(last.float()), index.amax(dim=1)
+            need = np.unique((ends[:, None] + lags).ravel())
+        values = torch.from_numpy(fetch("features", need)).to(device).sub_(mean).div_(std)  # [len(need), F]
+        if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
+            (values,) = _padded(lambda r, v=values: (model.position_wise(v[r][None])[0],),
+                                torch.arange(len(values), device=device), batch * seq_len, parallel)
+        times = torch.from_numpy(fetch("dt", need)).to(device) if timed else None
+        where = torch.from_numpy(need).to(device)  # the file row of each fetched row
+        steps = torch.arange(-seq_len + 1, 1, device=device)
 
-    ends = torch.from_numpy(np.asarray(rows, dtype=np.int64)).to(device)
-    probs, read = _padded(run, ends, batch, parallel, pad=not sampling)
-    return probs.cpu().numpy(), read.cpu().numpy()
+        def run(end: torch.Tensor, values=values, times=times, where=where, steps=steps):
+            index = end[:, None] + steps  # [B, K]: the fetched rows each window reads, oldest first
+            x = values[index]
+            if times is not None:  # the book model: its trunk's logits, without the aux path
+                last = model.last_logits(x, times[index])
+            elif sampling:
+                last = model.forward_last(x, generator=generator)
+            else:
+                last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
+            return torch.sigmoid(last.float()), where[index.amax(dim=1)]
+
+        # a window's K rows are consecutive among the fetched rows, so its last one's place locates it
+        local = torch.from_numpy(np.searchsorted(need, ends)).to(device)
+        p, r = _padded(run, local, batch, parallel, pad=not sampling)
+        probs.append(p.cpu().numpy())
+        reads.append(r.cpu().numpy())
+    return np.concatenate(probs), np.concatenate(reads)
 
 
 def _load_json(path: Path) -> dict:
@@ -267,16 +373,37 @@ def load(ckpt: Checkpoint, device: torch.device) -> Loaded:
     return Loaded(ckpt, device, norm, seq_len, net)
 
 
-def window_probs_at(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
-    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere)."""
+def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the rows predicted: `rows` (every row when None) with a full window, sorted, each once; [n, H] the
+    up-probabilities of the windows ending there; [n] the latest row each of those windows read), reading only
+    those windows' rows of the file."""
     first = model.window - 1
     rows = np.arange(first, sc.rows) if rows is None else np.unique(rows[rows >= first])
+    if len(rows) == 0:
+        return rows, np.empty((0, len(sc.meta.horizons)), np.float32), np.empty(0, np.int64)
+    probs, read = _probs_at(model.net, lambda name, idx: take_rows(sc, name, idx), model.ckpt.trainer == "perception",
+                            model.window, model.norm, model.device, rows)
+    return rows, probs, read
+
+
+def window_probs_at(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
+    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere): `window_probs` laid out
+    over every row of the file (a test's view; evaluation keeps the compact form)."""
+    got, p, r = window_probs(model, sc, rows)
     probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
     read = np.full(sc.rows, -1, dtype=np.int64)
-    dt = sc.dt if model.ckpt.trainer == "perception" else None
-    probs[rows], read[rows] = _window_probs(model.net, sc.features, dt, model.window, model.norm, model.device, rows)
+    probs[got], read[got] = p, r
     return probs, read
+
+
+def _index_of(got: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Where each of `rows` is in the sorted `got` (-1 where it is not)."""
+    k = np.searchsorted(got, rows)
+    ok = k < len(got)
+    ok[ok] = got[k[ok]] == rows[ok]
+    return np.where(ok, k, -1)
 
 
 def at_rows(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
@@ -303,25 +430,32 @@ def rl_positions(model: Loaded, bars: Sidecar) -> tuple[np.ndarray, np.ndarray]:
 
 
 def predict(model: Loaded, bars: Sidecar, book: Sidecar | None, horizon: int, band: float,
-            scored: bool = True) -> Prediction:
+            scored: bool = True, entry: np.ndarray | None = None) -> Prediction:
     """The checkpoint's positions on one bar file, each with the time of the latest data it read (the book file
     is the same period's). `scored` False: positions only (no `probs`), so the book model predicts only the
-    snapshots bars decide on."""
+    snapshots bars decide on; True adds its AUC sample (`auc_rows`). `entry`: `entry_ts(bars, book)`, when the
+    caller has it."""
     if model.ckpt.trainer == "rl":
         pos, read = rl_positions(model, bars)
-        return Prediction(pos, decision_times(read, entry_ts(bars, book)), None, None)
+        return Prediction(pos, decision_times(read, entry_ts(bars, book) if entry is None else entry), None, None)
     if model.ckpt.trainer == "perception":
         if book is None:
             raise ValueError(f"no book file for {bars.meta.source.name}")
         rows = book_decision_rows(bars, book)
-        snap, read = window_probs_at(model, book, None if scored else rows)
-        probs, read = at_rows(snap, rows, np.nan), at_rows(read, rows, -1)
+        sample = auc_rows(book.rows, model.window) if scored else np.empty(0, np.int64)
+        got, snap, read = window_probs(model, book, np.concatenate([rows, sample]))
+        at = _index_of(got, rows)
+        probs, read_at = at_rows(snap, at, np.nan), at_rows(read, at, -1)
         pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
-        decision = decision_times(np.where(np.isfinite(probs).all(axis=1), read, -1), book.ts)
-        return Prediction(pos, decision, snap, book) if scored else Prediction(pos, decision, None, None)
+        decision = book_decision_times(np.where(np.isfinite(probs).all(axis=1), read_at, -1), book)
+        if not scored:
+            return Prediction(pos, decision, None, None)
+        return Prediction(pos, decision, snap[_index_of(got, sample)], book, sample)
     rows = bar_decision_rows(bars)
-    probs, read = window_probs_at(model, bars, rows)
-    probs, read = at_rows(probs, rows, np.nan), at_rows(read, rows, -1)
+    got, p, r = window_probs(model, bars, rows)
+    at = _index_of(got, rows)
+    probs, read = at_rows(p, at, np.nan), at_rows(r, at, -1)
     pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
-    decision = decision_times(np.where(np.isfinite(probs[:, horizon]), read, -1), entry_ts(bars, book))
-    return Prediction(pos, decision, probs, bars)
+    decision = decision_times(np.where(np.isfinite(probs[:, horizon]), read, -1),
+                              entry_ts(bars, book) if entry is None else entry)
+    return Prediction(pos, decision, probs, bars, rows)
