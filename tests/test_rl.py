@@ -22,8 +22,10 @@ from alpha_core.rl.agents import (
     WindowEncoderExtractor,
     build_agent,
     evaluate,
+    evaluate_sessions,
     load_policy,
     save_policy,
+    session_spans,
 )
 
 
@@ -324,3 +326,50 @@ def test_learning_leaves_no_log_folder_behind(toy_train, tmp_path, monkeypatch, 
     cfg = DQNConfig(learning_starts=50) if name == "dqn" else PPOConfig(n_steps=32, batch_size=32)
     build_agent(name, TradingVecEnv(toy_train, TOY_CFG, seed=0), cfg, seed=0).learn(64)
     assert list(tmp_path.glob("SB3-*")) == []
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_validation_on_some_sessions_is_the_evaluators_number_on_them(trained, name):
+    """RL validation of bounded cost: a seeded subset of sessions, each scored as the evaluator scores a file (from
+    flat, its window reading the bars before it, its last bar earning the file's next move). A span that is a whole
+    file gives `evaluate`'s result on it; a mid-file session gives `summarize` of the positions `evaluate`'s own
+    greedy walk takes on that session cut out with its warm-up bars."""
+    from alpha_core.eval.metrics import summarize
+    from alpha_core.rl.agents import greedy_positions
+
+    series = toy_series(6000, 7)  # 5 CME sessions of continuous toy bars
+    agent = trained[name]
+    assert evaluate_sessions(agent, [series], [(0, 0, len(series.price))], TOY_CFG) == evaluate(agent, [series], TOY_CFG)
+    every = session_spans([series], 4, seed=0)
+    assert len(every) == 4 and session_spans([series], 5, seed=3) is None  # no more than asked: the file whole
+    spans = session_spans([series], 2, seed=3)
+    assert spans == session_spans([series], 2, seed=3) and len(spans) == 2 and spans == sorted(spans)
+    assert spans != session_spans([series], 2, seed=4)
+    got = evaluate_sessions(agent, [series], spans, TOY_CFG)
+    ts, pos, moves = [], [], []
+    for _, a, b in spans:
+        lo, w = a - TOY_CFG.window + 1 if a else 0, TOY_CFG.window
+        cut = MarketSeries(series.features[lo : b + 1], series.price[lo : b + 1], 1.0, "cut", series.ts[lo : b + 1])
+        p = greedy_positions(agent, [cut], TOY_CFG)[0]
+        assert not p[: w - 1].any()
+        ts.append(series.ts[a:b])
+        pos.append(p[a - lo : b - lo])
+        moves.append(np.diff(series.price[a : b + 1]))
+    want = summarize(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), TOY_CFG.cost_per_turnover)
+    assert got.sharpe == want["sharpe"] and got.n_sessions == 2 and got.turnover == want["turnover"]
+
+
+def test_validation_on_some_sessions_costs_the_sessions_not_the_file(trained, monkeypatch):
+    """The observations the policy sees grow with the sessions scored, not with the file."""
+    import alpha_core.rl.agents as agents
+
+    seen = []
+    honest = agents._greedy_actions
+    monkeypatch.setattr(agents, "_greedy_actions", lambda agent, market, rows: seen.append(len(rows))
+                        or honest(agent, market, rows))
+    for sessions in (6, 30):
+        series = toy_series(sessions * 1380, 8)
+        seen.clear()
+        spans = session_spans([series], 2, seed=0)
+        evaluate_sessions(trained["ppo"], [series], spans, TOY_CFG)
+        assert 0 < sum(seen) <= sum(b - a + TOY_CFG.window for _, a, b in spans) <= 2 * (1440 + TOY_CFG.window)

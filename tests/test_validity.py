@@ -14,7 +14,7 @@ from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
 from alpha_core.data.predecode import file_ref, predecode
 from alpha_core.eval import metrics
-from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints
+from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints, summary_val_sharpe
 from alpha_core.eval.predict import load, predict
 from alpha_core.eval.report import load_report
 from alpha_core.gates import GateThresholds
@@ -135,19 +135,34 @@ def test_a_nested_search_trains_only_its_own_fold_and_only_its_own_model(bars, t
     assert "hyperopt results of model 'mamba2' cannot train 'kan'" in capsys.readouterr().err
 
 
-def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path):
-    """What train-rl reports (and gates and hyperopt score on) is what `alpha evaluate` computes on that file."""
+@pytest.mark.parametrize("per_epoch", [None, 2])
+def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
+    """What train-rl reports (and gates and hyperopt score on, and `alpha evaluate` reuses for the ensemble's
+    weights) is what `alpha evaluate` computes on that file; also when each epoch scored 2 of its sessions only."""
     bars_dir, pd, sidecars = bars
     models = tmp_path / "models"
+    sessions = ["--val-sessions-per-epoch", str(per_epoch)] if per_epoch else []
     assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(models / "ppo" / "ES.FUT"),
                  "--epochs", "2", "--timesteps-per-epoch", "512", "--n-envs", "4", "--predecoded-dir", str(pd),
-                 "--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0"]) == 0
+                 "--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0", *sessions]) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
     val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
-    assert ckpt.summary["val_sharpe"] == file_sharpe(val, pred.position) == max(ckpt.summary["val_sharpe_per_epoch"])
+    assert ckpt.summary["val_sharpe"] == file_sharpe(val, pred.position)
+    cfg = EvalConfig(models_dir=models, data_dir=bars_dir, output=tmp_path / "r.json")
+    assert summary_val_sharpe(ckpt, val.meta.source.name, cfg, torch.device("cpu")) == ckpt.summary["val_sharpe"]
+    if per_epoch is None:
+        assert ckpt.summary["val_sharpe"] == max(ckpt.summary["val_sharpe_per_epoch"])
+        assert ckpt.summary["val_sessions_per_epoch"] is None
+    else:  # each epoch scored the subset; the kept policy was scored on the whole file after
+        assert ckpt.summary["val_sessions_per_epoch"] == 2 < ckpt.summary["val_sessions"]
     assert json.loads((ckpt.path / "env_config.json").read_text())["cost_per_turnover"] == metrics.DEFAULT_COST_TICKS
+    # the evaluator reuses it only where it is its own number: another cost, another device or file, no reuse
+    other = cfg.model_copy(update={"cost_ticks": 2.0})
+    assert summary_val_sharpe(ckpt, val.meta.source.name, other, torch.device("cpu")) is None
+    assert summary_val_sharpe(ckpt, "another.dbn.zst", cfg, torch.device("cpu")) is None
+    assert summary_val_sharpe(ckpt, val.meta.source.name, cfg, torch.device("meta")) is None
 
 
 def test_dsr_is_below_psr_whenever_there_is_more_than_one_trial():

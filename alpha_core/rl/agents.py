@@ -31,7 +31,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from alpha_core.bounds import MAX_COUNT, Count, Dim, LearningRate, NonNegFloat, NonNegInt, PositiveFloat, UnitFloat
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
-from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv
+from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv, as_series
 
 OBS_BATCH_ELEMENTS = 2**24  # one batched policy forward in greedy_positions: 64 MiB of float32 observations
 
@@ -297,3 +297,66 @@ def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | Mark
                       mean_reward=float(rewards.mean()), turnover=stats["turnover"],
                       long_frac=float((held[acting] > 0).mean()), short_frac=float((held[acting] < 0).mean()),
                       n_bars=len(acting), cost_ticks=cfg.cost_per_turnover, reward_unit=cfg.reward_unit)
+
+
+Span = tuple[int, int, int]  # (file, first bar, end bar) of one session
+
+
+def session_spans(data: Sequence[Sidecar | MarketSeries], n_sessions: int, seed: int) -> list[Span] | None:
+    """A fixed seeded choice of `n_sessions` of the files' CME sessions (drawn without replacement, in time order),
+    for a validation whose cost does not grow with the files; None when the files have no more sessions than that
+    (then they are scored whole)."""
+    from alpha_core.data.front_month import session_days
+
+    spans = []
+    for f, s in enumerate(as_series(data)):
+        if s.ts is None:
+            raise ValueError("session_spans needs the bars' timestamps (MarketSeries.ts)")
+        days = session_days(np.asarray(s.ts))
+        edges = np.r_[0, np.flatnonzero(np.diff(days)) + 1, len(days)]
+        spans += [(f, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+    if len(spans) <= n_sessions:
+        return None
+    pick = np.sort(np.random.default_rng(seed).choice(len(spans), size=n_sessions, replace=False))
+    return [spans[i] for i in pick]
+
+
+def evaluate_sessions(agent: BaseAlgorithm, data: Sequence[Sidecar | MarketSeries], spans: Sequence[Span],
+                      env_cfg: EnvConfig | None = None, norm: NormStats | None = None) -> EvalResult:
+    """`evaluate` on some sessions only (`session_spans`): the evaluator's number on what it scores. Each session
+    runs as the evaluator runs a file (from flat, its windows reading the bars before it; a bar after it gives its
+    last bar the file's next move), and `sharpe` is `summarize`'s daily-session Sharpe over those sessions' bars.
+    Its cost is the sessions', whatever the files' length."""
+    from alpha_core.eval.metrics import summarize
+
+    cfg = env_cfg or EnvConfig()
+    series = as_series(data)
+    parts, scored = [], []
+    for f, a, b in spans:
+        s = series[f]
+        lo, hi = max(0, a - cfg.window + 1), min(b + 1, len(s.price))
+        parts.append(MarketSeries(features=s.features[lo:hi], price=s.price[lo:hi], tick_size=s.tick_size,
+                                  name=s.name, ts=s.ts[lo:hi]))
+        scored.append((a - lo, b - lo))
+    market = MarketData(parts, cfg.window, norm, cfg.reward_unit)
+    positions = greedy_positions(agent, parts, cfg, norm)
+    ts, pos, moves, rewards, held, acting_n = [], [], [], [], [], 0
+    for k, (p, part, (i, j)) in enumerate(zip(positions, parts, scored, strict=True)):
+        ts.append(np.asarray(part.ts, dtype=np.int64)[i:j])
+        pos.append(p[i:j])
+        moves.append((np.append(np.diff(np.asarray(part.price, dtype=np.float64)), 0.0) / part.tick_size)[i:j])
+        acting = np.arange(max(i, cfg.window - 1), min(j, len(p) - 1))  # acting bars with a next bar
+        g = market.offsets[k] + acting
+        prev = np.r_[0.0, p[:-1]]
+        rewards.append(p[acting] * market.ret[g]
+                       - cfg.cost_per_turnover * market.cost_scale[g] * np.abs(p[acting] - prev[acting]))
+        held.append(p[acting])
+        acting_n += len(acting)
+    if not acting_n:
+        raise ValueError(f"no session is longer than window + 1 = {cfg.window + 1} bars")
+    stats = summarize(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
+    held_all = np.concatenate(held)
+    return EvalResult(sharpe=stats["sharpe"], n_sessions=stats["n_sessions"], total_pnl=stats["total_pnl"],
+                      mean_reward=float(np.concatenate(rewards).mean()), turnover=stats["turnover"],
+                      long_frac=float((held_all > 0).mean()), short_frac=float((held_all < 0).mean()),
+                      n_bars=acting_n, cost_ticks=cfg.cost_per_turnover, reward_unit=cfg.reward_unit)

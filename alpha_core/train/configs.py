@@ -90,3 +90,6 @@ class RLTrainConfig(WalkForwardConfig):
     n_envs: Count = 8
     cost_per_turnover: NonNegFloat = DEFAULT_COST_TICKS  # ticks per unit of position change: the evaluator's cost
     allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
+    # each epoch's validation scores at most this many sessions (a fixed seeded subset; None: every session), so an
+    # epoch's cost does not grow with the validation file; the kept policy is scored on the whole files once
+    val_sessions_per_epoch: Count | None = 20

@@ -3,11 +3,12 @@
 Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` over them, an SB3 agent
 trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is
 evaluated on the validation file with the evaluator's metric (the daily-session Sharpe of its greedy positions at
-`DEFAULT_COST_TICKS`; the same number `alpha evaluate` gives that file), early stopping follows `Trackers`, and
-the policy with the best validation Sharpe is kept as
-`fold-<k>/model.safetensors` (with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`,
-`summary.json`), written as one attempt (`alpha_core.artifacts`); the folds of one call are promoted together
-once all are complete.
+`DEFAULT_COST_TICKS`), on at most `val_sessions_per_epoch` of its sessions (a fixed seeded subset, so an epoch's
+cost does not grow with the file); early stopping follows `Trackers`, the policy with the best validation Sharpe
+is kept, and that policy is scored once on the whole validation files: `val_sharpe`, the number the gate and
+hyperopt read and `alpha evaluate` computes from the checkpoint. It is kept as `fold-<k>/model.safetensors`
+(with `norm_stats.json`, `agent_config.json`, `env_config.json`, `params.json`, `summary.json`), written as one
+attempt (`alpha_core.artifacts`); the folds of one call are promoted together once all are complete.
 Agent parameters resolve as: defaults < params file < explicit values.
 """
 
@@ -30,7 +31,8 @@ from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.progress import TrainingReporter
-from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, save_policy
+from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, load_policy, save_policy
+from alpha_core.rl.agents import evaluate_sessions, session_spans
 from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.perception import resolve_device
@@ -50,11 +52,16 @@ class RLFoldSummary(BaseModel):
     epochs: int
     early_stopped: bool
     best_epoch: int
-    val_sharpe: float  # annualised daily-session Sharpe (the evaluator's), at the best epoch
+    # annualised daily-session Sharpe (the evaluator's: `alpha evaluate` computes this number from the checkpoint) of
+    # the kept policy on the whole validation files
+    val_sharpe: float
     val_sessions: int  # the sessions that Sharpe was measured on
     val_mean_reward: float  # ticks per bar
     val_turnover: float
-    val_sharpe_per_epoch: list[float]
+    val_sharpe_per_epoch: list[float]  # what early stopping and the kept epoch follow
+    # the sessions each epoch's Sharpe scored: a fixed seeded subset of the validation files' sessions
+    # (`agents.evaluate_sessions`, the evaluator's number on those sessions); None: the whole files, every epoch
+    val_sessions_per_epoch: int | None = None
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: val_sharpe, val_mean_reward, val_turnover
     params: dict
     params_file: str | None = None
@@ -132,9 +139,13 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
     tracker, curve, result = Trackers(), [], None
     report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, cfg.timesteps_per_epoch)
     started = time.perf_counter()
+    # per epoch, a fixed seeded subset of the validation sessions when the files hold more (bounded cost)
+    spans = session_spans(val, cfg.val_sessions_per_epoch, cfg.seed + fold.fold) if cfg.val_sessions_per_epoch else None
     for epoch in range(cfg.epochs):
         agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False, callback=lambda *_: report.step(cfg.n_envs))
-        scored = evaluate(agent, val, env_cfg, norm)  # the evaluator's daily-session Sharpe, whole files
+        # the evaluator's daily-session Sharpe, on the whole files or on the subset's sessions
+        scored = evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg,
+                                                                                             norm)
         curve.append(scored.sharpe)
         report.epoch(epoch, val_sharpe=scored.sharpe, val_mean_reward=scored.mean_reward, val_turnover=scored.turnover)
         report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {scored.sharpe:.3f} "
@@ -145,6 +156,8 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
         if tracker.should_stop("val_sharpe", cfg.early_stop_patience):
             tracker.early_stopped = True
             break
+    if spans is not None:  # the number the gate, hyperopt and the report use: the kept policy on the whole files
+        result = evaluate(load_policy(agent, out / "model.safetensors"), val, env_cfg, norm)
     wall = time.perf_counter() - started
     report.close()
     early, best_epoch = tracker.early_stopped, tracker.best_val_sharpe_epoch
@@ -153,7 +166,8 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
         val_files=[sc.meta.source.name for sc in val], test_files=fold.test_names, epochs=len(curve),
         early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_sessions=result.n_sessions,
         val_mean_reward=result.mean_reward,
-        val_turnover=result.turnover, val_sharpe_per_epoch=curve, epoch_metrics=report.epoch_metrics, params=params,
+        val_turnover=result.turnover, val_sharpe_per_epoch=curve,
+        val_sessions_per_epoch=None if spans is None else len(spans), epoch_metrics=report.epoch_metrics, params=params,
         params_file=source.path, hyperopt=source.hyperopt, hyperopt_leakage=leaks,
         timesteps=int(agent.num_timesteps),
         device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
