@@ -215,3 +215,21 @@ def test_a_captured_step_s_cursor_stays_in_the_epoch_and_refuses_to_run_past_it(
 def _truncated(sc: Sidecar, n: int) -> Sidecar:
     arrays = {k: np.asarray(getattr(sc, k))[:n] for k in ARRAYS}
     return Sidecar(path=sc.path, meta=sc.meta.model_copy(update={"rows": n}), **arrays)
+
+
+def test_take_rows_reads_exactly_the_rows_asked(tiny_sidecars):
+    """One pread per run of consecutive rows gives what indexing the array gives: runs, single rows, the last row,
+    none; arrays held in memory are indexed."""
+    from alpha_core.data.loader import take_rows
+
+    sc = tiny_sidecars["book"][0]
+    rng = np.random.default_rng(0)
+    picks = [np.arange(10, 200), np.sort(rng.choice(sc.rows, 500, replace=False)), np.array([sc.rows - 1]),
+             np.array([], dtype=np.int64), np.r_[0:5, 7, 9:12, sc.rows - 3 : sc.rows]]
+    for name in ("features", "dt", "labels", "ts", "instrument_id"):
+        for rows in picks:
+            got = take_rows(sc, name, rows)
+            np.testing.assert_array_equal(got, np.asarray(getattr(sc, name))[rows])
+            assert got.dtype == np.asarray(getattr(sc, name)).dtype
+    cut = _truncated(sc, 300)
+    np.testing.assert_array_equal(take_rows(cut, "labels", np.arange(250, 300)), np.asarray(sc.labels)[250:300])

@@ -13,8 +13,8 @@ O(n) memory, the same draws for the same seed) and maps each to (file, start) by
 cumulative counts: O(ranges + n) memory, and every valid start equally likely, as the old full permutation.
 
 The epoch's rows. `reset` copies the rows the drawn windows read (their union: overlapping windows share
-rows) into one buffer of fixed capacity, n_windows x seq_len rows, reading each file in blocks through
-short-lived memory maps; a window is then K consecutive rows of that buffer, copied whole into its batch. An
+rows) into one buffer of fixed capacity, n_windows x seq_len rows, reading the rows in blocks with
+plain reads (`take_rows`); a window is then K consecutive rows of that buffer, copied whole into its batch. An
 epoch that would read about every row (n_windows x seq_len >= the files' rows) keeps every row instead, copied
 once. The buffer sits on the device (`resident`, the default on any non-CPU device: what an epoch reads, not
 every file) or on the host, and `reset` refills it in place, so a captured CUDA graph (`batch_at` through an
@@ -24,6 +24,7 @@ every file) or on the host, and `reset` refills it in place, so a captured CUDA 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -56,16 +57,32 @@ class WindowBatch:
         return WindowBatch(*(t.to(device, non_blocking=non_blocking) for t in self.__dict__.values()))
 
 
-def take_rows(sc: Sidecar, name: str, rows: np.ndarray, block: int = STAGE_ROWS) -> np.ndarray:
-    """`sc.<name>[rows]` for sorted rows, gathered in blocks, each through a memory map released after it: the
-    pages touched stay in the page cache, not in this process, so a gather over a huge file holds one block."""
+def take_rows(sc: Sidecar, name: str, rows: np.ndarray) -> np.ndarray:
+    """`sc.<name>[rows]` for sorted rows, read with one `pread` per run of consecutive rows: a gather from a huge
+    file holds nothing but its result, and reads only its rows (a page fault in a memory map would read a whole
+    read-ahead window around each row, 8 MiB on a typical block device, and leave the pages mapped). Arrays given
+    to the Sidecar (in memory) are indexed."""
     rows = np.asarray(rows, dtype=np.int64)
-    spec = sc.meta.arrays[name]
-    out = np.empty((len(rows), *spec.shape[1:]), dtype=np.dtype(spec.dtype))
-    for lo in range(0, len(rows), block):
-        arr = sc.array(name)
-        out[lo : lo + block] = arr[rows[lo : lo + block]]
-        del arr
+    arr = sc.array(name)
+    if not isinstance(arr, np.memmap) or not len(rows):
+        return np.asarray(arr[rows])
+    out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
+    path, offset, row = arr.filename, arr.offset, arr.strides[0]
+    del arr  # unmapped: nothing was touched through it
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts, ends = np.r_[0, cut], np.r_[cut, len(rows)]
+    view = memoryview(out.reshape(len(rows), -1).view(np.uint8))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            buf, at, done = view[a:b].cast("B"), offset + int(rows[a]) * row, 0
+            while done < len(buf):  # a short read continues where it stopped
+                got = os.preadv(fd, [buf[done:]], at + done)
+                if got == 0:
+                    raise DataError(sc.path, f"{name}.npy ends before row {int(rows[b - 1])}")
+                done += got
+    finally:
+        os.close(fd)
     return out
 
 

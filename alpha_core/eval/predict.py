@@ -18,7 +18,7 @@ a decision) stay flat, decided on no data (`NO_DECISION`).
 
 Bounded memory whatever the file: a book file is never read whole. Its times are scanned in blocks (the close
 trades of each minute, the snapshot at or before each), and only the windows asked for are gathered, chunk by
-chunk (`CHUNK_ROWS` rows at most), through short-lived memory maps (`loader.take_rows`). The book model
+chunk (`CHUNK_ROWS` rows at most), by plain reads of their rows (`loader.take_rows`). The book model
 predicts the snapshots its bars decide on and, for its AUC, a fixed seeded sample of the test file's snapshots
 (`auc_rows`), never every snapshot.
 """
