@@ -277,13 +277,14 @@ class Outcome:
         return self.ok
 
 
-def follow(backfill, poll_s: float = 2.0, check=None, out=sys.stdout, allow_gate_failures: bool = False) -> Outcome:
+def follow(backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failures: bool = False) -> Outcome:
     """Print one line per run that starts, finishes or fails until the backfill is finished; true if all succeeded.
 
     A run that failed only because a checkpoint missed its (blocking) gate prints `GATE`; with
     `allow_gate_failures` it does not count as a failure (the report lists the checkpoint as excluded), though
     Dagster shows that partition, and so the backfill, as failed. `check()` returns a reason to give up (the daemon
     died), or None."""
+    out = out or sys.stdout  # the stdout of the moment (a test's capture replaces it after import)
     started, seen, gates, failures = time.monotonic(), {}, 0, 0
     while True:
         status = backfill.status()  # before the runs: a finished backfill has launched all of its runs

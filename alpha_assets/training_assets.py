@@ -3,9 +3,11 @@
 - `hyperopt/<model>` [symbol]: PSO results.json on the files before the symbol's first test file, with a blocking
   check that every trial completed and that no file it used is a test file.
 - `checkpoints/<model>` [symbol x fold]: one walk-forward fold, reading the hyperopt params when that asset has
-  been materialized (the spec's precedence). Each materialization is one attempt (the Dagster run id) written in
-  its own folder; the `validation_gate` check (blocking, `alpha_core.gates`) records the metric, the threshold
-  and the partition, and only a passing attempt is promoted to `models/<model>/<symbol>/fold-<k>`.
+  been materialized (the spec's precedence). Each attempt (the Dagster run id) is written in its own folder; the
+  `validation_gate` check (blocking, `alpha_core.gates`) records the metric, the threshold and the partition. A
+  passing attempt is promoted to `models/<model>/<symbol>/fold-<k>` and materialized; a missed gate fails the
+  step with its reason in one line (no materialization), so Dagster shows the partition, its run and its
+  backfill as failed.
 - `ensemble_report` [symbol]: `alpha evaluate` over exactly the attempts recorded by passing materializations;
   every requested model x fold is in it or under Excluded with its reason (never materialized, gate failed, ...).
 
@@ -286,7 +288,9 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         # materialized whenever a materialization was recorded, whatever its checks said). The check is
         # recorded first, so the report lists the fold as "gate failed" with this reason.
         yield check
-        context.instance.add_run_tags(context.run.run_id, {f"{GATE_TAG}/{name}": f"missed: {gate.reason}"[:200]})
+        label = "Sharpe" if gate.metric == "val_sharpe" else "AUC"  # short: the runs list shows ~45 characters
+        context.instance.add_run_tags(context.run.run_id, {
+            f"{GATE_TAG}/{name}": f"missed: {label} {gate.value:.4g} <= {gate.threshold:g}"})
         raise dg.Failure(description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
                          metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
                          allow_retries=False)

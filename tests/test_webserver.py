@@ -1,10 +1,14 @@
 """`dg dev` serves the assets and materializes a partition launched through GraphQL (as the UI does), and its
-pages show what researchers read: the report's table and plots, and a missed gate as a failed check."""
+pages show what researchers read: a missed gate as Failed where people look (partitions, backfill, runs list, the
+run's error), the report's headline table and plots, a checkpoint's per-epoch curves; screenshots of each."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -15,8 +19,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import quote
 
 import dagster as dg
 import pytest
@@ -24,7 +29,6 @@ from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from alpha_assets import run as alpha_run
 from alpha_assets.definitions import defs
-from alpha_assets.partitions import symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,9 +65,10 @@ UNTIL = """async (found) => {
 }"""
 
 
-def interact(url: str, script: str, profile: Path, timeout: float = 90):
-    """Open `url` in headless Chromium and return what `script` returns: an async JS function of `until`, run in the
-    loaded page, whose result comes back as JSON.
+def interact(url: str, script: str, profile: Path, timeout: float = 90, screenshot: Path | None = None,
+             size: tuple[int, int] = (1600, 1000)):
+    """Open `url` in headless Chromium at `size` and return what `script` returns: an async JS function of `until`,
+    run in the loaded page, whose result comes back as JSON; then save the page as it is to `screenshot`.
 
     For what `--dump-dom` cannot show: content behind a click (a "[Show Markdown]" dialog, a tab). Chromium is
     driven through the DevTools protocol on a pipe (fds 3 and 4: NUL-separated JSON), so no driver is needed.
@@ -107,18 +112,30 @@ def interact(url: str, script: str, profile: Path, timeout: float = 90):
         target = call("Target.createTarget", url="about:blank")["targetId"]
         session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         call("Page.enable", session)
+        call("Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1], deviceScaleFactor=1,
+             mobile=False)
         call("Page.navigate", session, url=url)
         while not any(event.get("method") == "Page.loadEventFired" for event in events):
             events.append(receive())
         result = call("Runtime.evaluate", session, expression=f"({script})({UNTIL})", awaitPromise=True,
                       returnByValue=True)
         assert "exceptionDetails" not in result, result["exceptionDetails"]
+        if screenshot is not None:
+            save_png(base64.b64decode(call("Page.captureScreenshot", session, format="png")["data"]), screenshot)
         return result["result"].get("value")
     finally:
         browser.kill()
         browser.wait()
         os.close(to_chrome[1])
         os.close(from_chrome[0])
+
+
+def save_png(data: bytes, path: Path) -> None:
+    """A screenshot in 256 colours (a UI has few): a third of the bytes, so the committed ones stay small."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -159,10 +176,15 @@ class Webserver:
                  ["assetNodeOrError"]["__typename"] == "AssetNode", 120, "the code location")
 
     def graphql(self, query: str) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": query}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        return self.graphql_vars(query, {})
+
+    def graphql_vars(self, query: str, variables: dict) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"query": query, "variables": variables}).encode())
         with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())["data"]
+            body = json.loads(response.read())
+        assert not body.get("errors"), body["errors"]
+        return body["data"]
 
 
 @contextmanager
@@ -237,23 +259,61 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
     assert folds == ["fold-0", "fold-1", "fold-2"]
 
 
-TINY_TRAIN = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
+TINY_TRAIN = {"epochs": 2, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
+# Where the UI's pictures go: docs/screenshots when ALPHA_SCREENSHOTS=docs/screenshots (they are committed), else tmp
+SCREENSHOTS = os.environ.get("ALPHA_SCREENSHOTS")
 
-# Run in the page: wait for the overview's metadata (one row per entry, its key in the first cell), read the report's
-# tables as shown, then open the equity entry's "[Show Markdown]" and wait for the plot to decode in the dialog.
+BACKFILL = """query B($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status
+  assetBackfillData { assetBackfillStatuses { ... on AssetPartitionsStatusCounts { assetKey { path }
+  numPartitionsTargeted numPartitionsMaterialized numPartitionsFailed } } } } } }"""
+RUNS_FEED = "{ runsFeedOrError(limit: 20, view: ROOTS) { ... on RunsFeedConnection { results { __typename id runStatus } } } }"
+BACKFILL_RUNS = """query R($id: String!) { runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) {
+  ... on Runs { results { runId status tags { key value } } } } }"""
+PARTITIONS = """query P($path: [String!]!) { assetNodeOrError(assetKey: {path: $path}) { ... on AssetNode {
+  partitionStats { numMaterialized numFailed numPartitions } } } }"""
+STEP_FAILURES = """query F($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
+  ... on ExecutionStepFailureEvent { stepKey error { message } } } } } }"""
+
+
+def until_text(*needles: str) -> str:
+    """A page script: wait until the page's text holds every needle, let it settle, return the text."""
+    return f"""async (until) => {{
+  await until(() => {json.dumps(needles)}.every(n => document.body.innerText.includes(n)));
+  await new Promise(r => setTimeout(r, 1000));
+  return document.body.innerText;
+}}"""
+
+
+# Run in a page: click "[Show Markdown]" of one metadata entry (a row whose first cell is its key) and wait for the
+# plot in the dialog to decode and the dialog to finish fading in.
+SHOW_PLOT = """async (until) => {
+  const entry = (key) => [...document.querySelectorAll('tr')].find(tr => tr.cells[0]?.textContent.trim() === key);
+  (await until(() => [...(entry(KEY)?.querySelectorAll('a, button') ?? [])]
+                       .find(a => a.textContent.trim() === '[Show Markdown]')))?.click();
+  const img = await until(() => [...document.querySelectorAll('[role=dialog] img')]
+                                   .find(i => i.complete && i.naturalWidth > 0));
+  await new Promise(r => setTimeout(r, 1000));
+  return {dialog: img?.closest('[role=dialog]')?.innerText ?? null, src: img?.getAttribute('src').slice(0, 22) ?? null,
+          width: img?.naturalWidth ?? 0, page: document.body.innerText.slice(0, 3000)};
+}"""
+
+# The report's page: its headline (a Markdown table) as shown, whether it fits in the visible part of the metadata
+# table (whose scroll container clips it), and the excluded table.
 REPORT_PAGE = """async (until) => {
   const entry = (key) => [...document.querySelectorAll('tr')].find(tr => tr.cells[0]?.textContent.trim() === key);
   const shown = (table) => table && {
     columns: [...table.querySelectorAll('thead th')].map(th => th.textContent.trim()),
-    rows: [...table.querySelectorAll('tbody tr')].map(tr => [...tr.cells].map(td => td.textContent.trim())),
+    rows: [...table.querySelectorAll('tbody tr')].filter(tr => !tr.querySelector('th'))
+                                                 .map(tr => [...tr.cells].map(td => td.textContent.trim())),
   };
-  const results = shown(await until(() => entry('results')?.querySelector('table')));
-  const excluded = shown(entry('excluded')?.querySelector('table'));
-  [...(entry('equity')?.querySelectorAll('a') ?? [])].find(a => a.textContent.trim() === '[Show Markdown]')?.click();
-  const plot = await until(() => [...document.querySelectorAll('[role=dialog] img')]
-                                     .find(img => img.complete && img.naturalWidth > 0));
-  return {results, excluded, dialog: plot?.closest('[role=dialog]')?.innerText ?? null,
-          plot: plot && {src: plot.getAttribute('src').slice(0, 22), width: plot.naturalWidth},
+  const headline = await until(() => entry('headline')?.querySelector('table'));
+  await until(() => entry('excluded')?.querySelector('table'));
+  await new Promise(r => setTimeout(r, 1000));
+  let scroller = headline?.closest('table').parentElement;
+  while (scroller && getComputedStyle(scroller).overflowX === 'visible') scroller = scroller.parentElement;
+  return {headline: shown(headline), excluded: shown(entry('excluded')?.querySelector('table')),
+          keys: [...document.querySelectorAll('tr')].map(tr => tr.cells[0]?.textContent.trim()),
+          headline_right: headline?.getBoundingClientRect().right, visible_right: scroller?.getBoundingClientRect().right,
           page: document.body.innerText.slice(0, 3000)};
 }"""
 
@@ -263,66 +323,123 @@ CHECK_HISTORY = """async (until) => {
                        .find(tab => tab.textContent.trim() === 'Execution history')))?.click();
   const table = await until(() => [...document.querySelectorAll('table')].find(t =>
     [...t.querySelectorAll('thead th')].some(th => th.textContent.trim() === 'Partition')
-    && t.querySelectorAll('tbody tr').length >= 2));
+    && t.querySelectorAll('tbody tr').length >= 3));
   return {columns: table && [...table.querySelectorAll('thead th')].map(th => th.textContent.trim()),
           rows: table && [...table.querySelectorAll('tbody tr')].map(tr => [...tr.cells].map(td => td.textContent.trim())),
           page: document.body.innerText.slice(0, 3000)};
 }"""
 
 
-def test_the_ui_shows_the_report_and_a_missed_gate(tiny_data, tmp_path, monkeypatch):
-    """What a researcher reads in `dg dev`: the report's rows and plot on its page, a missed gate as a failed check."""
+def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data, tmp_path, monkeypatch, capsys):
+    """`alpha run --remote` on `dg dev`: kan passes its gate on every fold, tft misses it on every fold. The missed
+    gate is Failed in Dagster's own places (partitions, backfill, runs list, the run's error, with its reason in one
+    line), the report still comes (its own backfill) and its page leads with the headline table that fits at
+    1,600 px, the equity and drawdown by session one click away; a checkpoint shows its per-epoch curves. Every
+    page is saved as a screenshot (ALPHA_SCREENSHOTS=docs/screenshots for the committed ones)."""
+    shots = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path / "screenshots"
     with dg_dev(tmp_path, tiny_data) as server:
-        # materialize into the webserver's instance while it starts: a missed gate on fold 1, then a fold that
-        # passes, then the report over both
-        monkeypatch.setenv("DAGSTER_HOME", str(server.home))
-        assets = list(defs.assets)
-        by_key = {a.key.to_user_string(): a for a in assets}
-        resources = {"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(tmp_path / "storage"))}
-        with dg.DagsterInstance.get() as instance:
-            def run(selection, partition, config=None):
-                return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
-                                      instance=instance, resources=resources, run_config=config, raise_on_error=False,
-                                      tags={"alpha/run_id": "ui"})
-
-            def train(fold, min_auc):
-                config = {"ops": {"checkpoints__tft": {"config": {**TINY_TRAIN, "min_val_auc": min_auc}}}}
-                return run(["checkpoints/tft"], symbol_fold_key("ES.FUT", fold), config)
-
-            assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
-            missed = train(1, 0.99)
-            assert not missed.success, "the gate cannot be met"
-            no_data = run(["bar_sidecars"], "ZN.FUT")  # tiny_data holds ES.FUT and NQ.FUT
-            assert not no_data.success
-            assert train(0, 0.0).success
-            assert run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["tft"]}}}}).success
         server.wait_up()
         assert server.graphql("{ shouldShowNux }") == {"shouldShowNux": False}, "a sign-up dialog covers the UI"
-        # what `alpha run --remote` prints for that run: the gate's metric and threshold, and the run's page
-        reason = alpha_run.RemoteBackfill(server.url).failure(missed.run_id)
-        assert reason.startswith(alpha_run.GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), reason
-        assert "mean validation AUC" in reason and "<= 0.99" in reason and reason.endswith(f"/runs/{missed.run_id})")
-        reason = alpha_run.RemoteBackfill(server.url).failure(no_data.run_id)
-        assert reason.startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in reason, reason
-        assert "alpha_core" not in reason and reason.endswith(f"/runs/{no_data.run_id})"), reason
+        base = alpha_run.plan(["ES.FUT"], "kan,tft", "train", epochs=None, trials=None, run_id="ui",
+                              train_config=TINY_TRAIN)
+        ops = base.run_config["ops"]
+        ops["checkpoints__kan"]["config"]["min_val_auc"] = 0.0
+        ops["checkpoints__tft"]["config"]["min_val_auc"] = 0.99  # cannot be met
+        ops["ensemble_report"] = {"config": {"models": ["kan", "tft"]}}
+        plan = replace(base, targets={**base.targets, "ensemble_report": ["ES.FUT"]})
+        capsys.readouterr()
+        outcome = alpha_run.launch_remote(plan, server.url, poll_s=1.0, allow_gate_failures=True)
+        out = capsys.readouterr().out
+        assert outcome and outcome.gate_misses == 3 and outcome.failures == 0, out
+        gates = [line for line in out.splitlines() if line.split()[2:3] == ["GATE"]]
+        assert len(gates) == 3 and all("checkpoints/tft validation_gate: tft ES.FUT fold " in line
+                                       and "mean validation AUC" in line and "<= 0.99" in line for line in gates), out
+        training = re.search(r"^backfill (\w+) \(", out, re.M).group(1)
+        report = re.search(r"^backfill (\w+): the report of ES\.FUT", out, re.M).group(1)
 
-        report = interact(f"{server.url}/assets/ensemble_report", REPORT_PAGE, tmp_path / "chrome-report")
-        assert report["results"], f"no results table on the report's page: {report['page']}"
-        assert {"row", "sharpe", "dsr"} <= set(report["results"]["columns"])
-        models = {row[0] for row in report["results"]["rows"]}
-        assert "tft" in models and "ensemble: equal_weight" in models, report["results"]
-        excluded = {(row[0], row[2]): row[3] for row in report["excluded"]["rows"]}
-        assert excluded[("tft", "1")].startswith("gate failed: mean validation AUC"), report["excluded"]
-        plot = report["plot"]
-        assert plot and plot["src"] == "data:image/png;base64," and plot["width"] > 0, \
-            f"no equity plot behind [Show Markdown]: {(report['dialog'] or report['page'])[:500]}"
-        assert "ES.FUT: out-of-sample equity" in report["dialog"]
+        # Dagster's own record, through GraphQL: the backfill failed, the report's backfill succeeded
+        feed = {e["id"]: e["runStatus"] for e in server.graphql(RUNS_FEED)["runsFeedOrError"]["results"]}
+        assert feed[training] == "FAILURE" and feed[report] == "SUCCESS", feed
+        backfill = server.graphql_vars(BACKFILL, {"id": training})["partitionBackfillOrError"]
+        counts = {"/".join(s["assetKey"]["path"]): (s["numPartitionsMaterialized"], s["numPartitionsFailed"])
+                  for s in backfill["assetBackfillData"]["assetBackfillStatuses"]}
+        assert backfill["status"] == "COMPLETED_FAILED"
+        assert counts["checkpoints/tft"] == (0, 3) and counts["checkpoints/kan"] == (3, 0), counts
+        assert counts["ensemble_report"] == (0, 1), "Dagster runs nothing below a failed partition"
+        runs = server.graphql_vars(BACKFILL_RUNS, {"id": training})["runsOrError"]["results"]
+        failed = {run["runId"]: {t["key"]: t["value"] for t in run["tags"]} for run in runs if run["status"] == "FAILURE"}
+        assert len(failed) == 3 and all(re.fullmatch(r"missed: AUC 0\.\d+ <= 0\.99", tags["alpha/gate/tft"])
+                                        for tags in failed.values()), failed
+        stats = {m: server.graphql_vars(PARTITIONS, {"path": ["checkpoints", m]})["assetNodeOrError"]["partitionStats"]
+                 for m in ("kan", "tft")}
+        assert (stats["tft"]["numFailed"], stats["tft"]["numMaterialized"]) == (3, 0), stats
+        assert (stats["kan"]["numFailed"], stats["kan"]["numMaterialized"]) == (0, 3), stats
+        fold1 = next(run_id for run_id, tags in failed.items() if tags["dagster/partition"] == "ES.FUT|1")
+        (error,) = [e["error"]["message"] for e in server.graphql_vars(STEP_FAILURES, {"id": fold1})["logsForRun"]["events"]
+                    if e.get("stepKey") == "checkpoints__tft"]
+        reason = error.splitlines()[0]
+        assert reason.startswith("dagster._core.definitions.events.Failure: tft ES.FUT fold 1 not promoted: "
+                                 "validation_gate missed, mean validation AUC") and "<= 0.99" in reason, error
+        # what `alpha run --remote` prints for that run: the gate's metric and threshold, and the run's page
+        printed = alpha_run.RemoteBackfill(server.url).failure(fold1)
+        assert printed.startswith(alpha_run.GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), printed
+        assert printed.endswith(f"/runs/{fold1})")
+
+        # the UI, as a person sees it at 1,600 x 1,000
+        def page(path: str, name: str, script: str):
+            return interact(f"{server.url}{path}", script, tmp_path / f"chrome-{name}", timeout=120,
+                            screenshot=shots / f"{name}.png")
+
+        text = page("/runs", "runs_list", until_text(training, report, "Failure", "Success"))
+        assert text.index(report) < text.index("Success") < text.index(training) < text.index("Failure"), text[:2000]
+        text = page(f"/runs/b/{training}", "backfill", until_text("checkpoints / tft", "Failed"))
+        tft = text[text.index("checkpoints / tft"):].split("\n")
+        assert tft[2:7] == ["100% completed", "3", "0", "0", "3"], tft[:8]  # targeted, in progress, succeeded, failed
+        text = page(f"/runs/b/{training}?tab=runs", "backfill_runs", until_text("alpha/gate/tft: missed"))
+        assert len(re.findall(r"alpha/gate/tft: missed: AUC 0\.\d+ <= 0\.99", text)) == 3, text[:3000]
+        assert text.count("Failure") == 3 and text.count("Success") == 1, text[:3000]
+        text = page(f"/assets/checkpoints/tft?view=partitions&partition={quote('ES.FUT|1')}", "partitions",
+                    until_text("Failed (3)", "did not materialize"))
+        assert "Materialized (0)" in text and f"Run {fold1[:8]} failed, and did not materialize this asset." in text
+        text = page(f"/runs/{fold1}", "run_failure", until_text("not promoted"))
+        assert "tft ES.FUT fold 1 not promoted: validation_gate missed, mean validation AUC" in text
+
+        shown = page("/assets/ensemble_report", "report", REPORT_PAGE)
+        assert shown["headline"], f"no headline on the report's page: {shown['page']}"
+        assert shown["headline"]["columns"] == ["model", "sessions", "Sharpe", "95% CI", "DSR", "max DD", "PnL"]
+        assert [row[0] for row in shown["headline"]["rows"]] == ["kan", "equal_weight", "validation_weighted"]
+        assert shown["headline_right"] <= shown["visible_right"], "the headline is cut off at 1,600 px"
+        assert shown["keys"].index("headline") < shown["keys"].index("equity") < shown["keys"].index("results")
+        excluded = {(row[0], row[2]): row[3] for row in shown["excluded"]["rows"]}
+        assert set(excluded) == {("tft", "0"), ("tft", "1"), ("tft", "2")}, shown["excluded"]
+        assert all(reason.startswith("gate failed: mean validation AUC") for reason in excluded.values())
+        plot = page("/assets/ensemble_report", "report_equity", SHOW_PLOT.replace("KEY", "'equity'"))
+        assert plot["src"] == "data:image/png;base64," and plot["width"] > 0, plot["page"]
+        assert "ES.FUT: out-of-sample equity and drawdown by session" in plot["dialog"]
+        curves = page(f"/assets/checkpoints/kan?view=partitions&partition={quote('ES.FUT|1')}", "curves",
+                      SHOW_PLOT.replace("KEY", "'curves'"))
+        assert curves["src"] == "data:image/png;base64," and curves["width"] > 0, curves["page"]
+        assert "kan ES.FUT fold 1: per-epoch curves" in curves["dialog"]
 
         checks = interact(f"{server.url}/assets/checkpoints/tft?view=checks&checkDetail=validation_gate",
                           CHECK_HISTORY, tmp_path / "chrome-checks")
         assert checks["rows"], f"no execution history of validation_gate: {checks['page']}"
         partition = checks["columns"].index("Partition")
         executions = {row[partition]: row for row in checks["rows"]}
-        assert {key: row[0] for key, row in executions.items()} == {"ES.FUT|1": "Failed", "ES.FUT|0": "Passed"}, \
-            checks["rows"]
+        assert {key: row[0] for key, row in executions.items()} == {f"ES.FUT|{k}": "Failed" for k in range(3)}
         assert any("mean validation AUC" in cell and "<= 0.99" in cell for cell in executions["ES.FUT|1"])
+
+        # any other failure prints its step and its own first line, not Dagster's wrapper
+        monkeypatch.setenv("DAGSTER_HOME", str(server.home))
+        with dg.DagsterInstance.get() as instance:
+            no_data = dg.materialize(list(defs.assets), selection=["bar_sidecars"], partition_key="ZN.FUT",
+                                     instance=instance, raise_on_error=False,
+                                     resources={"data": DataRoot(root=str(tiny_data)),
+                                                "storage": StorageRoot(root=str(tmp_path / "storage"))})
+        assert not no_data.success  # tiny_data holds ES.FUT and NQ.FUT
+        printed = alpha_run.RemoteBackfill(server.url).failure(no_data.run_id)
+        assert printed.startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in printed, printed
+        assert "alpha_core" not in printed and printed.endswith(f"/runs/{no_data.run_id})"), printed
+    for name in ("runs_list", "backfill", "backfill_runs", "partitions", "run_failure", "report", "report_equity",
+                 "curves"):
+        assert (shots / f"{name}.png").stat().st_size < 300_000, name
