@@ -187,8 +187,8 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         metadata={
             "path": dg.MetadataValue.path(str(path)),
             "run_id": context.run.run_id,
-            "cv_n_folds": N_FOLDS,  # read by the training steps
-            "train_window": plans["book"]["window"],
+            "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
+            "train_window": metadata.text(plans["book"]["window"]),
             "folds_table": dg.MetadataValue.md("\n".join(table)),
             "plans": dg.MetadataValue.json(plans),
         },

@@ -153,7 +153,8 @@ def _plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
     plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
     if plans is None:
         raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
-    return plans
+    # counts are text in the metadata (shown, never plotted)
+    return {**plans, "cv_n_folds": int(plans["cv_n_folds"]), "train_window": int(plans["train_window"])}
 
 
 def _hyperopt_asset(name: str) -> dg.AssetsDefinition:

@@ -45,7 +45,10 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
         config = {"ops": {f"checkpoints__{model}": {"config": {**FAST, "min_val_auc": min_auc}}}}
         return run([f"checkpoints/{model}"], symbol_fold_key("ES.FUT", fold), config)
 
-    assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
+    data = run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT")
+    assert data.success
+    for event in data.get_asset_materialization_events():  # counts, not metrics: shown as text, never plotted
+        assert not plotted(event.materialization.metadata), (event.asset_key, plotted(event.materialization.metadata))
     passing = {}
     for fold in (0, 1):
         ok = train("mamba2", fold, 0.0)
