@@ -290,8 +290,9 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         # recorded first, so the report lists the fold as "gate failed" with this reason.
         yield check
         label = "Sharpe" if gate.metric == "val_sharpe" else "AUC"  # short: the runs list shows ~45 characters
-        context.instance.add_run_tags(context.run.run_id, {
-            f"{GATE_TAG}/{name}": f"missed: {label} {gate.value:.4g} <= {gate.threshold:g}"})
+        compared = f"{gate.value:.4g} {'>' if gate.value > gate.threshold else '<='} {gate.threshold:g}"
+        context.instance.add_run_tags(context.run.run_id, {f"{GATE_TAG}/{name}": f"missed: {label} {compared}" + (
+            ", not finite" if gate.reason.endswith("not finite") else "")})
         raise dg.Failure(description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
                          metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
                          allow_retries=False)
