@@ -199,21 +199,31 @@ def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
 # the qualified class name Dagster puts before an error's message: alpha's own errors then read as the CLI prints
 # them, others keep their class name
 QUALIFIED_CLASS = re.compile(r"^alpha_core\.errors\.\w+: |^(\w+\.)+(?=\w+: )")
+FAILURE_CLASS = "dagster._core.definitions.events.Failure: "  # before a dg.Failure's description in its error
 GATE_REASON = "gate: "  # how a backfill's `failure` starts when only checkpoints' validation gates failed
 
 
-def describe_failure(missed_checks: list[tuple[str, str, str | None]], step: str | None, error: str | None) -> str:
+def _step_error(error: dict | None) -> str | None:
+    """A step's error from GraphQL as `LocalBackfill.failure` reads it: a dg.Failure's own line, else the deepest
+    cause (the user code's error, not Dagster's wrapper)."""
+    if error is None:
+        return None
+    if error["message"].startswith(FAILURE_CLASS):
+        return error["message"].removeprefix(FAILURE_CLASS)
+    return (error["causes"] or [error])[-1]["message"]
+
+
+def describe_failure(missed_checks: list[tuple[str, str, str | None]], failures: list[tuple[str, str | None]]) -> str:
     """Why a run failed, as `alpha run` prints it: its failed blocking checks, (asset, check, description), each
-    naming its metric and threshold (prefixed GATE_REASON when all are validation gates); else the failing step
-    and the first line of its own error, without the qualified class name Dagster puts in front."""
-    if missed_checks:
-        gates_only = all(check == GATE_CHECK for _, check, _ in missed_checks)
-        return (GATE_REASON if gates_only else "") + "; ".join(
-            f"{asset} {check}: {description}" for asset, check, description in missed_checks)
-    if step is None:
-        return ""
-    message = (error or "failed").strip().splitlines()[0]
-    return f"{step}: {QUALIFIED_CLASS.sub('', message)}"
+    naming its metric and threshold, prefixed GATE_REASON when only validation gates failed (a failed blocking check
+    also fails its asset's step, which it explains); any other failed step, (step, error), comes first with the
+    first line of its own error, without the qualified class name Dagster puts in front."""
+    explained = {asset.replace("/", "__") for asset, _, _ in missed_checks}  # the op of asset a/b is a__b
+    others = [f"{step}: {QUALIFIED_CLASS.sub('', (error or 'failed').strip().splitlines()[0])}"
+              for step, error in failures if step not in explained]
+    checks = [f"{asset} {check}: {description}" for asset, check, description in missed_checks]
+    gates_only = bool(checks) and not others and all(check == GATE_CHECK for _, check, _ in missed_checks)
+    return (GATE_REASON if gates_only else "") + "; ".join(others + checks)
 
 
 @dataclass(frozen=True)
@@ -247,12 +257,17 @@ class LocalBackfill:
                   for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
         missed = [(c.asset_key.to_user_string(), c.check_name, c.description) for c in checks
                   if not c.passed and c.blocking]
+        failures = []
         for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-            error = record.dagster_event.step_failure_data.error
+            data = record.dagster_event.step_failure_data
+            if data.user_failure_data is not None and data.user_failure_data.description:
+                failures.append((record.step_key, data.user_failure_data.description))  # our dg.Failure's one line
+                continue
+            error = data.error
             while error is not None and error.cause is not None:  # the user code's error, not Dagster's wrapper
                 error = error.cause
-            return describe_failure(missed, record.step_key, error.message if error else "failed")
-        return describe_failure(missed, None, None)
+            failures.append((record.step_key, error.message if error else None))
+        return describe_failure(missed, failures)
 
     def cancel(self) -> None:
         from dagster._core.execution.backfill import BulkActionStatus
@@ -536,10 +551,8 @@ class RemoteBackfill:
         missed = [("/".join(e["evaluation"]["assetKey"]["path"]), e["evaluation"]["checkName"],
                    e["evaluation"]["description"]) for e in events if e["__typename"] == "AssetCheckEvaluationEvent"
                   and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "ERROR"]
-        failed = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
-        error = failed[0]["error"] if failed else None
-        deepest = (error["causes"] or [error])[-1]["message"] if error else None
-        reason = describe_failure(missed, failed[0]["stepKey"] if failed else None, deepest)
+        failures = [(e["stepKey"], _step_error(e["error"])) for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+        reason = describe_failure(missed, failures)
         return f"{reason} ({self.url}/runs/{run_id})" if reason else f"{self.url}/runs/{run_id}"
 
     def cancel(self) -> None:

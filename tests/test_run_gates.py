@@ -34,9 +34,13 @@ def failures(tiny_data, tmp_path_factory) -> dict[str, str]:
     config = {"ops": {"checkpoints__tft": {"config": {**TINY_TRAIN, "min_val_auc": 0.99}}}}
     gate = run(["checkpoints/tft"], symbol_fold_key("ES.FUT", 1), config=config)
     no_data = run(["bar_sidecars"], "ZN.FUT")  # tiny_data has ES.FUT and NQ.FUT only
-    assert not gate.success and not no_data.success
+    # one run, two steps: tft misses its gate, kan fails on a bad setting (a failure no gate explains)
+    config["ops"]["checkpoints__kan"] = {"config": {**TINY_TRAIN, "n_train_seqs": 0}}
+    mixed = run(["checkpoints/tft", "checkpoints/kan"], symbol_fold_key("ES.FUT", 2), config=config)
+    assert not gate.success and not no_data.success and not mixed.success
     backfill = LocalBackfill(instance, "unused")
-    return {"gate": backfill.failure(gate.run_id), "data": backfill.failure(no_data.run_id)}
+    return {"gate": backfill.failure(gate.run_id), "data": backfill.failure(no_data.run_id),
+            "mixed": backfill.failure(mixed.run_id)}
 
 
 class FinishedBackfill:
@@ -77,3 +81,14 @@ def test_a_missed_gate_is_reported_when_allowed_but_a_crash_still_fails(failures
     assert failures["data"].startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in failures["data"]
     assert "alpha_core" not in failures["data"], failures["data"]  # the message as the CLI prints it
 
+
+
+def test_a_missed_gate_does_not_excuse_another_failure_in_its_run(failures):
+    """A missed gate fails its own step too (the partition is Failed); only that step is explained by the gate, so
+    a run where another step failed is FAILED, whatever --allow-gate-failures says."""
+    assert failures["mixed"].startswith("checkpoints__kan: run config: n_train_seqs must be >= 1"), failures["mixed"]
+    assert "checkpoints/tft validation_gate: tft ES.FUT fold 2: mean validation AUC" in failures["mixed"]
+    out = io.StringIO()
+    assert not follow(FinishedBackfill(failures["mixed"]), out=out, allow_gate_failures=True)
+    (line,) = [line for line in out.getvalue().splitlines() if "ES.FUT|1" in line]
+    assert line.split()[2] == "FAILED", line
