@@ -9,8 +9,9 @@ list: the book's labels count snapshots, so a book file's labelled rows are one 
 range, [0, min(rows - seq_len + 1, rows - shortest horizon)), from the meta (checked at both ends); a bar
 file's (NaN on a flat move or a gap) are the runs of labelled rows, read once in blocks. An epoch draws
 `n_windows` distinct ranks among all valid starts (`Generator.choice` without replacement: Floyd's algorithm,
-O(n) memory, the same draws for the same seed) and maps each to (file, start) by a search on the ranges'
-cumulative counts: O(ranges + n) memory, and every valid start equally likely, as the old full permutation.
+or where n is over 1/50 of the starts a partial shuffle of them, so O(n) memory either way; the same draws for
+the same seed) and maps each to (file, start) by a search on the ranges' cumulative counts: O(ranges + n)
+memory, and every valid start equally likely, as with the old full permutation.
 
 The epoch's rows. `reset` copies the rows the drawn windows read (their union: overlapping windows share
 rows) into one buffer of fixed capacity, n_windows x seq_len rows, reading the rows in blocks with

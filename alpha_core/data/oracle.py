@@ -39,10 +39,14 @@ def oracle_probabilities(sc: Sidecar, rows: np.ndarray | None = None) -> np.ndar
         iid = np.zeros(len(ts), np.int64) if book else z["bar_instrument_id"]
     if list(horizons) != sc.meta.horizons:
         return None
-    pick = slice(None) if rows is None else rows
-    want_ts = np.asarray(np.asarray(sc.ts)[pick], dtype=np.int64)
-    want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(np.asarray(sc.instrument_id)[pick],
-                                                                          dtype=np.int64)
+    if rows is None:
+        want_ts = np.asarray(sc.ts, dtype=np.int64)
+        want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(sc.instrument_id, dtype=np.int64)
+    else:  # only those rows are read (evaluation's sample of a book file far larger than memory)
+        from alpha_core.data.loader import take_rows
+
+        want_ts = take_rows(sc, "ts", rows).astype(np.int64)
+        want_iid = np.zeros(len(want_ts), np.int64) if book else take_rows(sc, "instrument_id", rows).astype(np.int64)
     order = np.lexsort((iid, ts))
     keys = np.stack([ts[order], iid[order]], axis=1)
     rows = _find(keys, np.stack([want_ts, want_iid], axis=1))
@@ -75,7 +79,12 @@ def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None,
         p = oracle_probabilities(sc, pick)
         if p is None:
             return None
-        y = np.asarray(np.asarray(sc.labels)[slice(None) if pick is None else pick], dtype=np.float64)
+        if pick is None:
+            y = np.asarray(sc.labels, dtype=np.float64)
+        else:
+            from alpha_core.data.loader import take_rows
+
+            y = take_rows(sc, "labels", pick).astype(np.float64)
         probs.append(p)
         labels.append(y if scored is None else np.where(scored[i], y, np.nan))
     return np.atleast_1d(auc(np.concatenate(probs), np.concatenate(labels))).tolist()

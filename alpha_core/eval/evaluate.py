@@ -276,7 +276,7 @@ def summary_val_sharpe(ckpt: Checkpoint, val_name: str, cfg: EvalConfig, device:
         env = json.loads((ckpt.path / "env_config.json").read_text())
     except (OSError, ValueError):
         return None
-    if env.get("cost_per_turnover") != cfg.cost_ticks or torch.device(s.get("device", "?")).type != device.type:
+    if env.get("cost_per_turnover") != cfg.cost_ticks or str(s.get("device", "")).split(":")[0] != device.type:
         return None
     return float(s["val_sharpe"])
 

@@ -95,7 +95,7 @@ def _blocks(sc: Sidecar, name: str):
 
 
 def _last_per_minute(trade: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(minute, its latest trade) of sorted trade times."""
+    """(minute, its latest trade) of non-decreasing trade times."""
     minute = trade // NS_PER_MINUTE * NS_PER_MINUTE
     last = np.r_[np.flatnonzero(minute[1:] != minute[:-1]), len(minute) - 1] if len(minute) else np.empty(0, int)
     return minute[last], trade[last]
@@ -107,7 +107,8 @@ def book_close_trade_ts(bars: Sidecar, book: Sidecar) -> np.ndarray:
     blocks, keeping each block's latest trade per minute (O(minutes) memory)."""
     minutes, trades = [], []
     for block in _blocks(book, "trade_ts"):
-        m, t = _last_per_minute(np.unique(block[block >= 0]))
+        t = block[block >= 0]
+        m, t = _last_per_minute(t if (t[1:] >= t[:-1]).all() else np.sort(t))  # in file order they mostly rise
         minutes.append(m)
         trades.append(t)
     minute, trade = (np.concatenate(a) if a else np.empty(0, np.int64) for a in (minutes, trades))
