@@ -26,7 +26,7 @@ CPU_POOL = "cpu"  # every step that needs no GPU
 
 
 class SidecarConfig(dg.Config):
-    """Label settings of the sidecars (empty = the defaults of the spec and the product)."""
+    """Label settings of the sidecars (empty = the defaults of the original system and the product)."""
 
     horizons: list[int] | None = None
     outcome_label_cost: float | None = None

@@ -25,7 +25,7 @@ from alpha_assets.pod_spec import CPU_STEP_TAGS, GPU_STEP_TAGS, STEP_K8S_CONFIG
 from alpha_core.errors import PlanError
 from alpha_core.models import registry
 
-MAX_PARALLEL = int(os.environ.get("MAX_PARALLEL", "10"))  # the spec's GPU concurrency cap
+MAX_PARALLEL = int(os.environ.get("MAX_PARALLEL", "10"))  # the original system's GPU concurrency cap
 GPU_POOL = "gpu"  # Dagster pools: GPU steps, and training steps on CPU nodes (not `cpu`: data and report steps)
 CPU_TRAINING_POOL = "cpu_training"
 

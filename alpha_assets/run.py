@@ -1,4 +1,4 @@
-"""`alpha run`: the spec's CI trigger (SYMBOLS, MODELS, PHASE, MAX_PARALLEL, EPOCHS, HYPEROPT_TRIALS, RUN_ID) as ONE
+"""`alpha run`: the original system's CI trigger (SYMBOLS, MODELS, PHASE, MAX_PARALLEL, EPOCHS, HYPEROPT_TRIALS, RUN_ID) as ONE
 Dagster asset backfill per RUN_ID.
 
 The backfill targets, for the chosen symbols and models, the data assets [symbol], hyperopt [symbol], every fold's
@@ -47,7 +47,7 @@ from alpha_core.gates import GATE_CHECK
 from alpha_core.models import registry
 
 PHASES = ("hyperopt", "train", "eval", "full")
-MAX_PARALLEL = 10  # the spec's default GPU concurrency cap
+MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
 DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
 BACKFILL_TAG = "dagster/backfill"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}

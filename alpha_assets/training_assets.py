@@ -3,7 +3,7 @@
 - `hyperopt/<model>` [symbol]: PSO results.json on the files before the symbol's first test file, with a blocking
   check that every trial completed and that no file it used is a test file.
 - `checkpoints/<model>` [symbol x fold]: one walk-forward fold, reading the hyperopt params when that asset has
-  been materialized (the spec's precedence). Each attempt (the Dagster run id) is written in its own folder; the
+  been materialized (the original system's precedence). Each attempt (the Dagster run id) is written in its own folder; the
   `validation_gate` check (blocking, `alpha_core.gates`) records the metric, the threshold and the partition. A
   passing attempt is promoted to `models/<model>/<symbol>/fold-<k>` and materialized; a missed gate fails the
   step with its reason in one line (no materialization), so Dagster shows the partition, its run and its
@@ -11,7 +11,7 @@
 - `ensemble_report` [symbol]: `alpha evaluate` over exactly the attempts recorded by passing materializations;
   every requested model x fold is in it or under Excluded with its reason (never materialized, gate failed, ...).
 
-Every materialization writes under `{storage}/{run_id}/` in the spec's layout (`hyperopt/<model>/<symbol>/`,
+Every materialization writes under `{storage}/{run_id}/` in the original system's layout (`hyperopt/<model>/<symbol>/`,
 `models/<model>/<symbol>/fold-<k>/`, `eval/<symbol>/`); nothing is overwritten in place.
 """
 
@@ -44,7 +44,7 @@ MODELS = registry.select("all")  # every registry model: the asset graph never d
 
 class TrainAssetConfig(dg.Config):
     """Launchpad settings of a checkpoint. A value left unset is the CLI trainer's own default (EPOCHS 50 for the
-    ensemble, the flagship's spec defaults, ...), so the UI, the scheduled retrain, `alpha run` and the original
+    ensemble, the flagship's original defaults, ...), so the UI, the scheduled retrain, `alpha run` and the original
     commands train alike; each value is checked by the trainer's own config."""
 
     epochs: int | None = None
@@ -432,11 +432,11 @@ checkpoint_assets = dg.with_source_code_references([_checkpoint_asset(m) for m i
 
 
 class CostConfig(dg.Config):
-    eur_per_gpu_hour: float = 3.0  # the spec's H100 figure
+    eur_per_gpu_hour: float = 3.0  # the original system's H100 figure
     eur_per_cpu_hour: float = 0.5  # an assumption: one 16-vCPU node, where the RL steps run (deploy/README.md)
 
 
-SPEC_COST_TABLE = """| Scenario (spec, H100 ~EUR 3/hr) | Jobs | Time | Cost |
+SPEC_COST_TABLE = """| Scenario (original system, H100 ~EUR 3/hr) | Jobs | Time | Cost |
 |---|---:|---|---:|
 | Single model, single symbol | 3 | ~1 hr | ~EUR 3 |
 | Full ensemble, single symbol | 14 | ~1 hr (parallel) | ~EUR 16 |

@@ -4,7 +4,7 @@ what an input file may make alpha read, decode and write.
 The CLI flags, `--param`, params files and Dagster run configs all build the same pydantic models, so a value
 out of range (NaN, -1, 1e308, a zero batch) fails in one place with a message naming its key.
 
-Input bounds (DESIGN.md, "Bounded before trusted") are environment variables read at each use, so a pod or a test
+Input bounds are environment variables read at each use, so a pod or a test
 can set them; the defaults admit real CME data with room to spare and refuse what only a crafted file holds:
 
 - `ALPHA_MAX_METADATA_BYTES` (64 MiB): a DBN metadata header. It is 100 fixed bytes plus the symbols and the

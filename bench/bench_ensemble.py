@@ -46,7 +46,7 @@ SPEC_COST_ROW = {  # the seed's spec, "Cost Estimate (H100 ~EUR 3/hr)": "Full en
 # `--device-of` overrides per model, `evaluate`, or `all`.
 DEVICE_OF = {"perception": "cuda", "supervised": "cuda", "rl": "cpu", "evaluate": "cpu"}
 MARKER = ".bench_ensemble"  # a work dir this bench may empty
-EUR_PER_CPU_HOUR = 0.5  # assumption, not in the spec: one hour of a 16-vCPU, 32 GB node (a CPU training pod's node)
+EUR_PER_CPU_HOUR = 0.5  # assumption, not in the original system: one hour of a 16-vCPU, 32 GB node (a CPU training pod's node)
 NOTES = [
     "wall_s: the job's process from start to exit (interpreter, imports, data, compilation, training), as a pod.",
     "projected_s = (wall_s - work_s) + work_s * factor: work_s is the part that grows with the scaled quantity (the "
@@ -426,7 +426,7 @@ def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
           f"EUR {tot['eur']:.2f}{mark} (EUR {tot['eur_per_gpu_hour']}/GPU-h, {tot['eur_per_cpu_hour']}/CPU-pod-h)")
     print(f"measured in this run: {tot['measured_this_run']['gpu_hours']:.3f} GPU-h, "
           f"{tot['measured_this_run']['cpu_hours']:.3f} CPU-pod-h")
-    print(f"seed's spec: {SPEC_COST_ROW['gpu_hours']:.1f} GPU-h, EUR {SPEC_COST_ROW['eur']:.0f}, "
+    print(f"the original system: {SPEC_COST_ROW['gpu_hours']:.1f} GPU-h, EUR {SPEC_COST_ROW['eur']:.0f}, "
           f"{SPEC_COST_ROW['wall']} ({SPEC_COST_ROW['source']})")
     if "schedule" in tot:
         s = tot["schedule"]
@@ -471,7 +471,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eur-per-gpu-hour", type=float,
                    default=repo_default("alpha_assets/training_assets.py", "eur_per_gpu_hour"))
     p.add_argument("--eur-per-cpu-hour", type=float, default=EUR_PER_CPU_HOUR,
-                   help=f"EUR per CPU-pod hour (default {EUR_PER_CPU_HOUR}: an assumption, not in the spec)")
+                   help=f"EUR per CPU-pod hour (default {EUR_PER_CPU_HOUR}: an assumption, not in the original system)")
     p.add_argument("--stop-after", type=float, help="start no job after this many seconds (the rest: not run)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -516,10 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     from alpha_core.train.walk_forward import WalkForwardConfig
 
     specs = registry.REGISTRY
-    seed = {"epochs": WalkForwardConfig.model_fields["epochs"].default,  # the spec's EPOCHS
+    seed = {"epochs": WalkForwardConfig.model_fields["epochs"].default,  # the original system's EPOCHS
             "flagship_epochs": TrainConfig.model_fields["epochs"].default,
-            "trials": HyperoptConfig.model_fields["trials"].default,  # the spec's HYPEROPT_TRIALS
-            "trial_epochs": {"rl": 10,  # the spec's `hyperopt_baseline_rl --epochs 10`
+            "trials": HyperoptConfig.model_fields["trials"].default,  # the original system's HYPEROPT_TRIALS
+            "trial_epochs": {"rl": 10,  # the original system's `hyperopt_baseline_rl --epochs 10`
                              "supervised": HyperoptConfig.model_fields["epochs"].default},
             "folds": repo_default("alpha_core/data/folds.py", "N_FOLDS")}
     run = {"epochs": args.epochs or seed["epochs"], "flagship_epochs": args.flagship_epochs or seed["flagship_epochs"],

@@ -40,7 +40,7 @@ ANY_FINITE = GateThresholds(min_val_auc=0.0, min_val_sharpe=-1000.0)
 
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory):
-    """Checkpoints of two cheap supervised members, PPO and the flagship, laid out as the spec's models/ tree."""
+    """Checkpoints of two cheap supervised members, PPO and the flagship, laid out as the original system's models/ tree."""
     root = tmp_path_factory.mktemp("run")
     models, pd = root / "models", root / "pd"
     bars, book = tiny_data / "ES.FUT" / "ohlcv-1m", tiny_data / "ES.FUT" / "mbp-10"

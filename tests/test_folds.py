@@ -1,4 +1,4 @@
-"""Walk-forward fold plans: the spec's split rules, every error, and the leakage check."""
+"""Walk-forward fold plans: the original system's split rules, every error, and the leakage check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Window loader contract (the spec's MultiHorizonLoader) and normalisation statistics."""
+"""Window loader contract (the original system's MultiHorizonLoader) and normalisation statistics."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ NUMERIC_FIELDS = [(cls, name, kind) for cls in REQUIRED for name, field in cls.m
 
 def _build(cls: type[BaseModel], **values) -> BaseModel:
     cfg = cls(**{**REQUIRED[cls], **values})
-    if cls is TrainConfig:  # the spec's fold checks keep their own messages, before any work
+    if cls is TrainConfig:  # the original system's fold checks keep their own messages, before any work
         validate(cfg)
     return cfg
 

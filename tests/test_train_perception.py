@@ -1,4 +1,4 @@
-"""`alpha train`: learning on the planted signal, the spec's validation errors, CV split, summary, resume."""
+"""`alpha train`: learning on the planted signal, the original system's validation errors, CV split, summary, resume."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
 
 
 def test_aux_stop_gradient_lifts_on_a_constant_signal():
-    """The spec's own synthetic check: constant outcomes -> aux Huber EMA converges, accuracy 1.0, lift fires."""
+    """The original system's own synthetic check: constant outcomes -> aux Huber EMA converges, accuracy 1.0, lift fires."""
     torch.manual_seed(0)
     model = PerceptionModel(PerceptionConfig(n_features=6, d_model=16, cfc_hidden=16, cfc_backbone=16,
                                              aux_hidden=16))

@@ -59,7 +59,7 @@ def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
 
 
 def test_the_original_commands_find_their_search_and_count_every_trial(bars, tiny_data, tmp_path):
-    """The spec's three commands with only their flags: hyperopt into the original layout, train-supervised with its
+    """The original system's three commands with only their flags: hyperopt into the original layout, train-supervised with its
     --params-file, evaluate with no --hyperopt-results. Every fold has an out-of-sample row, and the DSR counts
     N = trials x configurations with V = the null variance + the trials' dispersion (net of noise): the search is
     found through the checkpoint's own record, the same record Dagster's report reads."""

@@ -1,4 +1,4 @@
-"""Window loader with the spec's `MultiHorizonLoader` contract, batching straight into torch tensors.
+"""Window loader with the original system's `MultiHorizonLoader` contract, batching straight into torch tensors.
 
 Each epoch, `reset(seed)` draws a fresh random set of up to `n_max_sequences` windows of `seq_len`
 consecutive rows with features, time steps and labels at every position. A window never spans two files,

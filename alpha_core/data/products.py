@@ -33,7 +33,7 @@ class Product:
 
     @property
     def default_cost(self) -> float:
-        """Round-trip cost in price units: 2 ticks (ES: 2 x 0.25 = 0.5, the spec's default)."""
+        """Round-trip cost in price units: 2 ticks (ES: 2 x 0.25 = 0.5, the original system's default)."""
         return 2.0 * self.tick_size
 
 

@@ -18,7 +18,7 @@ class HyperoptConfig(BaseModel):
     model: str
     data_dir: Path
     output: Path
-    trials: Count = 20  # the spec's HYPEROPT_TRIALS
+    trials: Count = 20  # the original system's HYPEROPT_TRIALS
     epochs: Count = 3
     timesteps_per_epoch: Count = 5_000  # RL trials
     workers: int = Field(1, ge=1, le=256)  # threads, one particle each

@@ -22,7 +22,7 @@ The output of a step is h_t itself. With a small ts the gate sits near sigmoid(t
 towards 0 or 1 depending on the sign of t_a, so the state moves between the two learned targets ff1 and ff2 at a
 learned, input-dependent rate: this is the closed-form stand-in for integrating an ODE for time ts.
 
-Speed (the layer is torch.compile'd and CUDA-graph captured on the GPU, see shared/notes/gpu.md):
+Speed (the layer is torch.compile'd and CUDA-graph captured on the GPU):
 - W_0 is split by column views into its x-part and its h-part (the parameter stays the single ncps
   `backbone.0.weight`). The x-part of all L steps is one matmul before the loop (`input_projection`); each step
   only does the h-part.

@@ -1,8 +1,8 @@
 """The CfC recurrence fused into one Triton kernel per direction (the flagship's CUDA fast path).
 
 Why: a CfC layer is a chain of L dependent steps. Written in torch, each step is a dozen small kernels forward
-and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph
-(shared/notes/gpu.md). Here the forward and the backward of the whole scan are one launch each: a program owns
+and as many backward, so at small batch a training step waits on ~1,000 serial launches even inside a CUDA graph.
+Here the forward and the backward of the whole scan are one launch each: a program owns
 batch rows and loads the weights once, before its loop over the L steps (re-reading them at every step cost up
 to a third more at batch 1); state stays in registers. Shapes of program (`KERNELS`), chosen by batch size from
 measurements (`LAUNCH_PLAN`):

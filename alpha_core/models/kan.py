@@ -3,7 +3,7 @@ efficient-kan formulation (Blealtan/efficient-kan), plus a small causal sequence
 
 Why in-house: pykan is a research tool (undeclared imports, writes checkpoints to ``./model`` by default, 19x slower
 with its symbolic bookkeeping on) and efficient-kan is not on PyPI; the layer is ~40 lines. See
-shared/notes/models.md, "pykan 0.2.8 / efficient-kan".
+docs/libraries.md.
 
 B-spline bases (Cox-de Boor)
 ----------------------------

@@ -2,7 +2,7 @@
 
 x [B, K, F] -> ncps `LTC` (the original authors' library; fully connected wiring, `ode_unfolds` fused Euler
 steps per bar, softplus-constrained parameters) -> Linear(units, H). Bars are regular (one per traded
-minute), so no timespans are passed: ncps's batched timespans are broken (see notes/models.md), and the
+minute), so no timespans are passed: ncps's batched timespans are broken (docs/libraries.md), and the
 flagship's irregular-time CfC is in-house for that reason. The recurrence is causal.
 
 On CUDA the recurrence runs as the fused Triton kernels of `ltc_triton.py` (one launch per direction for all bars

@@ -1,5 +1,5 @@
 """The flagship perception model: input projection -> Mamba2 -> CfC trunk -> per-horizon heads, plus the
-auxiliary outcome path of the spec, and the small on-device controllers that steer its training.
+auxiliary outcome path of the original system, and the small on-device controllers that steer its training.
 
 Forward, for a window x [B, K, F] with time steps dt [B, K] (seconds between snapshots):
 
@@ -215,7 +215,7 @@ class PerceptionModel(nn.Module):
         decide = (self.warmup_cap < 0) & (self.step >= WARMUP_PROBE_STEPS)
         self.warmup_cap.copy_(torch.where(decide, derived, self.warmup_cap))
 
-    # --- what the spec's trainer exposes ---------------------------------------------------------------
+    # --- what the original system's trainer exposes ---------------------------------------------------------------
 
     def loss_ema_snapshot(self) -> list[float]:
         return self.bce_ema.tolist()

@@ -117,7 +117,7 @@ def get(name: str) -> ModelSpec:
 
 
 def select(models: str) -> list[str]:
-    """The spec's MODELS variable: `all`, `rl`, `supervised`, or a comma-separated list of names."""
+    """The original system's MODELS variable: `all`, `rl`, `supervised`, or a comma-separated list of names."""
     if models in ("all", "rl", "supervised"):
         return [n for n, s in REGISTRY.items() if models == "all" or s.group == models]
     names = [m.strip() for m in models.split(",") if m.strip()]

@@ -2,7 +2,7 @@
 multi-horizon time series forecasting", IJF), in-house, as a causal per-position classifier of the alpha zoo.
 
 Why in-house: pytorch-forecasting 1.8.0's TFT is a LightningModule fed by a DataFrame-built batch dict, with ~20
-graph breaks (``.item()`` on encoder lengths) and ~250 MB of dependencies (shared/notes/models.md). The pieces are
+graph breaks (``.item()`` on encoder lengths) and ~250 MB of dependencies (docs/libraries.md). The pieces are
 small; here they are batch-first and take our tensor windows ``x [B, K, F] -> logits [B, K, H]``.
 
 Building blocks (``a`` input, ``W``/``b`` weights; the dropout sits before the GLU, as in the paper)

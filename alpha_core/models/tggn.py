@@ -1,7 +1,7 @@
 """TGGN ensemble member: a temporal gated graph network over the features (nodes) of each bar.
 
-"TGGN" is read as GGNN spatial steps + gated temporal convolutions (STGCN / Graph WaveNet style; see
-notes/models.md). For bar data every input feature is a node:
+"TGGN" is read as GGNN spatial steps + gated temporal convolutions (STGCN / Graph WaveNet
+style). For bar data every input feature is a node:
 
     h0[b, k, n]  = value[b, k, n] * w_val + node_embedding[n]            node state, [B, K, N, d]
     A            = softmax(relu(E1 @ E2.T))                              learned adjacency over the N nodes

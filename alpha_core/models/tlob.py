@@ -1,6 +1,6 @@
 """TLOB (Berti & Kasneci 2025): dual attention over time and over features, made causal for per-position labels.
 
-The paper's model (summarised in ``shared/notes/models.md``; written here from the paper, no copied code)
+The paper's model (written here from the paper, no copied code)
 ---------------------------------------------------------------------------------------------------------
 Input ``X [T, F]`` (a window of order-book snapshots) goes through
 

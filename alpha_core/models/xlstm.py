@@ -1,7 +1,7 @@
 """xLSTM in plain PyTorch (Beck et al. 2024, "xLSTM: Extended Long Short-Term Memory"): mLSTM and sLSTM blocks.
 
 In-house on purpose: the official ``xlstm`` / ``mlstm_kernels`` packages (NX-AI) are not a dependency (licence, see
-shared/notes/models.md). Shapes below: ``B`` batch, ``T`` time, ``NH`` heads, ``DH`` head dim.
+docs/libraries.md). Shapes below: ``B`` batch, ``T`` time, ``NH`` heads, ``DH`` head dim.
 
 mLSTM (matrix memory, fully parallelisable)
 -------------------------------------------

@@ -27,7 +27,7 @@ from alpha_core.train.walk_forward import WalkForwardConfig
 
 
 class TrainConfig(BaseModel):
-    """Every flag of the spec's `alpha_train`, same names and defaults, plus device/resume/precision."""
+    """Every flag of the original system's `alpha_train`, same names and defaults, plus device/resume/precision."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -39,7 +39,7 @@ class TrainConfig(BaseModel):
     mamba2_state_dim: Dim = 16
     lr_cfc: LearningRate = 3e-3
     lr_mamba2: LearningRate = 1e-3
-    lr_aux: LearningRate | None = None  # the spec's aux group follows lr_cfc unless set
+    lr_aux: LearningRate | None = None  # the original system's aux group follows lr_cfc unless set
     n_train_seqs: Count = 8000
     n_val_seqs: Count = 1000
     seed: Seed = 0x4242
@@ -52,13 +52,13 @@ class TrainConfig(BaseModel):
     batch_size: Count = 1
     val_batch_size: Count = 4096  # validation (no gradients) batches, whatever batch_size trains at
     cv_fold: NonNegInt | None = None  # None: every fold of the plan, each into `out/fold-<k>`
-    cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the spec's messages
+    cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the original system's messages
     cv_train_window: int = Field(0, le=MAX_COUNT)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     smoothness_base_lambda: NonNegFloat = 0.0
     kernel_step_trace: Path | None = None
     bucket_warmup_cap_steps: NonNegInt | None = None
-    outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the spec's default)
+    outcome_label_cost: NonNegFloat | None = None  # None: 2 ticks of the product (0.5 for ES, the original system's default)
     device: Device | None = None  # None: cuda when available
     resume: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"

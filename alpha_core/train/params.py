@@ -1,4 +1,4 @@
-"""Parameter precedence of the spec: compiled defaults < params file (if it exists) < explicit CLI/config values,
+"""Parameter precedence of the original system: compiled defaults < params file (if it exists) < explicit CLI/config values,
 and the lineage of a params file that came out of a hyperparameter search.
 
 A params file is a flat JSON object of model-config and training keys, or a hyperopt `results.json` (its

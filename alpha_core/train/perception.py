@@ -1,6 +1,6 @@
-"""`alpha train`: the spec's `alpha_train`, the Mamba2 -> CfC -> heads perception trainer, in PyTorch.
+"""`alpha train`: the original system's `alpha_train`, the Mamba2 -> CfC -> heads perception trainer, in PyTorch.
 
-Walk-forward split of the MBP-10 files (`--cv-*`, the spec's rules), predecoded sidecars (built on a miss),
+Walk-forward split of the MBP-10 files (`--cv-*`, the original system's rules), predecoded sidecars (built on a miss),
 normalisation fitted on the training files, then per epoch: reshuffled training windows, AdamW with three
 parameter groups (Mamba2, CfC trunk + heads, aux) on linear warm-up + cosine decay, a validation pass
 (loss, and AUC per horizon from the last position of each window), independent best trackers for val_loss,
@@ -83,7 +83,7 @@ class TrainSummary(BaseModel):
     early_stopped: bool
     best_h1000_ckpt_path: str | None = None
     final_smooth_loss_per_horizon: list[float]
-    # beyond the spec
+    # beyond the original system
     cv_fold: int
     train_files: list[str]
     val_files: list[str]
@@ -109,7 +109,7 @@ class TrainSummary(BaseModel):
 
 
 def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
-    """Explicit > auto > uniform (auto is uniform, as in the spec: the lambda controller rebalances)."""
+    """Explicit > auto > uniform (auto is uniform, as in the original system: the lambda controller rebalances)."""
     if cfg.horizon_weights is not None:
         try:
             parts = [float(s.strip()) for s in cfg.horizon_weights.split(",")]
@@ -122,7 +122,7 @@ def parse_horizon_weights(cfg: TrainConfig, n_horizons: int) -> list[float]:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """The spec's up-front checks, with its messages (the bounds of single values are the config's)."""
+    """The original system's up-front checks, with its messages (the bounds of single values are the config's)."""
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(
             "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none "

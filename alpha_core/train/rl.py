@@ -1,4 +1,4 @@
-"""`alpha train-rl`: walk-forward training of the DQN/PPO members (the spec's `train_baseline_rl`).
+"""`alpha train-rl`: walk-forward training of the DQN/PPO members (the original system's `train_baseline_rl`).
 
 Per fold: normalisation fitted on the training files, a batched `TradingVecEnv` over them, an SB3 agent
 trained for `epochs` x `timesteps_per_epoch` environment steps; after each epoch the greedy policy is

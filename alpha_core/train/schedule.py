@@ -1,4 +1,4 @@
-"""Learning-rate schedule of the spec: linear warm-up from 0, then cosine decay to lr_max * lr_min_factor."""
+"""Learning-rate schedule of the original system: linear warm-up from 0, then cosine decay to lr_max * lr_min_factor."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 
 def lr_at(lr_max: float, lr_min: float, step: int, warmup_steps: int, total_steps: int) -> float:
-    """LR for the 0-indexed global training step `step` (the spec's `lr_schedule`, verbatim)."""
+    """LR for the 0-indexed global training step `step` (the original system's `lr_schedule`, verbatim)."""
     if step < warmup_steps:
         return lr_max * (step + 1) / warmup_steps
     if total_steps <= warmup_steps:

@@ -1,9 +1,9 @@
-"""`alpha train-supervised`: walk-forward training of any supervised registry model (the spec's
+"""`alpha train-supervised`: walk-forward training of any supervised registry model (the original system's
 `train_baseline_supervised`).
 
 Per fold of the symbol's fold plan: normalisation fitted on the training files, AdamW on linear warm-up +
 cosine decay, masked BCE at every labelled position (or the model's own `loss`), a validation pass per
-epoch (AUC per horizon at each window's last position), the spec's three best trackers and early stopping.
+epoch (AUC per horizon at each window's last position), the original system's three best trackers and early stopping.
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
 `fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
 and `summary.json`. Each fold is one attempt (`alpha_core.artifacts`): written in its own folder, sealed,

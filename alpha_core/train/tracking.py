@@ -1,7 +1,7 @@
-"""Best-checkpoint tracking and early stopping, shared by every trainer (the spec's three independent trackers,
+"""Best-checkpoint tracking and early stopping, shared by every trainer (the original system's three independent trackers,
 and the validation Sharpe of the RL trainer): one rule, `should_stop`.
 
-"auc_h1000" is the spec's name for the longest horizon's AUC: 1000 snapshots for the book, 60 minutes for bars.
+"auc_h1000" is the original system's name for the longest horizon's AUC: 1000 snapshots for the book, 60 minutes for bars.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Trackers(BaseModel):
     wall_time_s: float = 0.0
 
     def update(self, epoch: int, val_loss: float, aucs: list[float]) -> dict[str, bool]:
-        """Record one validation; return which metrics improved (each tracked independently, as in the spec)."""
+        """Record one validation; return which metrics improved (each tracked independently, as in the original system)."""
         mean_auc, long_auc = float(np.mean(aucs)), aucs[-1]
         improved = {
             "val_loss": val_loss < self.best_val_loss,

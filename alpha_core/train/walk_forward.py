@@ -17,7 +17,7 @@ class WalkForwardConfig(BaseModel):
     output_dir: Path
     predecoded_dir: Path | None = None  # default: $ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded
     symbol: str | None = None  # the product to extract when a file maps several
-    epochs: Count = 50  # the spec's EPOCHS default
+    epochs: Count = 50  # the original system's EPOCHS default
     early_stop_patience: NonNegInt = 5  # 0 disables
     cv_fold: NonNegInt | None = None  # None: every fold of the plan
     cv_n_folds: Count = N_FOLDS  # 1: the single train/validation split, without a test file

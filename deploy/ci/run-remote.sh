@@ -5,7 +5,7 @@
 # Exits with the Job's result: 0 when every requested step succeeded, 1 otherwise (alpha run's own exit code).
 set -eu
 job="alpha-run-${CI_PIPELINE_ID}"
-# the spec's variables that are set, as the environment alpha run reads (an empty RUN_ID means a new one)
+# the original system's variables that are set, as the environment alpha run reads (an empty RUN_ID means a new one)
 set --
 for var in SYMBOLS MODELS PHASE MAX_PARALLEL EPOCHS HYPEROPT_TRIALS RUN_ID; do
   eval "value=\${$var:-}"
