@@ -27,13 +27,8 @@ demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
 	$(BIN)/alpha run --symbols $(SYMBOL) --models perception,tft,ppo --phase full --epochs 2 --hyperopt-trials 3 \
 		--allow-gate-failures --max-parallel 2 --run-id demo --train-config '$(DEMO_TRAIN)' --hyperopt-config '$(DEMO_HYPEROPT)'
-	@echo
-	@cat $(ALPHA_STORAGE_ROOT)/demo/eval/$(SYMBOL)/ensemble_report.md
-	@echo "Results for $(SYMBOL) (the whole lineage, RUN_ID demo), as Dagster materializations in $(DAGSTER_HOME):"
-	@echo "  sidecars:    $(ALPHA_STORAGE_ROOT)/predecoded/$(SYMBOL)/"
-	@echo "  run folder:  $(ALPHA_STORAGE_ROOT)/demo/{folds,hyperopt,models,eval}/"
-	@echo "  report:      $(ALPHA_STORAGE_ROOT)/demo/eval/$(SYMBOL)/ensemble_report.{json,md} and PNG plots"
-	@echo "Open the UI with: make ui"
+	@echo "Everything this run wrote is under $(ALPHA_STORAGE_ROOT)/demo/ (the sidecar cache: $(ALPHA_STORAGE_ROOT)/predecoded/)."
+	@echo "See it in Dagster, with its plots and the gates' reasons: make ui, then http://127.0.0.1:3000"
 
 ui: install
 	$(BIN)/dg dev

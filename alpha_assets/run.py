@@ -40,7 +40,7 @@ import dagster as dg
 from alpha_assets.data_assets import CPU_POOL
 from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
-from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG
+from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG, StorageRoot, default_resources
 from alpha_core import cpus
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK
@@ -464,6 +464,17 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
     finally:
         daemon.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+def print_summaries(p: Plan, storage: StorageRoot | None = None) -> None:
+    """Each symbol's report of this run in plain text (`alpha_core.eval.report.summary`), as `alpha evaluate` ends."""
+    from alpha_core.eval.report import load_report, summary
+
+    storage = storage or default_resources()["storage"]
+    for symbol in p.symbols if "ensemble_report" in p.targets else []:
+        path = storage.run_dir(p.run_id) / "eval" / symbol / "ensemble_report.json"
+        if path.is_file():
+            print("\n" + summary(load_report(path), path), flush=True)
 
 
 def _add_backfill(instance: dg.DagsterInstance, p: Plan) -> str:

@@ -682,6 +682,7 @@ def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
+    from alpha_core.eval.report import summary
     from alpha_core.gates import GateThresholds
 
     named = _named_symbol(Path(args.data_dir))
@@ -698,9 +699,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         which = f" for {', '.join(cfg.symbols)}" if cfg.symbols else ""
         raise DataError(cfg.models_dir, f"no checkpoints{which} (expected <model>/<symbol>/fold-<k>/ folders)")
     report = evaluate(cfg)
-    print(cfg.output.with_suffix(".md").read_text())
-    for e in report.excluded:
-        print(f"excluded: {e.model} {e.symbol} fold {e.fold}: {e.reason}", file=sys.stderr)
+    print(summary(report, cfg.output))
     if not any(sym.models for sym in report.symbols.values()):
         print(f"alpha evaluate: error: nothing could be evaluated ({len(report.excluded)} checkpoint(s) excluded, "
               f"reasons above; the report lists them in {cfg.output})", file=sys.stderr)
@@ -749,8 +748,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(run.describe(plan))
         return 0
-    ok = (run.launch_remote(plan, args.remote) if args.remote
+    ok = (run.launch_remote(plan, args.remote, allow_gate_failures=args.allow_gate_failures) if args.remote
           else run.launch_local(plan, allow_gate_failures=args.allow_gate_failures))
+    if not args.remote:  # the reports are on this host's storage: end with what they say
+        run.print_summaries(plan)
     return 0 if ok else 1
 
 

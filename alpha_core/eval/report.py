@@ -169,6 +169,45 @@ def headline(sym: SymbolReport) -> str:
     return "\n".join(lines)
 
 
+READING = ("Sharpe: annualised, from each CME session's PnL net of cost. 95% CI: if it spans 0, the test sessions show "
+           "no edge. DSR: the chance the true Sharpe is above 0 once the search behind the row is counted; trust a "
+           "row at 0.95 or more. Excluded: checkpoints the report did not use, with the reason.")
+
+
+def summary(report: EnsembleReport, path: str | Path) -> str:
+    """The report in plain text, read in ten seconds: per symbol the out-of-sample headline of every model and
+    ensemble, what was excluded and why (one line per model), and where the full report is. `alpha evaluate` and
+    `alpha run` end with it, so every door shows the same answer."""
+
+    def num(value: float | None, digits: int = 2) -> str:
+        return "n/a" if value is None else f"{value:,.{digits}f}"
+
+    lines = []
+    for symbol, sym in report.symbols.items():
+        rows = [*sym.models.items(), *sym.ensembles.items()]
+        sessions = max((r.oos.n_sessions for _, r in rows), default=0)
+        folds = sorted({f.fold for _, r in rows for f in r.folds})
+        lines += [f"{symbol}: out of sample over {len(folds)} fold(s), {sessions} test sessions, "
+                  f"{report.cost_ticks:g} tick(s) of cost per unit traded",
+                  f"  {'model':<14} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}"]
+        for name, r in rows:
+            m = r.oos
+            ci = f"[{num(m.sharpe_ci_low)}, {num(m.sharpe_ci_high)}]"
+            lines.append(f"  {name:<14} {num(m.sharpe):>7}  {ci:<17} {num(m.dsr):>5} {num(m.max_drawdown, 0):>8} "
+                         f"{num(m.total_pnl, 0):>9}")
+        if not rows:
+            lines.append("  (no model could be evaluated)")
+        by_model: dict[str, list[Excluded]] = {}
+        for e in (e for e in report.excluded if e.symbol == symbol):
+            by_model.setdefault(e.model, []).append(e)
+        for model, items in by_model.items():
+            folds_out = ", ".join(str(e.fold) for e in items if e.fold is not None) or "-"
+            lines.append(f"  excluded {model} (fold {folds_out}): {items[0].reason}")
+    where = Path(path)
+    lines += ["", READING, f"Full report: {where.with_suffix('.md')} (plots beside it)."]
+    return "\n".join(lines)
+
+
 def markdown(report: EnsembleReport) -> str:
     lines = [f"# Ensemble report ({report.created})", "",
              f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
