@@ -742,8 +742,9 @@ def test_the_namespace_enforces_the_restricted_pod_security_profile_and_every_po
 
 @pytest.mark.parametrize(("status", "exit_code"), [("1::", 0), (":1:", 1)])
 def test_ci_starts_alpha_run_as_a_tokenless_job_and_reports_its_result(tmp_path, status, exit_code, client_job):
-    """deploy/ci/run-remote.sh, with kubectl replaced by a recorder: the original system's variables go to a ConfigMap (empty ones
-    left out, as alpha run reads unset ones), the Job applied is the rendered template, and CI's exit is the Job's."""
+    """deploy/ci/run-remote.sh, with kubectl replaced by a recorder: the original system's variables go to a ConfigMap
+    (empty ones left out, as alpha run reads unset ones), the Job applied is the rendered template, and CI's exit is
+    the Job's."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls.jsonl"
     bin_dir.mkdir()
     kubectl = bin_dir / "kubectl"
