@@ -3,10 +3,11 @@
 - `new_dbn_files` (sensor) compares the DBN files under the data root with its cursor and requests, for a symbol
   whose folder gained files, one `symbol_data` run: its sidecars, then its fold plans in the same run. It never
   requests training, so nothing trains on a fold plan that is being rewritten.
-- Declarative automation (`automation_conditions` sensor): fold plans follow any new sidecars (`eager`);
-  hyperopt and checkpoints retrain once per RETRAIN_CRON period, after all their inputs have been refreshed since
-  the tick and their blocking checks passed (`TRAINING_AUTOMATION`); the report follows once every checkpoint
-  has been retrained or has failed since the tick (`REPORT_AUTOMATION`).
+- `automation_conditions` (declarative automation) evaluates the assets' conditions (`alpha_assets.conditions`):
+  fold plans follow any new sidecars (`eager`); hyperopt and checkpoints retrain once per RETRAIN_CRON period,
+  after all their inputs have been refreshed since the tick and their blocking checks passed
+  (`TRAINING_AUTOMATION`); the report follows once every checkpoint has been retrained or has failed since the
+  tick (`REPORT_AUTOMATION`).
 - `retrain_<symbol>` (one per symbol) retrains that symbol END TO END at each RETRAIN_CRON tick, whether or not
   new data came: one asset backfill of sidecars, fold plans, hyperopt, every fold's checkpoints and the report,
   the same backfill `alpha run` launches. These are sensors that watch the cron, because in Dagster 1.13 a
@@ -24,32 +25,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.conditions import RETRAIN_CRON, RETRAIN_TIMEZONE
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG, DataRoot
 from alpha_core.data.dbn import DBN_SUFFIXES
-
-RETRAIN_CRON = "0 2 * * 6"  # Saturday 02:00, after the week's last CME session
-RETRAIN_TIMEZONE = "America/Chicago"
-
-_tick = dg.AutomationCondition.cron_tick_passed(RETRAIN_CRON, RETRAIN_TIMEZONE)
-
-FOLD_PLANS_AUTOMATION = dg.AutomationCondition.eager()
-TRAINING_AUTOMATION = (
-    dg.AutomationCondition.on_cron(RETRAIN_CRON, RETRAIN_TIMEZONE)
-    & dg.AutomationCondition.all_deps_blocking_checks_passed()
-    & ~dg.AutomationCondition.in_progress()  # e.g. inside a retrain backfill: that backfill trains it
-).with_label("retrain on the weekly cron")
-_attempted = (dg.AutomationCondition.newly_updated().since(_tick)
-              | dg.AutomationCondition.execution_failed())  # a checkpoint below its gate must not hold the report back
-REPORT_AUTOMATION = (
-    dg.AutomationCondition.in_latest_time_window()
-    & _tick.since_last_handled()
-    # all_deps_match would accept ANY fold of a checkpoint asset (the fold -> symbol mapping fans in): say "no fold
-    # is still waiting" instead
-    & ~dg.AutomationCondition.any_deps_match(~_attempted).with_label("a checkpoint not retrained since the tick")
-    & ~dg.AutomationCondition.any_deps_in_progress()
-    & ~dg.AutomationCondition.in_progress()
-).with_label("report after the weekly retrain")
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation_conditions", target=dg.AssetSelection.all(), run_tags={TRIGGER_TAG: "automation"},

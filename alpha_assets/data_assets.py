@@ -8,7 +8,8 @@ import dagster as dg
 from pydantic import Field
 
 from alpha_assets import metadata
-from alpha_assets.automation import FOLD_PLANS_AUTOMATION
+from alpha_assets.conditions import FOLD_PLANS_AUTOMATION
+from alpha_assets.execution import CPU_POOL
 from alpha_assets.failures import fail_without_retry
 from alpha_assets.partitions import N_FOLDS, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
@@ -22,7 +23,6 @@ from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
 
 INTEGRITY = "sidecar_integrity"
 LEAKAGE = "fold_leakage"
-CPU_POOL = "cpu"  # every step that needs no GPU
 
 
 class SidecarConfig(dg.Config):

@@ -26,8 +26,10 @@ from alpha_core.errors import PlanError
 from alpha_core.models import registry
 
 MAX_PARALLEL = int(os.environ.get("MAX_PARALLEL", "10"))  # the original system's GPU concurrency cap
-GPU_POOL = "gpu"  # Dagster pools: GPU steps, and training steps on CPU nodes (not `cpu`: data and report steps)
-CPU_TRAINING_POOL = "cpu_training"
+# The Dagster pools (limits: dagster.yaml, and `alpha run` for a local instance), every asset's `pool` is one of them
+GPU_POOL = "gpu"  # training and hyperopt steps on a GPU
+CPU_TRAINING_POOL = "cpu_training"  # training and hyperopt steps on CPU nodes (the RL agents, `placement`)
+CPU_POOL = "cpu"  # every other step: sidecars, fold plans, the report
 
 # A pre-empted node takes its pod with it: Dagster sees the failed Job (or the interrupted step) and starts a new
 # attempt in a new Job after ~30 s, then ~90 s (+-30 s jitter, so the steps of one lost node do not return at once).

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from alpha_assets.data_assets import CPU_POOL
-from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
+from alpha_assets.execution import CPU_POOL, CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG, StorageRoot, default_resources
 from alpha_core import cpus

@@ -25,8 +25,8 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets import metadata
-from alpha_assets.automation import REPORT_AUTOMATION, TRAINING_AUTOMATION
-from alpha_assets.execution import STEP_RETRY_POLICY, placement
+from alpha_assets.conditions import REPORT_AUTOMATION, TRAINING_AUTOMATION
+from alpha_assets.execution import CPU_POOL, STEP_RETRY_POLICY, placement
 from alpha_assets.failures import fail_without_retry
 from alpha_assets.metadata import OWNERS, clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
@@ -343,7 +343,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
 
 
 @dg.asset(
-    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="3", pool="cpu",
+    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="3", pool=CPU_POOL,
     automation_condition=REPORT_AUTOMATION, owners=OWNERS,
     metadata=metadata.code_references(("alpha_core.eval.evaluate", "evaluate"), ("alpha_core.eval.report", "headline")),
     deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))

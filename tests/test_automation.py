@@ -8,7 +8,8 @@ import shutil
 
 import dagster as dg
 
-from alpha_assets.automation import RETRAIN_CRON, latest_tick, new_dbn_files, retrain_sensors
+from alpha_assets.automation import latest_tick, new_dbn_files, retrain_sensors
+from alpha_assets.conditions import RETRAIN_CRON
 from alpha_assets.definitions import defs
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import DataRoot, StorageRoot
@@ -97,7 +98,7 @@ def test_fold_plans_follow_new_sidecars_and_the_lineage_retrains_after_the_cron_
 def test_the_report_follows_once_every_checkpoint_retrained_or_failed_since_the_tick():
     """REPORT_AUTOMATION on a two-asset stand-in of the lineage (checkpoints -> report): a fold below its gate must
     not hold the report back, and the report waits for every fold to have been attempted."""
-    from alpha_assets.automation import REPORT_AUTOMATION
+    from alpha_assets.conditions import REPORT_AUTOMATION
     from alpha_assets.partitions import split_symbol_fold, symbol_fold_partitions, symbol_partitions
 
     @dg.asset(partitions_def=symbol_fold_partitions)
