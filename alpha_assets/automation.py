@@ -26,9 +26,11 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.conditions import RETRAIN_CRON, RETRAIN_TIMEZONE
+from alpha_assets.lineage import asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG, DataRoot
 from alpha_core.data.dbn import DBN_SUFFIXES
+from alpha_core.models import registry
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation_conditions", target=dg.AssetSelection.all(), run_tags={TRIGGER_TAG: "automation"},
@@ -75,12 +77,9 @@ def retrain_request(symbol: str, tick: dt.datetime, asset_graph) -> dg.RunReques
 
     Dagster drops the run config of a sensor's backfill request (`for_asset_graph_subset` sets it to {}), so its
     runs train with the assets' config defaults; `alpha run` is the way to set EPOCHS and the other settings."""
-    from alpha_assets import run
-    from alpha_core.models import registry
-
-    targets = run.lineage([symbol], registry.select("all"), "full")
+    targets = lineage([symbol], registry.select("all"), "full")
     tags = {RUN_ID_TAG: f"retrain-{symbol.lower()}-{tick:%Y%m%d}", TRIGGER_TAG: "schedule"}
-    return dg.RunRequest.for_asset_graph_subset(run.asset_graph_subset(targets, asset_graph), tags=tags)
+    return dg.RunRequest.for_asset_graph_subset(asset_graph_subset(targets, asset_graph), tags=tags)
 
 
 def _retrain_sensor(symbol: str) -> dg.SensorDefinition:

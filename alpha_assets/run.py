@@ -38,16 +38,15 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.execution import CPU_POOL, CPU_TRAINING_POOL, GPU_POOL
-from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
+from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
+from alpha_assets.partitions import SYMBOLS
 from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG, StorageRoot, default_resources
 from alpha_core import cpus
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.gates import GATE_CHECK
 from alpha_core.models import registry
 
-PHASES = ("hyperopt", "train", "eval", "full")
 MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
-DATA_ASSETS = ("book_sidecars", "bar_sidecars", "fold_plans")
 BACKFILL_TAG = "dagster/backfill"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_WORDS = {"STARTING": "running", "STARTED": "running", "SUCCESS": "done", "FAILURE": "FAILED",
@@ -82,19 +81,6 @@ class Plan:
     @property
     def size(self) -> int:
         return sum(len(p) for p in self.targets.values())
-
-
-def lineage(symbols: list[str], models: list[str], phase: str) -> dict[str, list[str]]:
-    """The asset partitions of a phase: data always, then hyperopt, checkpoints and the report as the phase asks."""
-    targets = {asset: list(symbols) for asset in DATA_ASSETS}
-    if phase in ("hyperopt", "full"):
-        targets |= {f"hyperopt/{m}": list(symbols) for m in models if registry.get(m).search_space is not None}
-    if phase in ("train", "full"):
-        folds = [key for symbol in symbols for key in symbol_fold_keys(symbol)]
-        targets |= {f"checkpoints/{m}": folds for m in models}
-    if phase in ("eval", "full"):
-        targets["ensemble_report"] = list(symbols)
-    return targets
 
 
 def plan(symbols: list[str], models: str, phase: str, epochs: int | None, trials: int | None, run_id: str,
@@ -179,17 +165,6 @@ def describe(p: Plan) -> str:
                        "max_parallel": p.max_parallel,
                        "targets": [{"asset": a, "partitions": keys} for a, keys in p.targets.items()],
                        "run_config": p.run_config}, indent=2)
-
-
-def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
-    """The targets as the AssetGraphSubset a backfill (or a sensor's backfill request) is made of."""
-    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-
-    subsets = {}
-    for asset, keys in targets.items():
-        key = dg.AssetKey.from_user_string(asset)
-        subsets[key] = asset_graph.get(key).partitions_def.subset_with_partition_keys(keys)
-    return AssetGraphSubset(partitions_subsets_by_asset_key=subsets)
 
 
 # --- following a backfill ---------------------------------------------------------------------------
