@@ -18,6 +18,11 @@ Locally the backfill is written to the instance of $DAGSTER_HOME and run by its 
 `dg dev` when it has a live heartbeat, else a `dagster-daemon run` started for as long as `alpha run` follows the
 backfill. With `--remote URL` it is launched through the webserver's GraphQL API. Either way `alpha run` prints one
 line per run that starts, finishes or fails, and fails itself when anything failed.
+
+Here: the plan (`plan`, `describe`), following a backfill (`LocalBackfill`, `follow`, `report_followup`) and
+launching it (`launch_local`, `launch_remote`, `print_summaries`). What a backfill targets and reads back is
+`alpha_assets.backfill`, a phase's asset partitions `alpha_assets.lineage`, the local daemon `alpha_assets.daemon`,
+the GraphQL client `alpha_assets.remote`.
 """
 
 from __future__ import annotations
@@ -25,25 +30,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
+from alpha_assets.backfill import GATE_REASON, Plan, RunState, describe_failure, run_state
+from alpha_assets.daemon import Daemon
 from alpha_assets.execution import CPU_POOL, CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
-from alpha_assets.resources import RUN_ID_RE, RUN_ID_TAG, TRIGGER_TAG, StorageRoot, default_resources
+from alpha_assets.remote import RemoteBackfill
+from alpha_assets.resources import RUN_ID_RE, StorageRoot, default_resources
 from alpha_core import cpus
 from alpha_core.errors import PlanError, describe_validation_error
-from alpha_core.gates import GATE_CHECK
 from alpha_core.models import registry
 
 MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
@@ -51,36 +53,6 @@ BACKFILL_TAG = "dagster/backfill"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_WORDS = {"STARTING": "running", "STARTED": "running", "SUCCESS": "done", "FAILURE": "FAILED",
              "CANCELING": "canceled", "CANCELED": "canceled"}  # QUEUED / NOT_STARTED print nothing
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One backfill: which partitions of which assets, the run config every run gets, and the tags."""
-
-    run_id: str
-    phase: str
-    symbols: list[str]
-    models: list[str]
-    max_parallel: int
-    targets: dict[str, list[str]]  # asset key (user string) -> partition keys
-    run_config: dict = field(default_factory=dict)
-
-    @property
-    def tags(self) -> dict[str, str]:
-        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: "alpha-run"}
-
-    @property
-    def title(self) -> str:
-        return f"alpha run {self.run_id} ({self.phase}: {', '.join(self.symbols)})"[:100]
-
-    @property
-    def description(self) -> str:
-        return (f"alpha run {self.run_id}: phase {self.phase}, symbols {','.join(self.symbols)}, "
-                f"models {','.join(self.models)}, at most {self.max_parallel} GPU steps at once")
-
-    @property
-    def size(self) -> int:
-        return sum(len(p) for p in self.targets.values())
 
 
 def plan(symbols: list[str], models: str, phase: str, epochs: int | None, trials: int | None, run_id: str,
@@ -170,48 +142,6 @@ def describe(p: Plan) -> str:
 # --- following a backfill ---------------------------------------------------------------------------
 
 
-# the qualified class name Dagster puts before an error's message: alpha's own errors then read as the CLI prints
-# them, others keep their class name
-QUALIFIED_CLASS = re.compile(r"^alpha_core\.errors\.\w+: |^(\w+\.)+(?=\w+: )")
-FAILURE_CLASS = "dagster._core.definitions.events.Failure: "  # before a dg.Failure's description in its error
-GATE_REASON = "gate: "  # how a backfill's `failure` starts when only checkpoints' validation gates failed
-
-
-def _step_error(error: dict | None) -> str | None:
-    """A step's error from GraphQL as `LocalBackfill.failure` reads it: a dg.Failure's own line, else the deepest
-    cause (the user code's error, not Dagster's wrapper)."""
-    if error is None:
-        return None
-    if error["message"].startswith(FAILURE_CLASS):
-        return error["message"].removeprefix(FAILURE_CLASS)
-    return (error["causes"] or [error])[-1]["message"]
-
-
-def describe_failure(missed_checks: list[tuple[str, str, str | None]], failures: list[tuple[str, str | None]]) -> str:
-    """Why a run failed, as `alpha run` prints it: its failed blocking checks, (asset, check, description), each
-    naming its metric and threshold, prefixed GATE_REASON when only validation gates failed (a failed blocking check
-    also fails its asset's step, which it explains); any other failed step, (step, error), comes first with the
-    first line of its own error, without the qualified class name Dagster puts in front."""
-    explained = {asset.replace("/", "__") for asset, _, _ in missed_checks}  # the op of asset a/b is a__b
-    others = [f"{step}: {QUALIFIED_CLASS.sub('', (error or 'failed').strip().splitlines()[0])}"
-              for step, error in failures if step not in explained]
-    checks = [f"{asset} {check}: {description}" for asset, check, description in missed_checks]
-    gates_only = bool(checks) and not others and all(check == GATE_CHECK for _, check, _ in missed_checks)
-    return (GATE_REASON if gates_only else "") + "; ".join(others + checks)
-
-
-@dataclass(frozen=True)
-class RunState:
-    run_id: str
-    status: str  # DagsterRunStatus value
-    partition: str
-    assets: tuple[str, ...]
-
-
-def _run_state(run_id: str, status: str, tags: dict, assets) -> RunState:
-    return RunState(run_id, status, tags.get("dagster/partition", "-"), tuple(sorted(assets)))
-
-
 class LocalBackfill:
     """A backfill in the local instance; the daemon that runs it is the caller's business."""
 
@@ -223,7 +153,7 @@ class LocalBackfill:
 
     def runs(self) -> list[RunState]:
         records = self.instance.get_run_records(filters=dg.RunsFilter(tags={BACKFILL_TAG: self.backfill_id}))
-        return [_run_state(r.dagster_run.run_id, r.dagster_run.status.value, r.dagster_run.tags,
+        return [run_state(r.dagster_run.run_id, r.dagster_run.status.value, r.dagster_run.tags,
                            [k.to_user_string() for k in r.dagster_run.asset_selection or ()]) for r in records]
 
     def failure(self, run_id: str) -> str:
@@ -329,70 +259,7 @@ def _followup_note(p: Plan) -> str:
             f"backfill")
 
 
-# --- local: the instance of $DAGSTER_HOME and its daemon ---------------------------------------------
-
-
-def project_root() -> Path:
-    return Path(__file__).resolve().parents[1]
-
-
-def daemon_alive(instance: dg.DagsterInstance, tolerance_s: float = 15.0) -> bool:
-    """A daemon that runs backfills (and dequeues runs) has posted a heartbeat within its interval + tolerance."""
-    from dagster._daemon.controller import get_daemon_statuses
-
-    needed = [t for t in ("BACKFILL", "QUEUED_RUN_COORDINATOR") if t in instance.get_required_daemon_types()]
-    statuses = get_daemon_statuses(instance, needed, ignore_errors=True, heartbeat_tolerance_seconds=tolerance_s)
-    return all(s.healthy for s in statuses.values())
-
-
-class Daemon:
-    """`dagster-daemon run` for as long as `alpha run` needs one, unless a live daemon (e.g. `dg dev`'s) exists."""
-
-    def __init__(self, instance: dg.DagsterInstance, env: dict[str, str]) -> None:
-        self.instance, self.env, self.proc, self.log = instance, env, None, None
-
-    def ensure(self) -> str | None:
-        """Start a daemon if none is alive; returns why following cannot go on, or None."""
-        if self.proc is not None:
-            if self.proc.poll() is not None:
-                return f"dagster-daemon exited with status {self.proc.returncode}; its log: {self.log}"
-            return None
-        if not daemon_alive(self.instance):
-            self.start()
-        return None
-
-    def start(self) -> None:
-        folder = Path(self.instance.root_directory) / "alpha-run"  # not logs/: Dagster's telemetry moves that
-        folder.mkdir(parents=True, exist_ok=True)
-        workspace = folder / f"workspace-{os.getpid()}.yaml"  # the location name `dg dev` uses, from any directory
-        workspace.write_text(json.dumps({"load_from": [{"python_module": {
-            "module_name": "alpha_assets.definitions", "attribute": "defs", "location_name": "alpha",
-            "working_directory": str(project_root())}}]}))
-        self.log = folder / f"daemon-{os.getpid()}.log"
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
-                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
-        print(f"started dagster-daemon (pid {self.proc.pid}) for this run; log {self.log}", flush=True)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)  # its code server and any run worker are in its session
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.instance.wipe_daemon_heartbeats()  # so the next `alpha run` does not count on this daemon
-
-
-def _die_with_parent() -> None:
-    """In the daemon's process, before exec: Linux sends it SIGTERM if `alpha run` is killed outright."""
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+# --- launching: locally (the instance of $DAGSTER_HOME and its daemon) or through a webserver ---------------
 
 
 def _interrupt(signum, frame) -> None:
@@ -463,85 +330,6 @@ def _add_backfill(instance: dg.DagsterInstance, p: Plan) -> str:
         title=p.title, description=p.description, run_config=p.run_config)
     instance.add_backfill(backfill)
     return backfill.backfill_id
-
-
-# --- remote: the webserver's GraphQL API -----------------------------------------------------------
-
-LAUNCH = """mutation Launch($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $params) {
-  __typename ... on LaunchBackfillSuccess { backfillId } ... on RunConfigValidationInvalid { errors { message } }
-  ... on Error { message } } }"""
-STATUS = """query Status($id: String!) { partitionBackfillOrError(backfillId: $id) { __typename
-  ... on PartitionBackfill { status runs { runId status tags { key value } assetSelection { path } } }
-  ... on Error { message } } }"""
-SET_POOL = "mutation Pool($key: String!, $limit: Int!) { setConcurrencyLimit(concurrencyKey: $key, limit: $limit) }"
-POOL_LIMIT = "query Limit($key: String!) { instance { concurrencyLimit(concurrencyKey: $key) { limit } } }"
-FAILURE = """query Failure($id: ID!) { logsForRun(runId: $id) { __typename ... on EventConnection { events {
-  __typename ... on AssetCheckEvaluationEvent { evaluation { checkName success severity description assetKey { path } } }
-  ... on ExecutionStepFailureEvent { stepKey error { message causes { message } } } } } } }"""
-CANCEL = """mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename
-  ... on Error { message } } }"""
-
-
-class RemoteBackfill:
-    """A backfill on a running Dagster, through its GraphQL API (`{url}/graphql`)."""
-
-    def __init__(self, url: str, backfill_id: str | None = None) -> None:
-        self.url, self.backfill_id = url.rstrip("/") if "//" in url else f"http://{url.rstrip('/')}", backfill_id
-
-    def query(self, text: str, variables: dict) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": text, "variables": variables})
-                                         .encode(), headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                body = json.loads(response.read())
-        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
-            raise PlanError(f"{self.url}/graphql: {getattr(exc, 'reason', exc)}") from None
-        if body.get("errors"):
-            raise PlanError(f"{self.url}/graphql: {body['errors'][0].get('message')}")
-        return body["data"]
-
-    def cpu_training_limit(self) -> int | None:
-        return self.query(POOL_LIMIT, {"key": CPU_TRAINING_POOL})["instance"]["concurrencyLimit"]["limit"]
-
-    def launch(self, p: Plan) -> str:
-        self.query(SET_POOL, {"key": GPU_POOL, "limit": p.max_parallel})
-        params = {"partitionsByAssets": [{"assetKey": {"path": asset.split("/")},
-                                          "partitions": {"ranges": [{"start": k, "end": k} for k in keys]}}
-                                         for asset, keys in p.targets.items()],
-                  "tags": [{"key": k, "value": v} for k, v in p.tags.items()], "title": p.title,
-                  "description": p.description, "runConfigData": p.run_config}
-        result = self.query(LAUNCH, {"params": params})["launchPartitionBackfill"]
-        if result["__typename"] != "LaunchBackfillSuccess":
-            messages = [e["message"] for e in result.get("errors", [])] or [result.get("message", result["__typename"])]
-            raise PlanError(f"{self.url}: the backfill was refused: {'; '.join(messages)}")
-        self.backfill_id = result["backfillId"]
-        return self.backfill_id
-
-    def _backfill(self) -> dict:
-        result = self.query(STATUS, {"id": self.backfill_id})["partitionBackfillOrError"]
-        if result["__typename"] != "PartitionBackfill":
-            raise PlanError(f"{self.url}: backfill {self.backfill_id}: {result.get('message', result['__typename'])}")
-        return result
-
-    def status(self) -> str:
-        return self._backfill()["status"]
-
-    def runs(self) -> list[RunState]:
-        return [_run_state(r["runId"], r["status"], {t["key"]: t["value"] for t in r["tags"]},
-                           ["/".join(a["path"]) for a in r["assetSelection"] or ()]) for r in self._backfill()["runs"]]
-
-    def failure(self, run_id: str) -> str:
-        """As `LocalBackfill.failure` (checks of ERROR severity: GraphQL does not say which block), and the run's page."""
-        events = self.query(FAILURE, {"id": run_id})["logsForRun"].get("events", [])
-        missed = [("/".join(e["evaluation"]["assetKey"]["path"]), e["evaluation"]["checkName"],
-                   e["evaluation"]["description"]) for e in events if e["__typename"] == "AssetCheckEvaluationEvent"
-                  and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "ERROR"]
-        failures = [(e["stepKey"], _step_error(e["error"])) for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
-        reason = describe_failure(missed, failures)
-        return f"{reason} ({self.url}/runs/{run_id})" if reason else f"{self.url}/runs/{run_id}"
-
-    def cancel(self) -> None:
-        self.query(CANCEL, {"id": self.backfill_id})
 
 
 def launch_remote(p: Plan, url: str, poll_s: float = 5.0, allow_gate_failures: bool = False) -> Outcome:

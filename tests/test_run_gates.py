@@ -9,10 +9,11 @@ import io
 import dagster as dg
 import pytest
 
+from alpha_assets.backfill import RunState
 from alpha_assets.definitions import defs
 from alpha_assets.partitions import symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
-from alpha_assets.run import LocalBackfill, RunState, follow
+from alpha_assets.run import LocalBackfill, follow
 
 TINY_TRAIN = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
 

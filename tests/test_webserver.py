@@ -28,7 +28,9 @@ import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from alpha_assets import run as alpha_run
+from alpha_assets.backfill import GATE_REASON
 from alpha_assets.definitions import defs
+from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -381,8 +383,8 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         assert reason.startswith("dagster._core.definitions.events.Failure: tft ES.FUT fold 1 not promoted: "
                                  "validation_gate missed, mean validation AUC") and "<= 0.99" in reason, error
         # what `alpha run --remote` prints for that run: the gate's metric and threshold, and the run's page
-        printed = alpha_run.RemoteBackfill(server.url).failure(fold1)
-        assert printed.startswith(alpha_run.GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), printed
+        printed = RemoteBackfill(server.url).failure(fold1)
+        assert printed.startswith(GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), printed
         assert printed.endswith(f"/runs/{fold1})")
 
         # the UI, as a person sees it at 1,600 x 1,000
@@ -437,7 +439,7 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
                                      resources={"data": DataRoot(root=str(tiny_data)),
                                                 "storage": StorageRoot(root=str(tmp_path / "storage"))})
         assert not no_data.success  # tiny_data holds ES.FUT and NQ.FUT
-        printed = alpha_run.RemoteBackfill(server.url).failure(no_data.run_id)
+        printed = RemoteBackfill(server.url).failure(no_data.run_id)
         assert printed.startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in printed, printed
         assert "alpha_core" not in printed and printed.endswith(f"/runs/{no_data.run_id})"), printed
     for name in ("runs_list", "backfill", "backfill_runs", "partitions", "run_failure", "report", "report_equity",
