@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.conditions import RETRAIN_CRON, RETRAIN_TIMEZONE
+from alpha_assets.dagster_private import latest_completed_cron_tick
 from alpha_assets.lineage import asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG, DataRoot
@@ -67,9 +68,7 @@ def new_dbn_files(context: dg.SensorEvaluationContext, data: DataRoot) -> dg.Sen
 
 
 def latest_tick(now: dt.datetime) -> dt.datetime:
-    from dagster._utils.schedules import get_latest_completed_cron_tick
-
-    return get_latest_completed_cron_tick(RETRAIN_CRON, now, RETRAIN_TIMEZONE)
+    return latest_completed_cron_tick(RETRAIN_CRON, now, RETRAIN_TIMEZONE)
 
 
 def retrain_request(symbol: str, tick: dt.datetime, asset_graph) -> dg.RunRequest:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.dagster_private import daemon_command, daemon_health
+
 
 def project_root() -> Path:
     return Path(__file__).resolve().parents[1]
@@ -20,11 +22,8 @@ def project_root() -> Path:
 
 def daemon_alive(instance: dg.DagsterInstance, tolerance_s: float = 15.0) -> bool:
     """A daemon that runs backfills (and dequeues runs) has posted a heartbeat within its interval + tolerance."""
-    from dagster._daemon.controller import get_daemon_statuses
-
     needed = [t for t in ("BACKFILL", "QUEUED_RUN_COORDINATOR") if t in instance.get_required_daemon_types()]
-    statuses = get_daemon_statuses(instance, needed, ignore_errors=True, heartbeat_tolerance_seconds=tolerance_s)
-    return all(s.healthy for s in statuses.values())
+    return all(daemon_health(instance, needed, tolerance_s).values())
 
 
 class Daemon:
@@ -52,9 +51,8 @@ class Daemon:
             "working_directory": str(project_root())}}]}))
         self.log = folder / f"daemon-{os.getpid()}.log"
         with self.log.open("w") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
-                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(daemon_command(workspace), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
         print(f"started dagster-daemon (pid {self.proc.pid}) for this run; log {self.log}", flush=True)
 
     def stop(self) -> None:

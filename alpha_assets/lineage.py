@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from alpha_assets.dagster_private import make_asset_graph_subset
 from alpha_assets.partitions import symbol_fold_keys
 from alpha_core.models import registry
 
@@ -34,10 +35,8 @@ def lineage(symbols: list[str], models: list[str], phase: str) -> dict[str, list
 
 def asset_graph_subset(targets: dict[str, list[str]], asset_graph):
     """The targets as the AssetGraphSubset a backfill (or a sensor's backfill request) is made of."""
-    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-
     subsets = {}
     for asset, keys in targets.items():
         key = dg.AssetKey.from_user_string(asset)
         subsets[key] = asset_graph.get(key).partitions_def.subset_with_partition_keys(keys)
-    return AssetGraphSubset(partitions_subsets_by_asset_key=subsets)
+    return make_asset_graph_subset(subsets)

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from alpha_assets.backfill import Plan, RunState, describe_failure, run_state
+from alpha_assets.dagster_private import FAILURE_ERROR_PREFIX
 from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL
 from alpha_core.errors import PlanError
 
@@ -28,7 +29,6 @@ FAILURE = """query Failure($id: ID!) { logsForRun(runId: $id) { __typename ... o
   ... on ExecutionStepFailureEvent { stepKey error { message causes { message } } } } } } }"""
 CANCEL = """mutation Cancel($id: String!) { cancelPartitionBackfill(backfillId: $id) { __typename
   ... on Error { message } } }"""
-FAILURE_CLASS = "dagster._core.definitions.events.Failure: "  # before a dg.Failure's description in its error
 
 
 def _step_error(error: dict | None) -> str | None:
@@ -36,8 +36,8 @@ def _step_error(error: dict | None) -> str | None:
     else the deepest cause (the user code's error, not Dagster's wrapper)."""
     if error is None:
         return None
-    if error["message"].startswith(FAILURE_CLASS):
-        return error["message"].removeprefix(FAILURE_CLASS)
+    if error["message"].startswith(FAILURE_ERROR_PREFIX):
+        return error["message"].removeprefix(FAILURE_ERROR_PREFIX)
     return (error["causes"] or [error])[-1]["message"]
 
 

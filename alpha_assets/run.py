@@ -39,6 +39,7 @@ import dagster as dg
 
 from alpha_assets.backfill import GATE_REASON, Plan, RunState, describe_failure, run_state
 from alpha_assets.daemon import Daemon
+from alpha_assets.dagster_private import add_asset_backfill, mark_backfill_canceling
 from alpha_assets.execution import CPU_POOL, CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
@@ -174,11 +175,9 @@ class LocalBackfill:
         return describe_failure(missed, failures)
 
     def cancel(self) -> None:
-        from dagster._core.execution.backfill import BulkActionStatus
-
         backfill = self.instance.get_backfill(self.backfill_id)
         if backfill.status.value not in FINISHED:
-            self.instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
+            mark_backfill_canceling(self.instance, backfill)
 
 
 @dataclass(frozen=True)
@@ -319,17 +318,10 @@ def print_summaries(p: Plan, storage: StorageRoot | None = None) -> None:
 
 
 def _add_backfill(instance: dg.DagsterInstance, p: Plan) -> str:
-    from dagster._core.execution.backfill import PartitionBackfill
-    from dagster._core.utils import make_new_backfill_id
-
     from alpha_assets.definitions import defs
 
-    backfill = PartitionBackfill.from_asset_graph_subset(
-        backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=p.tags,
-        dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset(p.targets, defs.resolve_asset_graph()),
-        title=p.title, description=p.description, run_config=p.run_config)
-    instance.add_backfill(backfill)
-    return backfill.backfill_id
+    return add_asset_backfill(instance, asset_graph_subset(p.targets, defs.resolve_asset_graph()), tags=p.tags,
+                              title=p.title, description=p.description, run_config=p.run_config)
 
 
 def launch_remote(p: Plan, url: str, poll_s: float = 5.0, allow_gate_failures: bool = False) -> Outcome:

@@ -26,6 +26,7 @@ import dagster as dg
 
 from alpha_assets import metadata
 from alpha_assets.conditions import REPORT_AUTOMATION, TRAINING_AUTOMATION
+from alpha_assets.dagster_private import latest_failed_check_evaluation
 from alpha_assets.execution import CPU_POOL, STEP_RETRY_POLICY, placement
 from alpha_assets.failures import fail_without_retry
 from alpha_assets.metadata import OWNERS, clean
@@ -123,14 +124,9 @@ def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: st
 def latest_gate_miss(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> str | None:
     """The reason of the partition's latest validation gate if it failed (a missed gate records its check, then
     fails the step without a materialization), else None."""
-    from dagster._core.event_api import PartitionKeyFilter
-    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-
-    records = instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(key, GATE_CHECK), limit=1, partition_filter=PartitionKeyFilter(key=partition))
-    if not records or records[0].status != AssetCheckExecutionRecordStatus.FAILED or records[0].event is None:
+    evaluation = latest_failed_check_evaluation(instance, dg.AssetCheckKey(key, GATE_CHECK), partition)
+    if evaluation is None:
         return None
-    evaluation = records[0].event.dagster_event.asset_check_evaluation_data
     reason = evaluation.metadata.get("reason")
     return reason.value if reason is not None else (evaluation.description or "no passing attempt")
 
