@@ -98,7 +98,7 @@ def _validate_run_config(run_config: dict) -> None:
     import pydantic
 
     from alpha_assets.definitions import defs
-    from alpha_assets.training_assets import HyperoptAssetConfig, TrainAssetConfig
+    from alpha_assets.defs.training import HyperoptAssetConfig, TrainAssetConfig
 
     def flag(where: str) -> str:
         return "--hyperopt-config" if "hyperopt__" in where else "--train-config"

@@ -3,7 +3,7 @@ GPU utilisation per job, and what the whole costs and how long it takes with MAX
 
     .venv/bin/python bench/bench_ensemble.py --data-dir DATA/ES.FUT [--predecoded-dir PD] [--epochs 2 --trials 1]
 
-The jobs are the pipeline's (alpha_assets/training_assets.py), calling the same alpha_core functions the assets
+The jobs are the pipeline's (alpha_assets/defs/training.py), calling the same alpha_core functions the assets
 call, without Dagster (the GPU machine has none): `hyperopt/<model>` for each searchable model (PSO,
 alpha_core/hyperopt/pso.py), `train/<model>/<fold>` for every registry model and walk-forward fold (its hyperopt's
 best params when that ran), then `evaluate` (alpha_core/eval) over every checkpoint. Each job runs on the device its
@@ -469,7 +469,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-parallel-cpu", type=int, help="CPU pods at once (default: --max-parallel, the deploy's "
                                                          "pool default_limit)")
     p.add_argument("--eur-per-gpu-hour", type=float,
-                   default=repo_default("alpha_assets/training_assets.py", "eur_per_gpu_hour"))
+                   default=repo_default("alpha_assets/defs/training.py", "eur_per_gpu_hour"))
     p.add_argument("--eur-per-cpu-hour", type=float, default=EUR_PER_CPU_HOUR,
                    help=f"EUR per CPU-pod hour (default {EUR_PER_CPU_HOUR}: an assumption, not in the original system)")
     p.add_argument("--stop-after", type=float, help="start no job after this many seconds (the rest: not run)")

@@ -13,8 +13,8 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from alpha_assets.data_assets import INTEGRITY, LEAKAGE, bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.definitions import defs
+from alpha_assets.defs.data import INTEGRITY, LEAKAGE, bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def materialize(resources, instance, **kwargs):
     return dg.materialize(ASSETS, partition_key="ES.FUT", resources=resources, instance=instance, **kwargs)
 
 
-def test_materialize_data_assets_for_one_symbol(resources):
+def test_materialize_the_data_of_one_symbol(resources):
     instance = dg.DagsterInstance.ephemeral()
     result = materialize(resources, instance)
     assert result.success

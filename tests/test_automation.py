@@ -8,9 +8,9 @@ import shutil
 
 import dagster as dg
 
-from alpha_assets.automation import latest_tick, new_dbn_files, retrain_sensors
 from alpha_assets.conditions import RETRAIN_CRON
 from alpha_assets.definitions import defs
+from alpha_assets.defs.automation import latest_tick, new_dbn_files, retrain_sensors
 from alpha_assets.partitions import SYMBOLS, symbol_fold_keys
 from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core.models import registry

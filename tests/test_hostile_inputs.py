@@ -644,7 +644,7 @@ def test_an_unusable_cache_is_one_line(tiny_data, tmp_path):
 def test_dagster_fails_the_step_with_the_message_and_blocks_on_suspicious_data(tiny_data, symbol_dir, tmp_path):
     import dagster as dg
 
-    from alpha_assets.data_assets import INTEGRITY, book_sidecars
+    from alpha_assets.defs.data import INTEGRITY, book_sidecars
     from alpha_assets.resources import DataRoot, StorageRoot
 
     resources = {"data": DataRoot(root=str(tmp_path / "data")), "storage": StorageRoot(root=str(tmp_path / "storage"))}

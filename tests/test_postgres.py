@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans
+from alpha_assets.defs.data import bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]

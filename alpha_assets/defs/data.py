@@ -1,8 +1,208 @@
-"""The data assets [symbol]: book and bar sidecars, fold plans."""
+"""Data assets per symbol: book and bar sidecars, and the walk-forward fold plans, with their gates.
+
+They hold slots of the `cpu` pool (dagster.yaml's default limit); fold plans follow new sidecars by themselves
+(`FOLD_PLANS_AUTOMATION`), so whatever rebuilds the sidecars also refreshes the folds the training reads.
+"""
 
 import dagster as dg
+from pydantic import Field
 
-from alpha_assets.data_assets import bar_sidecars, book_sidecars, fold_plans
+from alpha_assets import metadata
+from alpha_assets.conditions import FOLD_PLANS_AUTOMATION
+from alpha_assets.execution import CPU_POOL
+from alpha_assets.failures import fail_without_retry
+from alpha_assets.partitions import N_FOLDS, symbol_partitions
+from alpha_assets.resources import DataRoot, StorageRoot, run_id
+from alpha_core.atomic import atomic_write_json
+from alpha_core.data.checks import label_tail_problems, sidecar_problems
+from alpha_core.data.dbn import MBP10, OHLCV_1M
+from alpha_core.data.folds import check_leakage, plan_folds
+from alpha_core.data.oracle import oracle_auc
+from alpha_core.data.predecode import Predecoded, file_ref, predecode
+from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
+
+INTEGRITY = "sidecar_integrity"
+LEAKAGE = "fold_leakage"
+
+
+class SidecarConfig(dg.Config):
+    """Label settings of the sidecars (empty = the defaults of the original system and the product)."""
+
+    horizons: list[int] | None = None
+    outcome_label_cost: float | None = None
+
+
+class FoldConfig(dg.Config):
+    """The walk-forward window (0: n_files - N_FOLDS - 1, the CLI's default). The number of folds is not
+    configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
+
+    cv_train_window: int = Field(0, ge=0)
+
+
+def sidecar_manifest(items: list[Predecoded]) -> list[dict]:
+    """The small record downstream assets read from this asset's metadata."""
+    return [
+        {
+            "sidecar": str(i.sidecar.path),
+            "source": i.sidecar.meta.source.name,
+            "source_path": i.sidecar.meta.source.path,
+            "rows": i.sidecar.rows,
+            "first_time": i.sidecar.meta.first_time,
+            "last_time": i.sidecar.meta.last_time,
+            "status": i.status,
+        }
+        for i in items
+    ]
+
+
+def _summary_table(items: list[Predecoded]) -> str:
+    lines = ["| file | rows | from | to | contracts | rolls | status |", "|---|---:|---|---|---|---|---|"]
+    for i in items:
+        m = i.sidecar.meta
+        rolls = "; ".join(f"{r.session}: {r.from_contract}->{r.to_contract}" for r in m.roll_dates) or "-"
+        contracts = ", ".join(f"{k} {v}" for k, v in m.contracts.items())
+        lines.append(f"| {m.source.name} | {m.rows} | {m.first_time} | {m.last_time} | {contracts} | {rolls} | {i.status} |")
+    return "\n".join(lines)
+
+
+def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=name,
+        description=description,
+        partitions_def=symbol_partitions,
+        group_name="data",
+        kinds={"databento", "numpy"},
+        code_version=FEATURE_VERSION,
+        pool=CPU_POOL,
+        owners=metadata.OWNERS,
+        metadata=metadata.code_references(("alpha_core.data.predecode", "predecode"),
+                                          ("alpha_core.data.checks", "sidecar_problems")),
+        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True, partitions_def=symbol_partitions,
+                                       description=(
+            "Every sidecar of the symbol is sane (alpha_core.data.checks.sidecar_problems): timestamps in order, "
+            "an uncrossed book on its tick grid, finite features, labels NaN only where a horizon leaves the file. "
+            "A failure stops the fold plans and everything that trains on them."))],
+    )
+    def _asset(
+        context: dg.AssetExecutionContext, config: SidecarConfig, data: DataRoot, storage: StorageRoot
+    ) -> dg.MaterializeResult:
+        symbol = context.partition_key
+        with fail_without_retry():
+            labels = LabelConfig(
+                horizons=tuple(config.horizons) if config.horizons else None,
+                outcome_label_cost=config.outcome_label_cost,
+            )
+            items = predecode(data.symbol_dir(symbol), storage.predecoded_dir(symbol), symbol, schema, labels)
+        problems = [p for i in items for p in sidecar_problems(i.sidecar)]
+        first = items[0].sidecar.meta
+        rolls = [f"{r.session}: {r.from_contract}->{r.to_contract}" for i in items for r in i.sidecar.meta.roll_dates]
+        context.log.info(f"{symbol} {schema}: {len(items)} files, statuses {[i.status for i in items]}")
+        oracle = oracle_auc([i.sidecar for i in items])  # demo data only: the best achievable AUC
+        return dg.MaterializeResult(
+            metadata={
+                **({"oracle_auc": dg.MetadataValue.json(dict(zip(map(str, first.horizons), oracle, strict=True)))}
+                   if oracle else {}),
+                "files": metadata.text(len(items)),
+                "rows": metadata.text(sum(i.sidecar.rows for i in items)),
+                "built": metadata.text(sum(i.status != "reused" for i in items)),
+                "first_time": first.first_time,
+                "last_time": items[-1].sidecar.meta.last_time,
+                "roll_dates": dg.MetadataValue.json(rolls),
+                "feature_names": dg.MetadataValue.json(first.feature_names),
+                "horizons": dg.MetadataValue.json({first.horizon_unit: first.horizons}),
+                "outcome_label_cost": metadata.text(first.outcome_label_cost),
+                "files_table": dg.MetadataValue.md(_summary_table(items)),
+                "predecoded_dir": dg.MetadataValue.path(str(storage.predecoded_dir(symbol))),
+                "manifest": dg.MetadataValue.json(sidecar_manifest(items)),
+            },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=INTEGRITY,
+                    passed=not problems,
+                    metadata={"problems": dg.MetadataValue.json(problems[:50]),
+                              "n_problems": metadata.text(len(problems))},
+                )
+            ],
+        )
+
+    return _asset
+
+
+book_sidecars = _sidecar_asset(
+    "book_sidecars", MBP10, "Predecoded MBP-10 sidecars (book features, labels at 10/100/1000 snapshots)."
+)
+bar_sidecars = _sidecar_asset(
+    "bar_sidecars", OHLCV_1M, "Predecoded OHLCV-1m sidecars (bar features, labels at 5/15/60 minutes)."
+)
+book_sidecars, bar_sidecars = dg.with_source_code_references([book_sidecars, bar_sidecars])
+
+
+def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: str) -> list[dict]:
+    """The manifest an upstream asset recorded for `partition` (its latest materialization)."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    if not records:
+        raise dg.Failure(f"{asset}[{partition}] has never been materialized")
+    materialization = records[0].asset_materialization
+    return materialization.metadata["manifest"].value
+
+
+@dg.asset(
+    partitions_def=symbol_partitions,
+    group_name="data",
+    kinds={"json"},
+    deps=[book_sidecars, bar_sidecars],
+    code_version="1",
+    pool=CPU_POOL,
+    automation_condition=FOLD_PLANS_AUTOMATION,
+    owners=metadata.OWNERS,
+    metadata=metadata.code_references(("alpha_core.data.folds", "plan_folds"), ("alpha_core.data.folds", "check_leakage")),
+    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True, partitions_def=symbol_partitions,
+                                   description=(
+        "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
+        "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
+        "label_tail_problems)."))],
+    description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
+)
+def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
+    symbol = context.partition_key
+    plans, problems = {}, []
+    for kind, upstream in (("book", "book_sidecars"), ("bars", "bar_sidecars")):
+        sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
+        refs = [file_ref(sc) for sc in sidecars]
+        with fail_without_retry():
+            plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
+        plans[kind] = plan.model_dump()
+        problems += [f"{kind}: {p}" for p in check_leakage(plan)]
+        problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
+    path = atomic_write_json(storage.run_dir(run_id(context)) / "folds" / symbol / "fold_plans.json", plans)
+    table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
+    for kind, plan in plans.items():
+        for f in plan["folds"]:
+            def names(refs):
+                return ", ".join(r["name"] for r in refs) or "-"
+            table.append(f"| {kind} | {f['fold']} | {names(f['train'])} | {names(f['val'])} | {names(f['test'])} |")
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(path)),
+            "run_id": context.run.run_id,
+            "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
+            "train_window": metadata.text(plans["book"]["window"]),
+            "folds_table": dg.MetadataValue.md("\n".join(table)),
+            "plans": dg.MetadataValue.json(plans),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=LEAKAGE,
+                passed=not problems,
+                metadata={"problems": dg.MetadataValue.json(problems[:50]), "n_problems": metadata.text(len(problems))},
+            )
+        ],
+    )
+
+
+(fold_plans,) = dg.with_source_code_references([fold_plans])
 
 
 @dg.definitions

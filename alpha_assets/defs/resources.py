@@ -1,4 +1,5 @@
-"""Where data is read and artifacts are written (ALPHA_DATA_DIR, ALPHA_STORAGE_ROOT; see resources.py)."""
+"""The `data` and `storage` resources: where data is read and artifacts are written (ALPHA_DATA_DIR,
+ALPHA_STORAGE_ROOT; the classes and their defaults are `alpha_assets.resources`)."""
 
 import dagster as dg
 
