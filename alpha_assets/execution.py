@@ -3,7 +3,8 @@
 The pod spec itself is `alpha_assets.pod_spec` (op tags of the training and hyperopt assets, and the executor's
 `step_k8s_config` for every other step); this module picks the executor and places steps. Each model's steps are placed
 (`placement`) on one of two node pools, each with its Dagster pool (dagster.yaml), so pods wait for a slot
-before they are created instead of piling up Pending:
+before they are created instead of piling up Pending (the pool names, GPU_POOL, CPU_TRAINING_POOL and CPU_POOL for
+every other step, are defined here and nowhere else):
 
 - GPU steps (the supervised models): one `nvidia.com/gpu` on ALPHA_GPU_NODE_POOL, the `gpu` pool.
 - CPU steps (the RL agents: SB3's MLP policies leave a GPU idle while the environment steps on the CPU, and

@@ -10,6 +10,8 @@
   backfill as failed.
 - `ensemble_report` [symbol]: `alpha evaluate` over exactly the attempts recorded by passing materializations;
   every requested model x fold is in it or under Excluded with its reason (never materialized, gate failed, ...).
+- `run_summary` (unpartitioned): across symbols, the reports' ensemble metrics and what the steps cost in GPU- and
+  CPU-hours and EUR.
 
 Every materialization writes under `{storage}/{run_id}/` in the original system's layout (`hyperopt/<model>/<symbol>/`,
 `models/<model>/<symbol>/fold-<k>/`, `eval/<symbol>/`); nothing is overwritten in place.
