@@ -33,12 +33,14 @@ demo: install
 ui: install
 	$(BIN)/dg dev
 
-test: install
+# lint first (no network: ruff is in the venv), then the tests
+test: install lint
 	scripts/test-deps.sh   # PostgreSQL and Chromium from Debian: installed as root, else the command to run
 	$(BIN)/python -m pytest -q
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/python bench/bench_sidecar.py
