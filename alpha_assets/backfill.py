@@ -42,8 +42,10 @@ class Plan:
 
     @property
     def description(self) -> str:
-        return (f"alpha run {self.run_id}: phase {self.phase}, symbols {','.join(self.symbols)}, "
-                f"models {','.join(self.models)}, at most {self.max_parallel} GPU steps at once")
+        return (
+            f"alpha run {self.run_id}: phase {self.phase}, symbols {','.join(self.symbols)}, "
+            f"models {','.join(self.models)}, at most {self.max_parallel} GPU steps at once"
+        )
 
     @property
     def size(self) -> int:
@@ -68,8 +70,11 @@ def describe_failure(missed_checks: list[tuple[str, str, str | None]], failures:
     also fails its asset's step, which it explains); any other failed step, (step, error), comes first with the
     first line of its own error, without the qualified class name Dagster puts in front."""
     explained = {asset.replace("/", "__") for asset, _, _ in missed_checks}  # the op of asset a/b is a__b
-    others = [f"{step}: {QUALIFIED_CLASS.sub('', (error or 'failed').strip().splitlines()[0])}"
-              for step, error in failures if step not in explained]
+    others = [
+        f"{step}: {QUALIFIED_CLASS.sub('', (error or 'failed').strip().splitlines()[0])}"
+        for step, error in failures
+        if step not in explained
+    ]
     checks = [f"{asset} {check}: {description}" for asset, check, description in missed_checks]
     gates_only = bool(checks) and not others and all(check == GATE_CHECK for _, check, _ in missed_checks)
     return (GATE_REASON if gates_only else "") + "; ".join(others + checks)

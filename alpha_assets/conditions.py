@@ -23,8 +23,9 @@ TRAINING_AUTOMATION = (
     & dg.AutomationCondition.all_deps_blocking_checks_passed()
     & ~dg.AutomationCondition.in_progress()  # e.g. inside a retrain backfill: that backfill trains it
 ).with_label("retrain on the weekly cron")
-_attempted = (dg.AutomationCondition.newly_updated().since(_tick)
-              | dg.AutomationCondition.execution_failed())  # a checkpoint below its gate must not hold the report back
+_attempted = (
+    dg.AutomationCondition.newly_updated().since(_tick) | dg.AutomationCondition.execution_failed()
+)  # a checkpoint below its gate must not hold the report back
 REPORT_AUTOMATION = (
     dg.AutomationCondition.in_latest_time_window()
     & _tick.since_last_handled()

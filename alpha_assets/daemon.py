@@ -46,13 +46,32 @@ class Daemon:
         folder = Path(self.instance.root_directory) / "alpha-run"  # not logs/: Dagster's telemetry moves that
         folder.mkdir(parents=True, exist_ok=True)
         workspace = folder / f"workspace-{os.getpid()}.yaml"  # the location name `dg dev` uses, from any directory
-        workspace.write_text(json.dumps({"load_from": [{"python_module": {
-            "module_name": "alpha_assets.definitions", "attribute": "defs", "location_name": "alpha",
-            "working_directory": str(project_root())}}]}))
+        workspace.write_text(
+            json.dumps(
+                {
+                    "load_from": [
+                        {
+                            "python_module": {
+                                "module_name": "alpha_assets.definitions",
+                                "attribute": "defs",
+                                "location_name": "alpha",
+                                "working_directory": str(project_root()),
+                            }
+                        }
+                    ]
+                }
+            )
+        )
         self.log = folder / f"daemon-{os.getpid()}.log"
         with self.log.open("w") as log:
-            self.proc = subprocess.Popen(daemon_command(workspace), env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                daemon_command(workspace),
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         print(f"started dagster-daemon (pid {self.proc.pid}) for this run; log {self.log}", flush=True)
 
     def stop(self) -> None:

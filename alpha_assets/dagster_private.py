@@ -61,16 +61,23 @@ def make_asset_graph_subset(subsets_by_key: Mapping[dg.AssetKey, object]):
     return AssetGraphSubset(partitions_subsets_by_asset_key=subsets_by_key)
 
 
-def add_asset_backfill(instance: dg.DagsterInstance, asset_graph_subset, tags: Mapping[str, str], title: str,
-                       description: str, run_config: dict) -> str:
+def add_asset_backfill(
+    instance: dg.DagsterInstance, asset_graph_subset, tags: Mapping[str, str], title: str, description: str, run_config: dict
+) -> str:
     """Write an asset backfill of `asset_graph_subset` to the instance (its daemon runs it); returns its id."""
     from dagster._core.execution.backfill import PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
 
     backfill = PartitionBackfill.from_asset_graph_subset(
-        backfill_id=make_new_backfill_id(), backfill_timestamp=time.time(), tags=tags,
-        dynamic_partitions_store=instance, asset_graph_subset=asset_graph_subset,
-        title=title, description=description, run_config=run_config)
+        backfill_id=make_new_backfill_id(),
+        backfill_timestamp=time.time(),
+        tags=tags,
+        dynamic_partitions_store=instance,
+        asset_graph_subset=asset_graph_subset,
+        title=title,
+        description=description,
+        run_config=run_config,
+    )
     instance.add_backfill(backfill)
     return backfill.backfill_id
 
@@ -101,7 +108,8 @@ def latest_failed_check_evaluation(instance: dg.DagsterInstance, check_key: dg.A
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
     records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key, limit=1, partition_filter=PartitionKeyFilter(key=partition))
+        check_key, limit=1, partition_filter=PartitionKeyFilter(key=partition)
+    )
     if not records or records[0].status != AssetCheckExecutionRecordStatus.FAILED or records[0].event is None:
         return None
     return records[0].event.dagster_event.asset_check_evaluation_data

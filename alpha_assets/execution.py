@@ -37,8 +37,12 @@ CPU_POOL = "cpu"  # every other step: sidecars, fold plans, the report
 # The Job itself keeps backoff_limit 0: Dagster owns retries, a second loop inside Kubernetes would rerun the same
 # attempt behind Dagster's back. The retry takes the lost pod's attempt over at once (alpha_core.locks). Errors that
 # will not go away on a new node raise dg.Failure(allow_retries=False). ALPHA_STEP_RETRY_DELAY_S: the first delay.
-STEP_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=float(os.environ.get("ALPHA_STEP_RETRY_DELAY_S", "30")),
-                                   backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+STEP_RETRY_POLICY = dg.RetryPolicy(
+    max_retries=2,
+    delay=float(os.environ.get("ALPHA_STEP_RETRY_DELAY_S", "30")),
+    backoff=dg.Backoff.EXPONENTIAL,
+    jitter=dg.Jitter.PLUS_MINUS,
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,9 @@ def pinned_image(image: str, variable: str = "ALPHA_TRAINING_IMAGE") -> str:
     if "@" in name:
         return image
     if ":" not in name or name.rsplit(":", 1)[1] in ("", "latest"):
-        raise PlanError(f"{variable}={image!r}: pin the image to a git-SHA tag or a digest (':latest' or no tag "
-                        "lets a node run stale code)")
+        raise PlanError(
+            f"{variable}={image!r}: pin the image to a git-SHA tag or a digest (':latest' or no tag lets a node run stale code)"
+        )
     return image
 
 

@@ -51,8 +51,10 @@ def table(rows: list[dict]) -> dg.MetadataValue:
     """A Dagster table from rows of plain values (column types from the first row)."""
     if not rows:
         return dg.MetadataValue.md("(no rows)")
-    columns = [dg.TableColumn(name, "float" if isinstance(v, float) else "int" if isinstance(v, int) else "string")
-               for name, v in rows[0].items()]
+    columns = [
+        dg.TableColumn(name, "float" if isinstance(v, float) else "int" if isinstance(v, int) else "string")
+        for name, v in rows[0].items()
+    ]
     records = [dg.TableRecord({k: (number(v) if isinstance(v, float) else v) for k, v in row.items()}) for row in rows]
     return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=columns))
 

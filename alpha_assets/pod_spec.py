@@ -29,8 +29,12 @@ STEP_SERVICE_ACCOUNT = "alpha-step"  # deploy/k8s/rbac.yaml: no RoleBinding, aut
 STEP_POD_SPEC = {"service_account_name": STEP_SERVICE_ACCOUNT, "automount_service_account_token": False}
 STEP_K8S_CONFIG = {"pod_spec_config": STEP_POD_SPEC}
 
-_NON_ROOT = {"run_as_non_root": True, "run_as_user": APP_UID, "run_as_group": APP_UID,
-             "seccomp_profile": {"type": "RuntimeDefault"}}
+_NON_ROOT = {
+    "run_as_non_root": True,
+    "run_as_user": APP_UID,
+    "run_as_group": APP_UID,
+    "seccomp_profile": {"type": "RuntimeDefault"},
+}
 
 
 def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[dict]) -> dict:
@@ -39,8 +43,12 @@ def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[d
         "dagster-k8s/config": {
             "container_config": {
                 "resources": {"requests": requests, "limits": limits},
-                "security_context": {**_NON_ROOT, "allow_privilege_escalation": False,
-                                     "read_only_root_filesystem": True, "capabilities": {"drop": ["ALL"]}},
+                "security_context": {
+                    **_NON_ROOT,
+                    "allow_privilege_escalation": False,
+                    "read_only_root_filesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
                 "volume_mounts": [
                     {"name": "data", "mount_path": "/data", "read_only": True},
                     {"name": "output", "mount_path": "/output"},
@@ -80,10 +88,17 @@ def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[d
     }
 
 
-GPU_STEP_TAGS = _step_tags({"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
-                           {"memory": "64Gi", "nvidia.com/gpu": "1"}, GPU_NODE_POOL,
-                           [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+GPU_STEP_TAGS = _step_tags(
+    {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+    {"memory": "64Gi", "nvidia.com/gpu": "1"},
+    GPU_NODE_POOL,
+    [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+)
 # 15 of a 16-vCPU, 32 GB node's cores (the kubelet reserves part of a node: 16 would never fit), one step per node;
 # no CPU limit, which would throttle; no GPU toleration, so these pods never take a GPU node.
-CPU_STEP_TAGS = _step_tags({"cpu": "15", "memory": "24Gi"}, {"memory": "24Gi"}, CPU_NODE_POOL,
-                           [{"key": CPU_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}])
+CPU_STEP_TAGS = _step_tags(
+    {"cpu": "15", "memory": "24Gi"},
+    {"memory": "24Gi"},
+    CPU_NODE_POOL,
+    [{"key": CPU_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+)

@@ -48,8 +48,11 @@ class RemoteBackfill:
         self.url, self.backfill_id = url.rstrip("/") if "//" in url else f"http://{url.rstrip('/')}", backfill_id
 
     def query(self, text: str, variables: dict) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": text, "variables": variables})
-                                         .encode(), headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            data=json.dumps({"query": text, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 body = json.loads(response.read())
@@ -64,11 +67,16 @@ class RemoteBackfill:
 
     def launch(self, p: Plan) -> str:
         self.query(SET_POOL, {"key": GPU_POOL, "limit": p.max_parallel})
-        params = {"partitionsByAssets": [{"assetKey": {"path": asset.split("/")},
-                                          "partitions": {"ranges": [{"start": k, "end": k} for k in keys]}}
-                                         for asset, keys in p.targets.items()],
-                  "tags": [{"key": k, "value": v} for k, v in p.tags.items()], "title": p.title,
-                  "description": p.description, "runConfigData": p.run_config}
+        params = {
+            "partitionsByAssets": [
+                {"assetKey": {"path": asset.split("/")}, "partitions": {"ranges": [{"start": k, "end": k} for k in keys]}}
+                for asset, keys in p.targets.items()
+            ],
+            "tags": [{"key": k, "value": v} for k, v in p.tags.items()],
+            "title": p.title,
+            "description": p.description,
+            "runConfigData": p.run_config,
+        }
         result = self.query(LAUNCH, {"params": params})["launchPartitionBackfill"]
         if result["__typename"] != "LaunchBackfillSuccess":
             messages = [e["message"] for e in result.get("errors", [])] or [result.get("message", result["__typename"])]
@@ -86,15 +94,26 @@ class RemoteBackfill:
         return self._backfill()["status"]
 
     def runs(self) -> list[RunState]:
-        return [run_state(r["runId"], r["status"], {t["key"]: t["value"] for t in r["tags"]},
-                           ["/".join(a["path"]) for a in r["assetSelection"] or ()]) for r in self._backfill()["runs"]]
+        return [
+            run_state(
+                r["runId"],
+                r["status"],
+                {t["key"]: t["value"] for t in r["tags"]},
+                ["/".join(a["path"]) for a in r["assetSelection"] or ()],
+            )
+            for r in self._backfill()["runs"]
+        ]
 
     def failure(self, run_id: str) -> str:
         """As `LocalBackfill.failure` (checks of ERROR severity: GraphQL does not say which block), and the run's page."""
         events = self.query(FAILURE, {"id": run_id})["logsForRun"].get("events", [])
-        missed = [("/".join(e["evaluation"]["assetKey"]["path"]), e["evaluation"]["checkName"],
-                   e["evaluation"]["description"]) for e in events if e["__typename"] == "AssetCheckEvaluationEvent"
-                  and not e["evaluation"]["success"] and e["evaluation"]["severity"] == "ERROR"]
+        missed = [
+            ("/".join(e["evaluation"]["assetKey"]["path"]), e["evaluation"]["checkName"], e["evaluation"]["description"])
+            for e in events
+            if e["__typename"] == "AssetCheckEvaluationEvent"
+            and not e["evaluation"]["success"]
+            and e["evaluation"]["severity"] == "ERROR"
+        ]
         failures = [(e["stepKey"], _step_error(e["error"])) for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
         reason = describe_failure(missed, failures)
         return f"{reason} ({self.url}/runs/{run_id})" if reason else f"{self.url}/runs/{run_id}"

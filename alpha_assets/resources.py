@@ -33,8 +33,11 @@ class StorageRoot(dg.ConfigurableResource):
         """`{root}/{run_id}`: the id must be a plain folder name (a tag reaches here from whoever can reach the
         webserver's API; `..` or `/` would write outside the storage root)."""
         if not RUN_ID_RE.fullmatch(run_id):
-            raise dg.Failure(f"{RUN_ID_TAG}={run_id!r}: a run id must be 1-64 letters, digits, '.', '_' or '-', "
-                             f"starting with a letter or digit", allow_retries=False)
+            raise dg.Failure(
+                f"{RUN_ID_TAG}={run_id!r}: a run id must be 1-64 letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit",
+                allow_retries=False,
+            )
         return Path(self.root, run_id)
 
 

@@ -52,13 +52,27 @@ from alpha_core.models import registry
 MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
 BACKFILL_TAG = "dagster/backfill"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-RUN_WORDS = {"STARTING": "running", "STARTED": "running", "SUCCESS": "done", "FAILURE": "FAILED",
-             "CANCELING": "canceled", "CANCELED": "canceled"}  # QUEUED / NOT_STARTED print nothing
+RUN_WORDS = {
+    "STARTING": "running",
+    "STARTED": "running",
+    "SUCCESS": "done",
+    "FAILURE": "FAILED",
+    "CANCELING": "canceled",
+    "CANCELED": "canceled",
+}  # QUEUED / NOT_STARTED print nothing
 
 
-def plan(symbols: list[str], models: str, phase: str, epochs: int | None, trials: int | None, run_id: str,
-         max_parallel: int = MAX_PARALLEL,
-         train_config: dict | None = None, hyperopt_config: dict | None = None) -> Plan:
+def plan(
+    symbols: list[str],
+    models: str,
+    phase: str,
+    epochs: int | None,
+    trials: int | None,
+    run_id: str,
+    max_parallel: int = MAX_PARALLEL,
+    train_config: dict | None = None,
+    hyperopt_config: dict | None = None,
+) -> Plan:
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
         raise PlanError(f"PHASE must be one of {', '.join(PHASES)} (got {phase!r})")
@@ -72,8 +86,9 @@ def plan(symbols: list[str], models: str, phase: str, epochs: int | None, trials
     if not names:
         raise PlanError("MODELS selects no model")
     if not RUN_ID_RE.fullmatch(run_id):
-        raise PlanError(f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit "
-                        f"(got {run_id!r})")
+        raise PlanError(
+            f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got {run_id!r})"
+        )
     for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
         if value is not None and value < 1:
             raise PlanError(f"{name} must be >= 1 (got {value})")
@@ -134,10 +149,18 @@ def default_run_id() -> str:
 
 
 def describe(p: Plan) -> str:
-    return json.dumps({"run_id": p.run_id, "title": p.title, "description": p.description, "tags": p.tags,
-                       "max_parallel": p.max_parallel,
-                       "targets": [{"asset": a, "partitions": keys} for a, keys in p.targets.items()],
-                       "run_config": p.run_config}, indent=2)
+    return json.dumps(
+        {
+            "run_id": p.run_id,
+            "title": p.title,
+            "description": p.description,
+            "tags": p.tags,
+            "max_parallel": p.max_parallel,
+            "targets": [{"asset": a, "partitions": keys} for a, keys in p.targets.items()],
+            "run_config": p.run_config,
+        },
+        indent=2,
+    )
 
 
 # --- following a backfill ---------------------------------------------------------------------------
@@ -154,14 +177,22 @@ class LocalBackfill:
 
     def runs(self) -> list[RunState]:
         records = self.instance.get_run_records(filters=dg.RunsFilter(tags={BACKFILL_TAG: self.backfill_id}))
-        return [run_state(r.dagster_run.run_id, r.dagster_run.status.value, r.dagster_run.tags,
-                           [k.to_user_string() for k in r.dagster_run.asset_selection or ()]) for r in records]
+        return [
+            run_state(
+                r.dagster_run.run_id,
+                r.dagster_run.status.value,
+                r.dagster_run.tags,
+                [k.to_user_string() for k in r.dagster_run.asset_selection or ()],
+            )
+            for r in records
+        ]
 
     def failure(self, run_id: str) -> str:
-        checks = [entry.dagster_event.asset_check_evaluation_data
-                  for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
-        missed = [(c.asset_key.to_user_string(), c.check_name, c.description) for c in checks
-                  if not c.passed and c.blocking]
+        checks = [
+            entry.dagster_event.asset_check_evaluation_data
+            for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        ]
+        missed = [(c.asset_key.to_user_string(), c.check_name, c.description) for c in checks if not c.passed and c.blocking]
         failures = []
         for record in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
             data = record.dagster_event.step_failure_data
@@ -217,14 +248,21 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failu
                 word, reason = "GATE", reason.removeprefix(GATE_REASON)
             gates += word == "GATE"
             failures += word in ("FAILED", "canceled")
-            print(f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
-                  f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}", file=out, flush=True)
+            print(
+                f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
+                f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}",
+                file=out,
+                flush=True,
+            )
         if status in FINISHED:
             failed = failures + (0 if allow_gate_failures else gates)
             done = sum(w == "done" for w in seen.values())
-            print(f"backfill {backfill.backfill_id}: {status}, {done} runs done, {failed} failed or canceled"
-                  f"{f', {gates} below their gate' if gates else ''} ({time.monotonic() - started:.0f} s)",
-                  file=out, flush=True)
+            print(
+                f"backfill {backfill.backfill_id}: {status}, {done} runs done, {failed} failed or canceled"
+                f"{f', {gates} below their gate' if gates else ''} ({time.monotonic() - started:.0f} s)",
+                file=out,
+                flush=True,
+            )
             # Dagster marks a backfill with a gate-failed partition COMPLETED_FAILED: that is no failure of ours
             # when the gate misses are allowed and nothing else failed
             finished = status in ("COMPLETED_SUCCESS", "COMPLETED") or (status == "COMPLETED_FAILED" and gates > 0)
@@ -249,13 +287,13 @@ def report_followup(p: Plan, outcome: Outcome) -> Plan | None:
     if not missing:
         return None
     ops = {op: entry for op, entry in p.run_config.get("ops", {}).items() if op == "ensemble_report"}
-    return replace(p, phase="eval", symbols=missing, targets={"ensemble_report": missing},
-                   run_config={"ops": ops} if ops else {})
+    return replace(
+        p, phase="eval", symbols=missing, targets={"ensemble_report": missing}, run_config={"ops": ops} if ops else {}
+    )
 
 
 def _followup_note(p: Plan) -> str:
-    return (f"the report of {', '.join(p.symbols)}, which Dagster does not run below a missed gate, as its own "
-            f"backfill")
+    return f"the report of {', '.join(p.symbols)}, which Dagster does not run below a missed gate, as its own backfill"
 
 
 # --- launching: locally (the instance of $DAGSTER_HOME and its daemon) or through a webserver ---------------
@@ -269,8 +307,9 @@ def pool_limits(gpu: int, cpu_training: int | None) -> str:
     return f"gpu pool limit {gpu}, {CPU_TRAINING_POOL} pool limit {'none' if cpu_training is None else cpu_training}"
 
 
-def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0,
-                 allow_gate_failures: bool = False) -> Outcome:
+def launch_local(
+    p: Plan, instance: dg.DagsterInstance | None = None, poll_s: float = 2.0, allow_gate_failures: bool = False
+) -> Outcome:
     """Write the backfill to the local instance, make sure a daemon runs it, follow it to the end (and the report
     it skipped below missed gates, `report_followup`)."""
     if instance is None:
@@ -284,9 +323,12 @@ def launch_local(p: Plan, instance: dg.DagsterInstance | None = None, poll_s: fl
         instance.event_log_storage.set_concurrency_slots(pool, host.cpu_pool_limit)
     cpu_limit = instance.event_log_storage.get_concurrency_info(CPU_TRAINING_POOL).limit
     source = LocalBackfill(instance, _add_backfill(instance, p))
-    print(f"backfill {source.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
-          f"{pool_limits(p.max_parallel, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
-          f"{host.cpus_per_step} CPU thread(s) per step ({cpus.ENV})", flush=True)
+    print(
+        f"backfill {source.backfill_id} ({p.size} asset partitions) in {instance.root_directory}; "
+        f"{pool_limits(p.max_parallel, cpu_limit)}, {CPU_POOL} pool limit {host.cpu_pool_limit}, "
+        f"{host.cpus_per_step} CPU thread(s) per step ({cpus.ENV})",
+        flush=True,
+    )
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -320,15 +362,24 @@ def print_summaries(p: Plan, storage: StorageRoot | None = None) -> None:
 def _add_backfill(instance: dg.DagsterInstance, p: Plan) -> str:
     from alpha_assets.definitions import defs
 
-    return add_asset_backfill(instance, asset_graph_subset(p.targets, defs.resolve_asset_graph()), tags=p.tags,
-                              title=p.title, description=p.description, run_config=p.run_config)
+    return add_asset_backfill(
+        instance,
+        asset_graph_subset(p.targets, defs.resolve_asset_graph()),
+        tags=p.tags,
+        title=p.title,
+        description=p.description,
+        run_config=p.run_config,
+    )
 
 
 def launch_remote(p: Plan, url: str, poll_s: float = 5.0, allow_gate_failures: bool = False) -> Outcome:
     remote = RemoteBackfill(url)
     backfill_id = remote.launch(p)
-    print(f"backfill {backfill_id} ({p.size} asset partitions): {remote.url}/runs/b/{backfill_id}; "
-          f"{pool_limits(p.max_parallel, remote.cpu_training_limit())}", flush=True)
+    print(
+        f"backfill {backfill_id} ({p.size} asset partitions): {remote.url}/runs/b/{backfill_id}; "
+        f"{pool_limits(p.max_parallel, remote.cpu_training_limit())}",
+        flush=True,
+    )
     try:
         outcome = follow(remote, poll_s, allow_gate_failures=allow_gate_failures)
         followup = report_followup(p, outcome)

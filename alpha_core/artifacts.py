@@ -57,8 +57,11 @@ class Attempt:
 
 
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name not in (MANIFEST, LOCK)
-                  and ".tmp~" not in str(p) and BROKEN not in p.name)
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.name not in (MANIFEST, LOCK) and ".tmp~" not in str(p) and BROKEN not in p.name
+    )
 
 
 @contextmanager
@@ -80,8 +83,9 @@ def complete(attempt: Attempt, lock: Lock) -> None:
 def seal(folder: Path, attempt_id: str) -> None:
     """Write `folder`'s manifest: every file with its size and sha256 (what `verify` checks)."""
     files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in _files(folder)}
-    atomic_write_json(folder / MANIFEST, {"attempt": attempt_id, "completed": dt.datetime.now(dt.UTC).isoformat(),
-                                          "files": files})
+    atomic_write_json(
+        folder / MANIFEST, {"attempt": attempt_id, "completed": dt.datetime.now(dt.UTC).isoformat(), "files": files}
+    )
 
 
 def promote(attempt: Attempt) -> None:

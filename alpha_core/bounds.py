@@ -55,8 +55,10 @@ def check_batch_fits(**sizes: int) -> None:
     `check_batch_fits(batch_size=256, seq_len=64, n_features=40)`; the message names the keys to lower."""
     elements = math.prod(sizes.values())
     if elements > MAX_BATCH_ELEMENTS:
-        raise PlanError(f"{' x '.join(sizes)} = {' x '.join(str(v) for v in sizes.values())} = {elements:,} elements "
-                        f"in one batch (limit 2**31): lower {' or '.join(list(sizes)[:-1])}")
+        raise PlanError(
+            f"{' x '.join(sizes)} = {' x '.join(str(v) for v in sizes.values())} = {elements:,} elements "
+            f"in one batch (limit 2**31): lower {' or '.join(list(sizes)[:-1])}"
+        )
 
 
 MAX_METADATA_BYTES = ("ALPHA_MAX_METADATA_BYTES", 64 << 20)

@@ -105,8 +105,7 @@ def stale_trials(tmp: Path | None = None) -> list[Removal]:
     return found
 
 
-def clean(roots: list[Path], older_than_s: float = WEEK_S, dry_run: bool = False,
-          tmp: Path | None = None) -> list[Removal]:
+def clean(roots: list[Path], older_than_s: float = WEEK_S, dry_run: bool = False, tmp: Path | None = None) -> list[Removal]:
     """Remove (unless `dry_run`) and return what crashed writers left under `roots` and in the temp dir."""
     found = [r for root in roots if Path(root).is_dir() for r in stale(Path(root), older_than_s)]
     found += stale_trials(tmp)

@@ -44,8 +44,7 @@ def _iso(ts_ns: int | None) -> str | None:
 
 def _given(args: argparse.Namespace, *skip: str) -> dict:
     """The options the user set (absent ones are left to the config's default)."""
-    return {k: v for k, v in vars(args).items()
-            if v is not None and k not in ("func", "command", "debug", "quiet", *skip)}
+    return {k: v for k, v in vars(args).items() if v is not None and k not in ("func", "command", "debug", "quiet", *skip)}
 
 
 def _symbols(value: str | None) -> list[str] | None:
@@ -119,8 +118,13 @@ def _option_type(annotation) -> tuple[Callable | None, list | None]:
     return (_int if annotation is int else annotation), None
 
 
-def add_config_options(p: argparse.ArgumentParser, config: type, help: dict[str, str],
-                       flags: dict[str, Sequence[str]] | None = None, skip: Sequence[str] = ()) -> None:
+def add_config_options(
+    p: argparse.ArgumentParser,
+    config: type,
+    help: dict[str, str],
+    flags: dict[str, Sequence[str]] | None = None,
+    skip: Sequence[str] = (),
+) -> None:
     """One option per field of `config` but `skip`: its type, choices and whether it is required come from the
     field, and its default is shown in --help but left to the config (an option not given is absent from the
     namespace). A bool defaulting to True becomes `--no-<name>`. `flags` renames options (the first name is shown)."""
@@ -132,15 +136,27 @@ def add_config_options(p: argparse.ArgumentParser, config: type, help: dict[str,
         text = help.get(name, "")
         if kind is bool:
             names = (flags or {}).get(name) or [f"--{'no-' if default else ''}{name.replace('_', '-')}"]
-            p.add_argument(*names, dest=name, action="store_false" if default else "store_true",
-                           default=argparse.SUPPRESS, help=text or None)
+            p.add_argument(
+                *names,
+                dest=name,
+                action="store_false" if default else "store_true",
+                default=argparse.SUPPRESS,
+                help=text or None,
+            )
             continue
         if default is not None and "default:" not in text:
             text = f"{text} (default: {default})" if text else f"default: {default}"
         names = (flags or {}).get(name) or [f"--{name.replace('_', '-')}"]
-        p.add_argument(*names, dest=name, type=kind, choices=choices, required=field.is_required(),
-                       default=argparse.SUPPRESS, help=text or None,
-                       metavar=None if choices else names[0][2:].upper().replace("-", "_"))
+        p.add_argument(
+            *names,
+            dest=name,
+            type=kind,
+            choices=choices,
+            required=field.is_required(),
+            default=argparse.SUPPRESS,
+            help=text or None,
+            metavar=None if choices else names[0][2:].upper().replace("-", "_"),
+        )
 
 
 def _default_of(func: Callable, name: str):
@@ -160,19 +176,30 @@ def _source_literals(module: str, function: str, table: str) -> tuple[dict, list
     tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     positional = [*fn.args.posonlyargs, *fn.args.args]
-    pairs = [*zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults, strict=True),
-             *((a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None)]
+    pairs = [
+        *zip(positional[len(positional) - len(fn.args.defaults) :], fn.args.defaults, strict=True),
+        *((a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None),
+    ]
     defaults = {}
     for arg, node in pairs:
         try:
             defaults[arg.arg] = ast.literal_eval(node)
         except ValueError:
             continue  # not a literal (e.g. tuple(PRODUCTS)): not shown
-    assignment = next(n for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
-                      and table in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                                    if isinstance(t, ast.Name)])
-    names = [call.args[0].value for call in ast.walk(assignment) if isinstance(call, ast.Call) and call.args
-             and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)]
+    assignment = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign | ast.AnnAssign)
+        and table in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
+    )
+    names = [
+        call.args[0].value
+        for call in ast.walk(assignment)
+        if isinstance(call, ast.Call)
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+        and isinstance(call.args[0].value, str)
+    ]
     return defaults, names
 
 
@@ -320,8 +347,7 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
     chain = list(_chain(exc))
     os_errors = [e for e in chain if isinstance(e, OSError)]
     named = next((Path(e.filename) for e in os_errors if e.filename), None)
-    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or _NO_SPACE.search(str(e))
-           for e in chain):
+    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or _NO_SPACE.search(str(e)) for e in chain):
         path = named or next((p for p, _ in _outputs(args)), None)
         return 2, f"{path or 'output'}: no space left on device ({_one_line(exc)})"
     if os_errors:
@@ -420,8 +446,15 @@ def cmd_predecode(args: argparse.Namespace) -> int:
 
 def add_predecode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, type=Path, help="data root ({SYMBOL}/ folders) or one symbol's folder")
-    p.add_argument("--output-dir", "--predecoded-dir", dest="predecoded_dir", required=True, type=Path, metavar="OUTPUT_DIR",
-                   help="sidecar cache root ({SYMBOL}/ folders are created on a miss) or one symbol's folder")
+    p.add_argument(
+        "--output-dir",
+        "--predecoded-dir",
+        dest="predecoded_dir",
+        required=True,
+        type=Path,
+        metavar="OUTPUT_DIR",
+        help="sidecar cache root ({SYMBOL}/ folders are created on a miss) or one symbol's folder",
+    )
     p.add_argument("--symbols", type=_symbols, help="comma-separated, e.g. ES,NQ (default: every symbol folder)")
 
 
@@ -435,16 +468,21 @@ def cmd_folds(args: argparse.Namespace) -> int:
 
     # ordered by the records' time
     refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
-    plans = {s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
-             for s in SUPPORTED_SCHEMAS if s in refs}
+    plans = {
+        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
+        for s in SUPPORTED_SCHEMAS
+        if s in refs
+    }
     if args.json:
         print(json.dumps({s: p.model_dump() for s, p in plans.items()}, indent=2))
         return 0
     for schema, plan in plans.items():
         print(f"{schema}: {plan.n_files} files, {plan.cv_n_folds} fold(s), train window {plan.window}")
         for fold in plan.folds:
+
             def names(refs):
                 return ", ".join(r.name for r in refs) or "-"
+
             print(f"  fold {fold.fold}: train [{names(fold.train)}]  val [{names(fold.val)}]  test [{names(fold.test)}]")
     return 0
 
@@ -455,14 +493,23 @@ def add_folds_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", required=True, type=Path, help=WALK_FORWARD_HELP["data_dir"])
     p.add_argument("--symbol", help=WALK_FORWARD_HELP["symbol"])
     p.add_argument("--cv-n-folds", type=int, default=_default_of(plan_folds, "cv_n_folds"), help="default: %(default)s")
-    p.add_argument("--cv-train-window", type=int, default=_default_of(plan_folds, "cv_train_window"),
-                   help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)")
-    p.add_argument("--allow-untested-folds", action="store_true",
-                   help="allow folds without a test file (trained, never evaluated; warns)")
+    p.add_argument(
+        "--cv-train-window",
+        type=int,
+        default=_default_of(plan_folds, "cv_train_window"),
+        help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--allow-untested-folds", action="store_true", help="allow folds without a test file (trained, never evaluated; warns)"
+    )
     p.add_argument("--schema", choices=list(SCHEMA_FOLDERS), help="only this schema (default: each found)")
-    p.add_argument("--predecoded-dir", type=Path, default=argparse.SUPPRESS,
-                   help="a sidecar cache (read only): a file whose sidecar there was built from it as it is now is "
-                        "planned from the sidecar's meta, not decoded")
+    p.add_argument(
+        "--predecoded-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="a sidecar cache (read only): a file whose sidecar there was built from it as it is now is "
+        "planned from the sidecar's meta, not decoded",
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -473,8 +520,9 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.demo import generate_demo_data
     from alpha_core.data.products import PRODUCTS
 
-    paths = generate_demo_data(Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters,
-                               args.book_sessions)
+    paths = generate_demo_data(
+        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions
+    )
     print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
     for p in paths:
         print(f"  {p}")
@@ -483,16 +531,24 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
 
 def add_demo_data_options(p: argparse.ArgumentParser) -> None:
     defaults, scales = _source_literals("alpha_core.data.demo", "generate_demo_data", "SCALES")
-    p.add_argument("--output-dir", "--out", dest="out", required=True, type=Path, metavar="OUTPUT_DIR",
-                   help="data root to write into")
-    p.add_argument("--scale", choices=scales, default=defaults["scale"],
-                   help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
-                        "8 quarters of every session, books around each roll) (default: %(default)s)")
+    p.add_argument(
+        "--output-dir", "--out", dest="out", required=True, type=Path, metavar="OUTPUT_DIR", help="data root to write into"
+    )
+    p.add_argument(
+        "--scale",
+        choices=scales,
+        default=defaults["scale"],
+        help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
+        "8 quarters of every session, books around each roll) (default: %(default)s)",
+    )
     p.add_argument("--seed", type=_int, default=defaults["seed"], help="default: %(default)s")
     p.add_argument("--symbols", type=_symbols, help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
     p.add_argument("--quarters", type=int, help="quarterly files per symbol (default: the scale's)")
-    p.add_argument("--book-sessions", type=int, help="--scale real: sessions around each roll with an MBP-10 book "
-                   "(default: the scale's, 3; 0: bars only)")
+    p.add_argument(
+        "--book-sessions",
+        type=int,
+        help="--scale real: sessions around each roll with an MBP-10 book (default: the scale's, 3; 0: bars only)",
+    )
 
 
 # --- train (the flagship perception trainer) ------------------------------------------------------
@@ -525,9 +581,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = TrainConfig(**_given(args, "symbol"))
     for s in train(cfg):
-        print(f"fold {s.cv_fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
-              f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))}, "
-              f"{s.sequences_per_s:.0f} sequences/s on {s.device} -> {cfg.out / f'fold-{s.cv_fold}'}")
+        print(
+            f"fold {s.cv_fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
+            f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))}, "
+            f"{s.sequences_per_s:.0f} sequences/s on {s.device} -> {cfg.out / f'fold-{s.cv_fold}'}"
+        )
     return 0
 
 
@@ -537,10 +595,17 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     GPU switches."""
     from alpha_core.train.configs import TrainConfig
 
-    add_config_options(p, TrainConfig, TRAIN_HELP, flags={"out": ["--output-dir", "--out"],
-                                                         "mbp10_data_dir": ["--data-dir", "--mbp10-data-dir"]})
-    p.add_argument("--symbol", help="the product, e.g. ES or ES.FUT: picks the folder under a data root and the cache "
-                                    "folder under a cache root (default: the folder's name, or the root's only symbol)")
+    add_config_options(
+        p,
+        TrainConfig,
+        TRAIN_HELP,
+        flags={"out": ["--output-dir", "--out"], "mbp10_data_dir": ["--data-dir", "--mbp10-data-dir"]},
+    )
+    p.add_argument(
+        "--symbol",
+        help="the product, e.g. ES or ES.FUT: picks the folder under a data root and the cache "
+        "folder under a cache root (default: the folder's name, or the root's only symbol)",
+    )
 
 
 # --- the model zoo ---------------------------------------------------------------------------------
@@ -550,9 +615,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     from alpha_core.models.registry import REGISTRY
 
     rows = [
-        {"name": s.name, "group": s.group, "input": s.input, "trainer": s.trainer, "description": s.description,
-         "hyperopt": None if s.search_space is None else {k: v.model_dump(exclude_none=True)
-                                                           for k, v in s.search_space.items()}}
+        {
+            "name": s.name,
+            "group": s.group,
+            "input": s.input,
+            "trainer": s.trainer,
+            "description": s.description,
+            "hyperopt": None
+            if s.search_space is None
+            else {k: v.model_dump(exclude_none=True) for k, v in s.search_space.items()},
+        }
         for s in REGISTRY.values()
     ]
     if args.json:
@@ -586,9 +658,9 @@ WALK_FORWARD_HELP = {
     "data_dir": "data root ({SYMBOL}/ folders) or one symbol's folder",
     "output_dir": "fold-<k>/ folders are written here",
     "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders) or one symbol's folder (default: "
-                      "$ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded)",
+    "$ALPHA_STORAGE_ROOT/predecoded, else {output_dir}/.predecoded)",
     "symbol": "the product, e.g. ES or ES.FUT: picks the folder under a data root and the records of files that map "
-              "several (default: the folder's name, or the root's only symbol)",
+    "several (default: the folder's name, or the root's only symbol)",
     "early_stop_patience": "epochs without improvement; 0 disables",
     "cv_fold": "train this fold only (default: every fold)",
     "cv_train_window": "files per training window; 0: n_files - cv_n_folds - 1",
@@ -613,9 +685,11 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
     explicit = {k: values[k] for k in TRAIN_KEYS if k in values}  # flags win over the params file
     explicit.update(_explicit_params(args.param))
     for s in train_supervised(cfg, args.params_file, explicit):
-        print(f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
-              f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))} "
-              f"-> {cfg.output_dir / f'fold-{s.fold}'}")
+        print(
+            f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
+            f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))} "
+            f"-> {cfg.output_dir / f'fold-{s.fold}'}"
+        )
     return 0
 
 
@@ -623,9 +697,15 @@ def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.train.configs import SupervisedTrainConfig
 
     _add_params_options(p, "model/training")
-    add_config_options(p, SupervisedTrainConfig, {
-        **WALK_FORWARD_HELP, "model": "a supervised model of `alpha models`",
-        "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none"})
+    add_config_options(
+        p,
+        SupervisedTrainConfig,
+        {
+            **WALK_FORWARD_HELP,
+            "model": "a supervised model of `alpha models`",
+            "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none",
+        },
+    )
 
 
 def cmd_train_rl(args: argparse.Namespace) -> int:
@@ -633,8 +713,10 @@ def cmd_train_rl(args: argparse.Namespace) -> int:
 
     cfg = RLTrainConfig(**_given(args, "params_file", "param"))
     for s in train_rl(cfg, args.params_file, _explicit_params(args.param)):
-        print(f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
-              f"turnover {s.val_turnover:.3f} -> {cfg.output_dir / f'fold-{s.fold}'}")
+        print(
+            f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
+            f"turnover {s.val_turnover:.3f} -> {cfg.output_dir / f'fold-{s.fold}'}"
+        )
     return 0
 
 
@@ -642,11 +724,19 @@ def add_train_rl_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.train.configs import RLTrainConfig
 
     _add_params_options(p, "agent")
-    add_config_options(p, RLTrainConfig, {
-        **WALK_FORWARD_HELP, "data_dir": f"{WALK_FORWARD_HELP['data_dir']} (its OHLCV-1m files are used)",
-        "timesteps_per_epoch": "environment steps per epoch", "window": "bars of features in each observation",
-        "episode_len": "acting bars per episode", "n_envs": "parallel episodes",
-        "cost_per_turnover": "ticks per unit of position change"})
+    add_config_options(
+        p,
+        RLTrainConfig,
+        {
+            **WALK_FORWARD_HELP,
+            "data_dir": f"{WALK_FORWARD_HELP['data_dir']} (its OHLCV-1m files are used)",
+            "timesteps_per_epoch": "environment steps per epoch",
+            "window": "bars of features in each observation",
+            "episode_len": "acting bars per episode",
+            "n_envs": "parallel episodes",
+            "cost_per_turnover": "ticks per unit of position change",
+        },
+    )
 
 
 # --- hyperopt --------------------------------------------------------------------------------------
@@ -659,22 +749,33 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
     cfg = HyperoptConfig(**_given(args))
     results = hyperopt(cfg)
     best = max(results["trials"], key=lambda t: t["score"])
-    print(f"best {results['metric']}: {results['best_score']:.4f} with {progress.params_text(results['best_params'])} "
-          f"(trial {best['trial']}, {len(results['trials'])} trials) -> {cfg.output} (full precision)")
+    print(
+        f"best {results['metric']}: {results['best_score']:.4f} with {progress.params_text(results['best_params'])} "
+        f"(trial {best['trial']}, {len(results['trials'])} trials) -> {cfg.output} (full precision)"
+    )
     return 0
 
 
 def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.hyperopt.configs import HyperoptConfig
 
-    add_config_options(p, HyperoptConfig, {
-        "model": "a registry model with a search space (`alpha models`)",
-        "data_dir": WALK_FORWARD_HELP["data_dir"], "output": "results.json (loadable as --params-file)",
-        "trials": "PSO trials (HYPEROPT_TRIALS of `alpha run`)", "epochs": "epochs per trial",
-        "timesteps_per_epoch": "RL trials: environment steps per epoch",
-        "workers": "particles evaluated concurrently per generation", "seed": "(hex works: 0x4242)",
-        "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"].replace("{output_dir}", "{output}'s folder"),
-        "symbol": WALK_FORWARD_HELP["symbol"], "device": WALK_FORWARD_HELP["device"]})
+    add_config_options(
+        p,
+        HyperoptConfig,
+        {
+            "model": "a registry model with a search space (`alpha models`)",
+            "data_dir": WALK_FORWARD_HELP["data_dir"],
+            "output": "results.json (loadable as --params-file)",
+            "trials": "PSO trials (HYPEROPT_TRIALS of `alpha run`)",
+            "epochs": "epochs per trial",
+            "timesteps_per_epoch": "RL trials: environment steps per epoch",
+            "workers": "particles evaluated concurrently per generation",
+            "seed": "(hex works: 0x4242)",
+            "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"].replace("{output_dir}", "{output}'s folder"),
+            "symbol": WALK_FORWARD_HELP["symbol"],
+            "device": WALK_FORWARD_HELP["device"],
+        },
+    )
 
 
 # --- evaluate --------------------------------------------------------------------------------------
@@ -701,8 +802,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     report = evaluate(cfg)
     print(summary(report, cfg.output))
     if not any(sym.models for sym in report.symbols.values()):
-        print(f"alpha evaluate: error: nothing could be evaluated ({len(report.excluded)} checkpoint(s) excluded, "
-              f"reasons above; the report lists them in {cfg.output})", file=sys.stderr)
+        print(
+            f"alpha evaluate: error: nothing could be evaluated ({len(report.excluded)} checkpoint(s) excluded, "
+            f"reasons above; the report lists them in {cfg.output})",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -711,22 +815,33 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.eval.configs import EvalConfig
     from alpha_core.gates import GateThresholds
 
-    add_config_options(p, EvalConfig, {
-        "models_dir": "models/<model>/<symbol>/fold-<k>/ checkpoints",
-        "data_dir": "data root ({SYMBOL}/ folders), or one symbol's folder (then only that symbol)",
-        "output": "ensemble_report.json (.md and PNGs beside it)",
-        "symbols": "comma-separated, e.g. ES,NQ (default: every symbol with checkpoints)",
-        "horizon": "horizon index the positions follow (0: the shortest)",
-        "band": "flat while |P(up) - 0.5| <= band",
-        "cost_ticks": "cost per unit of position change in ticks",
-        "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
-        "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
-        "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders; default: .predecoded beside --output)",
-        "device": "cpu | cuda | cuda:N (default: cuda when available)"}, skip=("upstream_excluded", "gate"))
+    add_config_options(
+        p,
+        EvalConfig,
+        {
+            "models_dir": "models/<model>/<symbol>/fold-<k>/ checkpoints",
+            "data_dir": "data root ({SYMBOL}/ folders), or one symbol's folder (then only that symbol)",
+            "output": "ensemble_report.json (.md and PNGs beside it)",
+            "symbols": "comma-separated, e.g. ES,NQ (default: every symbol with checkpoints)",
+            "horizon": "horizon index the positions follow (0: the shortest)",
+            "band": "flat while |P(up) - 0.5| <= band",
+            "cost_ticks": "cost per unit of position change in ticks",
+            "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
+            "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
+            "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders; default: .predecoded beside --output)",
+            "device": "cpu | cuda | cuda:N (default: cuda when available)",
+        },
+        skip=("upstream_excluded", "gate"),
+    )
     # the validation gate, as at promotion: a checkpoint at or below it is listed as excluded, "gate failed"
-    add_config_options(p, GateThresholds, {
-        "min_val_auc": "a supervised or book checkpoint's mean validation AUC must be above this",
-        "min_val_sharpe": "an RL checkpoint's validation Sharpe must be above this"})
+    add_config_options(
+        p,
+        GateThresholds,
+        {
+            "min_val_auc": "a supervised or book checkpoint's mean validation AUC must be above this",
+            "min_val_sharpe": "an RL checkpoint's validation Sharpe must be above this",
+        },
+    )
 
 
 # --- run (Dagster) ---------------------------------------------------------------------------------
@@ -738,18 +853,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
     from alpha_assets import run
 
-    plan = run.plan(args.symbols or [], args.models, args.phase, args.epochs, args.hyperopt_trials,
-                    args.run_id or run.default_run_id(), args.max_parallel,
-                    run.parse_json_option("--train-config", args.train_config),
-                    run.parse_json_option("--hyperopt-config", args.hyperopt_config))
-    print(f"RUN_ID {plan.run_id}: one backfill of {plan.size} asset partitions ({plan.phase}) for "
-          f"{','.join(plan.symbols)}, models {','.join(plan.models)}, at most {plan.max_parallel} GPU steps at once",
-          flush=True)
+    plan = run.plan(
+        args.symbols or [],
+        args.models,
+        args.phase,
+        args.epochs,
+        args.hyperopt_trials,
+        args.run_id or run.default_run_id(),
+        args.max_parallel,
+        run.parse_json_option("--train-config", args.train_config),
+        run.parse_json_option("--hyperopt-config", args.hyperopt_config),
+    )
+    print(
+        f"RUN_ID {plan.run_id}: one backfill of {plan.size} asset partitions ({plan.phase}) for "
+        f"{','.join(plan.symbols)}, models {','.join(plan.models)}, at most {plan.max_parallel} GPU steps at once",
+        flush=True,
+    )
     if args.dry_run:
         print(run.describe(plan))
         return 0
-    ok = (run.launch_remote(plan, args.remote, allow_gate_failures=args.allow_gate_failures) if args.remote
-          else run.launch_local(plan, allow_gate_failures=args.allow_gate_failures))
+    ok = (
+        run.launch_remote(plan, args.remote, allow_gate_failures=args.allow_gate_failures)
+        if args.remote
+        else run.launch_local(plan, allow_gate_failures=args.allow_gate_failures)
+    )
     if not args.remote:  # the reports are on this host's storage: end with what they say
         run.print_summaries(plan)
     return 0 if ok else 1
@@ -761,19 +888,34 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS)")
     p.add_argument("--phase", default=env("PHASE", "full"), help="hyperopt | train | eval | full (env PHASE)")
     # argparse converts string defaults with `type`, so a bad environment value is a clean usage error
-    p.add_argument("--max-parallel", type=int, default=env("MAX_PARALLEL", "10"),
-                   help="GPU steps at once across the instance: the `gpu` pool limit (env MAX_PARALLEL)")
-    p.add_argument("--epochs", type=int, default=env("EPOCHS"),
-                   help="per walk-forward fold (env EPOCHS; default: each trainer's, 50 for the ensemble)")
-    p.add_argument("--hyperopt-trials", type=int, default=env("HYPEROPT_TRIALS"),
-                   help="PSO trials per model (env HYPEROPT_TRIALS; default: alpha hyperopt's, 20)")
+    p.add_argument(
+        "--max-parallel",
+        type=int,
+        default=env("MAX_PARALLEL", "10"),
+        help="GPU steps at once across the instance: the `gpu` pool limit (env MAX_PARALLEL)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=env("EPOCHS"),
+        help="per walk-forward fold (env EPOCHS; default: each trainer's, 50 for the ensemble)",
+    )
+    p.add_argument(
+        "--hyperopt-trials",
+        type=int,
+        default=env("HYPEROPT_TRIALS"),
+        help="PSO trials per model (env HYPEROPT_TRIALS; default: alpha hyperopt's, 20)",
+    )
     p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
     p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
     p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
-    p.add_argument("--allow-gate-failures", action="store_true",
-                   help="a checkpoint below its gate is reported (excluded, gate failed) instead of failing the command")
+    p.add_argument(
+        "--allow-gate-failures",
+        action="store_true",
+        help="a checkpoint below its gate is reported (excluded, gate failed) instead of failing the command",
+    )
 
 
 # --- clean -----------------------------------------------------------------------------------------
@@ -795,8 +937,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def add_clean_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="storage roots or output folders (default: $ALPHA_STORAGE_ROOT)")
-    p.add_argument("--older-than-days", type=float, default=7.0,
-                   help="unfinished attempts untouched this long are removed (default: %(default)s)")
+    p.add_argument(
+        "--older-than-days",
+        type=float,
+        default=7.0,
+        help="unfinished attempts untouched this long are removed (default: %(default)s)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
 
 
@@ -805,30 +951,37 @@ def add_clean_options(p: argparse.ArgumentParser) -> None:
 # name: (help, options, handler); a command's options are added only when it is the one parsed, so `alpha --help`
 # and `alpha inspect` import nothing heavy (the configs are light modules; torch loads when a command trains)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
-    "inspect": ("show schema, dataset, version, symbols, counts and time range of DBN files", add_inspect_options,
-                cmd_inspect),
+    "inspect": ("show schema, dataset, version, symbols, counts and time range of DBN files", add_inspect_options, cmd_inspect),
     "predecode": ("build or reuse the predecoded sidecars of every DBN file", add_predecode_options, cmd_predecode),
     "folds": ("print the walk-forward fold plan of one symbol's DBN files", add_folds_options, cmd_folds),
     "demo-data": ("write synthetic DBN files with a planted, learnable signal", add_demo_data_options, cmd_demo_data),
     "train": ("train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars", add_train_options, cmd_train),
-    "train-supervised": ("walk-forward training of a supervised registry model", add_train_supervised_options,
-                         cmd_train_supervised),
+    "train-supervised": (
+        "walk-forward training of a supervised registry model",
+        add_train_supervised_options,
+        cmd_train_supervised,
+    ),
     "train-rl": ("walk-forward training of the DQN / PPO members", add_train_rl_options, cmd_train_rl),
     "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
-    "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options,
-                 cmd_evaluate),
-    "run": ("the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)", add_run_options,
-            cmd_run),
+    "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options, cmd_evaluate),
+    "run": ("the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)", add_run_options, cmd_run),
     "models": ("list the model registry (name, group, input, hyperopt space)", add_models_options, cmd_models),
-    "clean": ("remove what crashed writers left (stale temporaries, dead locks, abandoned attempts)",
-              add_clean_options, cmd_clean),
+    "clean": (
+        "remove what crashed writers left (stale temporaries, dead locks, abandoned attempts)",
+        add_clean_options,
+        cmd_clean,
+    ),
 }
 
 
 def _add_global_options(p: argparse.ArgumentParser) -> None:
     """--debug and --quiet, accepted before or after the command."""
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="on error, show the full traceback (or set ALPHA_DEBUG=1)")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on error, show the full traceback (or set ALPHA_DEBUG=1)",
+    )
     p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars on stderr")
 
 
@@ -859,8 +1012,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command)  # "" (no command): the list of commands only
     if command and command not in COMMANDS:
         close = difflib.get_close_matches(command, COMMANDS, n=1)
-        print(f"{short_usage(parser)}\nalpha: error: unknown command {command!r}"
-              f"{f' (did you mean {close[0]}?)' if close else ''}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"{short_usage(parser)}\nalpha: error: unknown command {command!r}"
+            f"{f' (did you mean {close[0]}?)' if close else ''}; commands: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     try:
         args = parser.parse_args(argv)
@@ -874,7 +1030,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             if not debug:  # a library warning is one line too
                 warnings.showwarning = lambda message, *_, **__: print(
-                    f"alpha {args.command}: warning: {_one_line(message)}", file=sys.stderr)
+                    f"alpha {args.command}: warning: {_one_line(message)}", file=sys.stderr
+                )
             check_symbols(args)
             if args.command in ONE_SYMBOL:
                 resolve_one_symbol(args)

@@ -51,8 +51,7 @@ def _quota(directory: Path, v2: bool) -> float | None:
         return None
 
 
-def cgroup_cpu_limit(cgroup: str | Path = "/proc/self/cgroup",
-                     mountinfo: str | Path = "/proc/self/mountinfo") -> float | None:
+def cgroup_cpu_limit(cgroup: str | Path = "/proc/self/cgroup", mountinfo: str | Path = "/proc/self/mountinfo") -> float | None:
     """The CPU quota of this process's cgroup in CPUs (1.5 = 150 ms per 100 ms), the tightest of the cgroup and
     its ancestors up to the mount, v1 or v2; None without a quota (or where cgroups cannot be read)."""
     try:

@@ -46,8 +46,11 @@ def check_gate(trainer: str, value: float, thresholds: GateThresholds, train_los
         label = "mean validation AUC"
     finite = math.isfinite(value) and (train_loss is None or math.isfinite(train_loss))
     passed = finite and value > threshold
-    reason = f"{label} {value:.4f} {'>' if value > threshold else '<='} {threshold}" + (
-        "" if train_loss is None else f", train loss {train_loss:.4f}") + ("" if finite else ": not finite")
+    reason = (
+        f"{label} {value:.4f} {'>' if value > threshold else '<='} {threshold}"
+        + ("" if train_loss is None else f", train loss {train_loss:.4f}")
+        + ("" if finite else ": not finite")
+    )
     return GateResult(passed, metric, value, threshold, reason)
 
 

@@ -64,8 +64,13 @@ def read_holder(lock: Path) -> Holder | None:
     """The lock's holder; None when the file is unreadable or not a lock (treated as abandoned)."""
     try:
         data = json.loads(lock.read_text())
-        return Holder(run=str(data["run"]), step=str(data["step"]), owner=str(data["owner"]), token=str(data["token"]),
-                      since=str(data.get("since", "")))
+        return Holder(
+            run=str(data["run"]),
+            step=str(data["step"]),
+            owner=str(data["owner"]),
+            token=str(data["token"]),
+            since=str(data.get("since", "")),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -94,8 +99,9 @@ class Lock:
 
     def __init__(self, path: Path, run: str, step: str) -> None:
         self.path, self.run, self.step = Path(path), run, step
-        self.me = Holder(run=run, step=step, owner=owner_tag(), token=secrets.token_hex(8),
-                         since=dt.datetime.now(dt.UTC).isoformat())
+        self.me = Holder(
+            run=run, step=step, owner=owner_tag(), token=secrets.token_hex(8), since=dt.datetime.now(dt.UTC).isoformat()
+        )
         self.held = False
 
     def _create(self) -> bool:
@@ -129,9 +135,11 @@ class Lock:
         holder = self.try_acquire(takeover_same_step)
         if holder is not None:
             age = lock_age(self.path)
-            raise PlanError(f"{self.path.parent} is being written by {holder.describe()}, heartbeat "
-                            f"{age or 0:.0f} s ago (lock {self.path}); wait for it, or remove the lock if that "
-                            f"process is gone (a lock without a heartbeat for {stale_seconds():.0f} s is taken over)")
+            raise PlanError(
+                f"{self.path.parent} is being written by {holder.describe()}, heartbeat "
+                f"{age or 0:.0f} s ago (lock {self.path}); wait for it, or remove the lock if that "
+                f"process is gone (a lock without a heartbeat for {stale_seconds():.0f} s is taken over)"
+            )
 
     def try_acquire(self, takeover_same_step: bool = False) -> Holder | None:
         """Take the lock, breaking an abandoned one: None when taken, else its live holder."""
@@ -154,8 +162,10 @@ class Lock:
         """Refuse to commit if the lock is no longer ours (a retry or a resume took it over)."""
         holder = read_holder(self.path)
         if holder is None or holder.token != self.me.token:
-            raise PlanError(f"{self.path.parent}: this writer ({self.me.describe()}) lost its lock to "
-                            f"{holder.describe() if holder else 'nobody'}; its work is not committed")
+            raise PlanError(
+                f"{self.path.parent}: this writer ({self.me.describe()}) lost its lock to "
+                f"{holder.describe() if holder else 'nobody'}; its work is not committed"
+            )
 
     def release(self) -> None:
         self.held = False

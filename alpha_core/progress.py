@@ -36,8 +36,9 @@ def bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str
     """A tqdm bar on stderr, cleared when done (disabled, and then free, when progress is off)."""
     from tqdm import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled(), leave=False,
-                dynamic_ncols=True)
+    return tqdm(
+        iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled(), leave=False, dynamic_ncols=True
+    )
 
 
 def say(line: str) -> None:
@@ -60,8 +61,9 @@ class TrainingReporter:
 
     say = staticmethod(say)
 
-    def __init__(self, out_dir: Path, desc: str, epochs: int, steps_per_epoch: int | None = None,
-                 epoch_metrics: list[dict] | None = None) -> None:
+    def __init__(
+        self, out_dir: Path, desc: str, epochs: int, steps_per_epoch: int | None = None, epoch_metrics: list[dict] | None = None
+    ) -> None:
         self.out_dir = out_dir
         self.epoch_metrics = [] if epoch_metrics is None else epoch_metrics
         self.epochs = bar(total=epochs, desc=desc, unit="epoch")

@@ -21,8 +21,13 @@ def _aliases(model: torch.nn.Module) -> dict[tuple, list[str]]:
     """The model's state names grouped by the tensor they name (a group of several: tied weights)."""
     groups: dict[tuple, list[str]] = {}
     for name, tensor in model.state_dict().items():
-        key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-               tuple(tensor.stride()))
+        key = (
+            tensor.device,
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+        )
         groups.setdefault(key, []).append(name)
     return groups
 

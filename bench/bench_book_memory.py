@@ -61,10 +61,32 @@ def _template(out: Path) -> Path:
         from alpha_core.data.demo import generate_demo_data
 
         generate_demo_data(out / "demo", "tiny", seed=7, symbols=["ES.FUT"])
-        code = main(["train", "--data-dir", str(out / "demo" / "ES.FUT" / "mbp-10"), "--predecoded-dir",
-                     str(out / "pd"), "--out", str(models), "--epochs", "1", "--batch-size", "32", "--n-train-seqs",
-                     "64", "--n-val-seqs", "64", "--seq-len", str(SEQ_LEN), "--cv-n-folds", "1", "--device", "cpu",
-                     "--quiet"])
+        code = main(
+            [
+                "train",
+                "--data-dir",
+                str(out / "demo" / "ES.FUT" / "mbp-10"),
+                "--predecoded-dir",
+                str(out / "pd"),
+                "--out",
+                str(models),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--n-train-seqs",
+                "64",
+                "--n-val-seqs",
+                "64",
+                "--seq-len",
+                str(SEQ_LEN),
+                "--cv-n-folds",
+                "1",
+                "--device",
+                "cpu",
+                "--quiet",
+            ]
+        )
         assert code == 0, "alpha train failed"
         from alpha_core.data.predecode import predecode
 
@@ -134,10 +156,17 @@ def _bars(out: Path, template, sessions: int) -> Path:
     def fill(name, arr):
         minute = np.arange(rows) % BARS_PER_SESSION
         ts = FIRST_SESSION + (np.arange(rows) // BARS_PER_SESSION) * DAY_NS + minute * 60 * 10**9
-        values = {"ts": ts, "trade_ts": ts + 60 * 10**9 - 1, "dt": np.full(rows, 60.0),
-                  "price": 4800 + 0.25 * np.cumsum(rng.integers(-4, 5, rows)), "instrument_id": np.ones(rows),
-                  "features": rng.normal(size=arr.shape), "labels": rng.integers(0, 2, arr.shape),
-                  "outcome_long": rng.normal(size=arr.shape), "outcome_short": rng.normal(size=arr.shape)}
+        values = {
+            "ts": ts,
+            "trade_ts": ts + 60 * 10**9 - 1,
+            "dt": np.full(rows, 60.0),
+            "price": 4800 + 0.25 * np.cumsum(rng.integers(-4, 5, rows)),
+            "instrument_id": np.ones(rows),
+            "features": rng.normal(size=arr.shape),
+            "labels": rng.integers(0, 2, arr.shape),
+            "outcome_long": rng.normal(size=arr.shape),
+            "outcome_short": rng.normal(size=arr.shape),
+        }
         arr[:] = values[name]
 
     path = out / "sidecars" / f"test{sessions}.ES.bars.{rows:012d}"
@@ -152,11 +181,16 @@ def prepare(out: Path, density: float, loader_q: list[int], eval_q: list[int]) -
     book_t = load_sidecar(next((out / "pd").rglob("*.ES.book.*")))
     bars_t = load_sidecar(next((out / "pd").rglob("*.ES.bars.*")))
     quarter = int(SESSIONS * ROWS_PER_SESSION * density)
-    files = {"train": [str(_book(out, book_t, quarter, False, f"train{k}")) for k in range(max(loader_q, default=0))],
-             "val": str(_book(out, book_t, quarter, False, "val")), "test": {}}
+    files = {
+        "train": [str(_book(out, book_t, quarter, False, f"train{k}")) for k in range(max(loader_q, default=0))],
+        "val": str(_book(out, book_t, quarter, False, "val")),
+        "test": {},
+    }
     for q in eval_q:
-        files["test"][q] = {"book": str(_book(out, book_t, q * quarter, True, f"test{q}")),
-                            "bars": str(_bars(out, bars_t, max(1, round(q * SESSIONS * density))))}
+        files["test"][q] = {
+            "book": str(_book(out, book_t, q * quarter, True, f"test{q}")),
+            "bars": str(_bars(out, bars_t, max(1, round(q * SESSIONS * density)))),
+        }
     files["models"] = str(out / "models")
     files["quarter_rows"] = quarter
     return files
@@ -188,8 +222,11 @@ def child_loader(files: dict, q: int, resident: bool) -> dict:
     out = {"phases": phases, "windows": windows, "rows": sum(sc.rows for sc in train)}
     buffers = getattr(loader, "_buf", None)
     if buffers is not None:
-        out["buffer_bytes"] = sum(int(b.numel() * b.element_size()) for ld in (loader, val_loader)
-                                  for b in (*ld._buf.values(), ld._first, ld._file, ld._start))
+        out["buffer_bytes"] = sum(
+            int(b.numel() * b.element_size())
+            for ld in (loader, val_loader)
+            for b in (*ld._buf.values(), ld._first, ld._file, ld._start)
+        )
         t = time.process_time()
         from alpha_core.train.perception import median_spacing
 
@@ -236,8 +273,13 @@ def child_eval(files: dict, q: int) -> dict:
         val = predict(model, bars, book, 0, 0.05, False, entry) if new else predict(model, bars, book, 0, 0.05, False)
         ev.file_sharpe(bars, val.position)
         phases["validation"] = time.process_time() - t
-    return {"phases": phases, "rows": book.rows, "bars": bars.rows, "auc_rows": auc.n_rows,
-            "windows": int(np.isfinite(pred.probs).any(axis=1).sum()) + int((val.decision_ts >= 0).sum())}
+    return {
+        "phases": phases,
+        "rows": book.rows,
+        "bars": bars.rows,
+        "auc_rows": auc.n_rows,
+        "windows": int(np.isfinite(pred.probs).any(axis=1).sum()) + int((val.decision_ts >= 0).sum()),
+    }
 
 
 def child_bars(files: dict, n: int) -> dict:
@@ -269,8 +311,15 @@ def child_bars(files: dict, n: int) -> dict:
                 greedy_decisions(build_agent(name, env), [bars], EnvConfig(), norm)
                 per_bar[name] = (time.process_time() - t) / bars.rows
             else:
-                _window_probs(spec.build(n_features=len(names)).eval(), features, None, SEQ_LEN, norm,
-                              torch.device("cpu"), np.arange(SEQ_LEN - 1, SEQ_LEN - 1 + n))
+                _window_probs(
+                    spec.build(n_features=len(names)).eval(),
+                    features,
+                    None,
+                    SEQ_LEN,
+                    norm,
+                    torch.device("cpu"),
+                    np.arange(SEQ_LEN - 1, SEQ_LEN - 1 + n),
+                )
                 per_bar[name] = (time.process_time() - t) / n
     return {"per_bar_cpu_s": per_bar, "bars_per_quarter": bars.rows, "rows": bars.rows}
 
@@ -317,8 +366,11 @@ def main() -> int:
     if args.child:
         files = json.loads(args.files.read_text())
         kind, q = args.child[0], int(args.child[1])
-        result = {"loader": lambda: child_loader(files, q, args.resident), "eval": lambda: child_eval(files, q),
-                  "bars": lambda: child_bars(files, q)}[kind]()
+        result = {
+            "loader": lambda: child_loader(files, q, args.resident),
+            "eval": lambda: child_eval(files, q),
+            "bars": lambda: child_bars(files, q),
+        }[kind]()
         args.result.write_text(json.dumps(result))
         return 0
 
@@ -326,29 +378,56 @@ def main() -> int:
     files_path = args.out / "files.json"
     # the data are written by a child: a child's ru_maxrss starts at its parent's peak (exec keeps the high-water
     # mark of the memory it replaces), so the parent must stay small
-    prep = ["--out", str(args.out), "--density", str(args.density), "--loader", args.loader, "--eval", args.eval,
-            "--bars", str(args.bars if bars else 0)]
-    subprocess.run([sys.executable, __file__, "--child", "prepare", "0", "--files", str(files_path), *prep],
-                   check=True, cwd=ROOT)
+    prep = [
+        "--out",
+        str(args.out),
+        "--density",
+        str(args.density),
+        "--loader",
+        args.loader,
+        "--eval",
+        args.eval,
+        "--bars",
+        str(args.bars if bars else 0),
+    ]
+    subprocess.run(
+        [sys.executable, __file__, "--child", "prepare", "0", "--files", str(files_path), *prep], check=True, cwd=ROOT
+    )
     files = json.loads(files_path.read_text())
     tag = f"{'old' if args.tree else 'new'}-d{args.density:g}{'-resident' if args.resident else ''}"
     results = []
     for kind, qs in (("loader", loader_q), ("eval", eval_q), ("bars", bars)):
         for q in qs:
             extra = ["--resident"] if args.resident else []
-            res = run_child(["--child", kind, str(q), "--files", str(files_path), "--result",
-                             str(args.out / f"{tag}-{kind}{q}.json"), *extra], args.tree)
+            res = run_child(
+                [
+                    "--child",
+                    kind,
+                    str(q),
+                    "--files",
+                    str(files_path),
+                    "--result",
+                    str(args.out / f"{tag}-{kind}{q}.json"),
+                    *extra,
+                ],
+                args.tree,
+            )
             res.update(kind=kind, quarters=q, density=args.density, code=tag)
             results.append(res)
             phases = " ".join(f"{k} {v:.1f}" for k, v in res.get("phases", {}).items())
             if "per_bar_cpu_s" in res:
-                print("bar members, CPU ms per bar: " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in
-                                                                  res["per_bar_cpu_s"].items()), flush=True)
+                print(
+                    "bar members, CPU ms per bar: " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in res["per_bar_cpu_s"].items()),
+                    flush=True,
+                )
             size = f"{res.get('rows', 0) / 1e6:,.1f}M rows"
             extra_bytes = next((f"{k} {res[k] / 2**20:,.1f} MiB" for k in ("buffer_bytes", "anchor_bytes") if k in res), "")
-            print(f"{tag} {kind} q{q} ({size}): CPU {res.get('cpu_s', float('nan')):.1f} s, peak RSS "
-                  f"{res.get('rss_mib', float('nan')):,.0f} MiB, wall {res['wall_s']:.1f} s [{phases}] {extra_bytes} "
-                  f"{res.get('error', '')}", flush=True)
+            print(
+                f"{tag} {kind} q{q} ({size}): CPU {res.get('cpu_s', float('nan')):.1f} s, peak RSS "
+                f"{res.get('rss_mib', float('nan')):,.0f} MiB, wall {res['wall_s']:.1f} s [{phases}] {extra_bytes} "
+                f"{res.get('error', '')}",
+                flush=True,
+            )
     (args.out / f"bench_book_memory-{tag}.json").write_text(json.dumps({"files": files, "results": results}, indent=1))
     if not args.keep:
         shutil.rmtree(args.out / "sidecars", ignore_errors=True)

@@ -23,16 +23,31 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = ("inspect", "predecode", "folds", "demo-data", "train", "train-supervised", "train-rl", "hyperopt",
-            "evaluate", "clean", "run", "models")
+COMMANDS = (
+    "inspect",
+    "predecode",
+    "folds",
+    "demo-data",
+    "train",
+    "train-supervised",
+    "train-rl",
+    "hyperopt",
+    "evaluate",
+    "clean",
+    "run",
+    "models",
+)
 # (label, argv, CPU-second target, expected exit status)
-CASES = ([("--help", ["--help"], 1.0, 0)]
-         + [(f"{c} --help", [c, "--help"], 1.0, 0) for c in COMMANDS]
-         + [("models", ["models"], 2.0, 0),
-            ("bad flag", ["train-supervised", "--model", "tft", "--data-dir", "d", "--output-dir", "o", "--bogus", "1"],
-             1.0, 2),
-            ("mistyped command", ["trian", "--epochs", "3"], 1.0, 2),
-            ("--version", ["--version"], 1.0, 0)])
+CASES = (
+    [("--help", ["--help"], 1.0, 0)]
+    + [(f"{c} --help", [c, "--help"], 1.0, 0) for c in COMMANDS]
+    + [
+        ("models", ["models"], 2.0, 0),
+        ("bad flag", ["train-supervised", "--model", "tft", "--data-dir", "d", "--output-dir", "o", "--bogus", "1"], 1.0, 2),
+        ("mistyped command", ["trian", "--epochs", "3"], 1.0, 2),
+        ("--version", ["--version"], 1.0, 0),
+    ]
+)
 
 
 def alpha_exe() -> str:
@@ -56,13 +71,12 @@ def importtime(argv: list[str], top: int) -> list[tuple[str, float, float]]:
     """The `top` imports by cumulative seconds, (module, self s, cumulative s), of `python -X importtime -m
     alpha_core.cli argv`. A module's cumulative time includes what it imports (indented under it, as Python shows
     it), so the first row of a chain is the import to make lazy."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "alpha_core.cli", *argv], capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "alpha_core.cli", *argv], capture_output=True, text=True)
     rows = []
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "[us]" in line:
             continue
-        self_us, cumulative_us, name = line[len("import time:"):].split("|")
+        self_us, cumulative_us, name = line[len("import time:") :].split("|")
         rows.append((name[1:].rstrip(), int(self_us) / 1e6, int(cumulative_us) / 1e6))
     return sorted(rows, key=lambda r: -r[2])[:top]
 
@@ -77,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
     exe = alpha_exe()
     load = os.getloadavg()
-    print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"{args.repeats} fresh processes of `alpha ...` per case")
+    print(
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"{args.repeats} fresh processes of `alpha ...` per case"
+    )
     print(f"{'case':26s} {'wall med':>9s} {'wall max':>9s} {'CPU med':>8s} {'CPU max':>8s} {'target':>7s}  exit")
     results, ok = [], True
     run_once([exe, "--help"])  # warm the page cache and bytecode: the first run of a session is not the case here
@@ -88,11 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         cpu_median = statistics.median(cpus)
         passed = cpu_median < target and set(codes) == {expected}
         ok &= passed
-        print(f"{label:26s} {statistics.median(walls):9.2f} {max(walls):9.2f} {cpu_median:8.2f} {max(cpus):8.2f} "
-              f"{'< ' + format(target, 'g'):>7s}  {','.join(map(str, sorted(set(codes))))}"
-              f"{'' if passed else '  MISSED'}")
-        results.append({"case": label, "argv": case_argv, "wall_s": list(walls), "cpu_s": list(cpus),
-                        "exit": list(codes), "expected_exit": expected, "cpu_target_s": target, "passed": passed})
+        print(
+            f"{label:26s} {statistics.median(walls):9.2f} {max(walls):9.2f} {cpu_median:8.2f} {max(cpus):8.2f} "
+            f"{'< ' + format(target, 'g'):>7s}  {','.join(map(str, sorted(set(codes))))}"
+            f"{'' if passed else '  MISSED'}"
+        )
+        results.append(
+            {
+                "case": label,
+                "argv": case_argv,
+                "wall_s": list(walls),
+                "cpu_s": list(cpus),
+                "exit": list(codes),
+                "expected_exit": expected,
+                "cpu_target_s": target,
+                "passed": passed,
+            }
+        )
 
     imports = {}
     if args.importtime:
@@ -104,8 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {cumulative_s:6.3f} {self_s:6.3f}  {name}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"load_average": load, "cpus": os.cpu_count(), "repeats": args.repeats,
-                                         "cases": results, "importtime": imports}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "load_average": load,
+                    "cpus": os.cpu_count(),
+                    "repeats": args.repeats,
+                    "cases": results,
+                    "importtime": imports,
+                },
+                indent=2,
+            )
+        )
     print(f"\n{'every target met' if ok else 'targets MISSED'} (median CPU seconds)")
     return 0 if ok else 1
 

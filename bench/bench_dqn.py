@@ -37,8 +37,9 @@ def parts(agent, n: int) -> dict[str, float]:
         data = agent.replay_buffer.sample(agent.batch_size, env=agent._vec_normalize_env)
         t = mark("sample", t)
         with torch.no_grad():
-            target = data.rewards + (1 - data.dones) * agent.gamma * agent.q_net_target(data.next_observations).max(
-                dim=1)[0].reshape(-1, 1)
+            target = data.rewards + (1 - data.dones) * agent.gamma * agent.q_net_target(data.next_observations).max(dim=1)[
+                0
+            ].reshape(-1, 1)
         t = mark("target", t)
         loss = F.smooth_l1_loss(torch.gather(agent.q_net(data.observations), 1, data.actions.long()), target)
         t = mark("forward", t)
@@ -76,8 +77,9 @@ def main() -> None:
     defaults = RLTrainConfig.model_fields
     (fold,) = walk_forward(args.data_dir, OHLCV_1M, args.predecoded_dir, args.data_dir.name, 3, 1, 0, True)
     norm = fit_norm_stats(fold.train)
-    env_cfg = EnvConfig(window=defaults["window"].default, episode_len=defaults["episode_len"].default,
-                        n_envs=defaults["n_envs"].default)
+    env_cfg = EnvConfig(
+        window=defaults["window"].default, episode_len=defaults["episode_len"].default, n_envs=defaults["n_envs"].default
+    )
     steps = defaults["timesteps_per_epoch"].default
     rows, first = [], None
     for threads in (int(t) for t in args.threads.split(",")):
@@ -92,10 +94,17 @@ def main() -> None:
         sharpe = evaluate(agent, fold.val, env_cfg, norm).sharpe
         weights = torch.cat([q.detach().flatten() for q in agent.q_net.parameters()])
         first = weights if first is None else first
-        rows.append({"threads": threads, "learn_s": round(learn_s, 2), "learn_cpu_s": round(learn_cpu, 2),
-                     "eval_s": round(time.perf_counter() - t, 3), "val_sharpe": sharpe,
-                     "same_weights_as_first": bool(torch.equal(weights, first)),
-                     "us_per_step": parts(agent, args.parts)})
+        rows.append(
+            {
+                "threads": threads,
+                "learn_s": round(learn_s, 2),
+                "learn_cpu_s": round(learn_cpu, 2),
+                "eval_s": round(time.perf_counter() - t, 3),
+                "val_sharpe": sharpe,
+                "same_weights_as_first": bool(torch.equal(weights, first)),
+                "us_per_step": parts(agent, args.parts),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     args.out.write_text(json.dumps({"timesteps_per_epoch": steps, "n_envs": env_cfg.n_envs, "rows": rows}, indent=1))
 

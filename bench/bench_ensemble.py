@@ -38,7 +38,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SPEC_COST_ROW = {  # the seed's spec, "Cost Estimate (H100 ~EUR 3/hr)": "Full ensemble, single symbol"
     "source": "spec, Cost Estimate (H100 ~EUR 3/hr): | Full ensemble, single symbol | 14 | ~1hr (parallel) | ~EUR 16 |",
-    "jobs": 14, "wall": "~1 hr (parallel)", "eur": 16.0, "eur_per_gpu_hour": 3.0, "gpu_hours": 16.0 / 3.0,
+    "jobs": 14,
+    "wall": "~1 hr (parallel)",
+    "eur": 16.0,
+    "eur_per_gpu_hour": 3.0,
+    "gpu_hours": 16.0 / 3.0,
 }
 # Production placement (issue 13, item 2): supervised members and the flagship on GPU pods; the RL agents, their
 # training and their hyperopt, on CPU pods (SB3's MLP policies leave a GPU idle while the environment steps on the
@@ -104,18 +108,35 @@ def device_table(registry_specs: dict, overrides: list[str]) -> dict[str, str]:
     return table
 
 
-def plan_jobs(registry_specs: dict, devices: dict[str, str], n_folds: int, folds_run: list[int],
-              patterns: list[str] | None) -> list[Job]:
+def plan_jobs(
+    registry_specs: dict, devices: dict[str, str], n_folds: int, folds_run: list[int], patterns: list[str] | None
+) -> list[Job]:
     """hyperopt of a model -> that model's folds -> evaluate, listed stage by stage; `patterns` (fnmatch on ids,
     or a model name) and `folds_run` choose what runs."""
-    jobs = [Job(f"hyperopt/{name}", "hyperopt", name, None, spec.trainer, devices[name], [])
-            for name, spec in registry_specs.items() if spec.search_space is not None]
+    jobs = [
+        Job(f"hyperopt/{name}", "hyperopt", name, None, spec.trainer, devices[name], [])
+        for name, spec in registry_specs.items()
+        if spec.search_space is not None
+    ]
     for name, spec in registry_specs.items():
         hyper = f"hyperopt/{name}" if spec.search_space is not None else None
-        jobs += [Job(f"train/{name}/{k}", "train", name, k, spec.trainer, devices[name], [hyper] if hyper else [],
-                     run=k in folds_run, skipped="" if k in folds_run else "--folds") for k in range(n_folds)]
-    jobs.append(Job("evaluate", "evaluate", None, None, "evaluate", devices["evaluate"],
-                    [j.id for j in jobs if j.stage == "train"]))
+        jobs += [
+            Job(
+                f"train/{name}/{k}",
+                "train",
+                name,
+                k,
+                spec.trainer,
+                devices[name],
+                [hyper] if hyper else [],
+                run=k in folds_run,
+                skipped="" if k in folds_run else "--folds",
+            )
+            for k in range(n_folds)
+        ]
+    jobs.append(
+        Job("evaluate", "evaluate", None, None, "evaluate", devices["evaluate"], [j.id for j in jobs if j.stage == "train"])
+    )
     for job in jobs:
         if patterns and not any(p == job.model or fnmatch.fnmatchcase(job.id, p) for p in patterns):
             job.run, job.skipped = False, "--jobs"
@@ -156,8 +177,9 @@ def bottom_levels(durations: dict[str, float], deps: dict[str, list[str]]) -> di
     return levels
 
 
-def schedule(durations: dict[str, float], deps: dict[str, list[str]], pool_of: dict[str, str],
-             caps: dict[str, int]) -> tuple[float, dict[str, tuple[float, float]]]:
+def schedule(
+    durations: dict[str, float], deps: dict[str, list[str]], pool_of: dict[str, str], caps: dict[str, int]
+) -> tuple[float, dict[str, tuple[float, float]]]:
     """Greedy list scheduling: whenever a pod slot of a job's pool is free, start the ready job with the longest
     chain after it. Returns the makespan and each job's (start, end)."""
     levels = bottom_levels(durations, deps)
@@ -216,8 +238,11 @@ def _settings(config_cls, spec: dict, **values) -> dict:
 
 
 def _common(spec: dict) -> dict:
-    return {"cv_n_folds": spec["n_folds"], "cv_train_window": spec["cv_train_window"],
-            "allow_untested_folds": spec["allow_untested_folds"]}
+    return {
+        "cv_n_folds": spec["n_folds"],
+        "cv_train_window": spec["cv_train_window"],
+        "allow_untested_folds": spec["allow_untested_folds"],
+    }
 
 
 def _run_train(spec: dict) -> dict:
@@ -233,39 +258,101 @@ def _run_train(spec: dict) -> dict:
         from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
         fast = spec["device"].startswith("cuda")  # the asset's gpu_fast_path: compile + whole-step CUDA graph
-        s = PerceptionTrainer(TrainConfig(**_settings(
-            TrainConfig, spec, mbp10_data_dir=data / "mbp-10", predecoded_dir=pd, out=out / f"fold-{spec['fold']}",
-            epochs=spec["epochs"], cuda_graph=fast, compile=fast, **common))).fit()
+        s = PerceptionTrainer(
+            TrainConfig(
+                **_settings(
+                    TrainConfig,
+                    spec,
+                    mbp10_data_dir=data / "mbp-10",
+                    predecoded_dir=pd,
+                    out=out / f"fold-{spec['fold']}",
+                    epochs=spec["epochs"],
+                    cuda_graph=fast,
+                    compile=fast,
+                    **common,
+                )
+            )
+        ).fit()
         metric = {"best_mean_auc": s.best_mean_auc, "sequences_per_s": s.sequences_per_s}
     elif trainer == "supervised":
         from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-        (s,) = train_supervised(SupervisedTrainConfig(**_settings(
-            SupervisedTrainConfig, spec, model=name, data_dir=data, output_dir=out, predecoded_dir=pd, symbol=symbol,
-            epochs=spec["epochs"], **common)), params)
+        (s,) = train_supervised(
+            SupervisedTrainConfig(
+                **_settings(
+                    SupervisedTrainConfig,
+                    spec,
+                    model=name,
+                    data_dir=data,
+                    output_dir=out,
+                    predecoded_dir=pd,
+                    symbol=symbol,
+                    epochs=spec["epochs"],
+                    **common,
+                )
+            ),
+            params,
+        )
         metric = {"best_mean_auc": s.best_mean_auc, "sequences_per_s": s.sequences_per_s}
     else:
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
-        (s,) = train_rl(RLTrainConfig(**_settings(
-            RLTrainConfig, spec, model=name, data_dir=data, output_dir=out, predecoded_dir=pd, symbol=symbol,
-            epochs=spec["epochs"], **common)), params)
+        (s,) = train_rl(
+            RLTrainConfig(
+                **_settings(
+                    RLTrainConfig,
+                    spec,
+                    model=name,
+                    data_dir=data,
+                    output_dir=out,
+                    predecoded_dir=pd,
+                    symbol=symbol,
+                    epochs=spec["epochs"],
+                    **common,
+                )
+            ),
+            params,
+        )
         metric = {"val_sharpe": s.val_sharpe, "env_steps_per_s": s.env_steps_per_s}
-    return {"call_s": time.perf_counter() - started, "work_s": s.wall_time_s, "epochs_run": s.epochs,
-            "epoch_s": [m.get("epoch_s") for m in s.epoch_metrics], "early_stopped": s.early_stopped,
-            "device_used": s.device, "params_file": params, **metric}
+    return {
+        "call_s": time.perf_counter() - started,
+        "work_s": s.wall_time_s,
+        "epochs_run": s.epochs,
+        "epoch_s": [m.get("epoch_s") for m in s.epoch_metrics],
+        "early_stopped": s.early_stopped,
+        "device_used": s.device,
+        "params_file": params,
+        **metric,
+    }
 
 
 def _run_hyperopt(spec: dict) -> dict:
     from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
 
     started = time.perf_counter()
-    results = hyperopt(HyperoptConfig(**_settings(
-        HyperoptConfig, spec, model=spec["model"], data_dir=Path(spec["data_dir"]), output=Path(spec["output"]),
-        predecoded_dir=Path(spec["predecoded_dir"]), symbol=spec["symbol"], trials=spec["trials"],
-        epochs=spec["epochs"], device=spec["device"], **_common(spec))))
-    return {"call_s": time.perf_counter() - started, "work_s": sum(t["wall_s"] for t in results["trials"]),
-            "trials_run": len(results["trials"]), "best_score": results["best_score"]}
+    results = hyperopt(
+        HyperoptConfig(
+            **_settings(
+                HyperoptConfig,
+                spec,
+                model=spec["model"],
+                data_dir=Path(spec["data_dir"]),
+                output=Path(spec["output"]),
+                predecoded_dir=Path(spec["predecoded_dir"]),
+                symbol=spec["symbol"],
+                trials=spec["trials"],
+                epochs=spec["epochs"],
+                device=spec["device"],
+                **_common(spec),
+            )
+        )
+    )
+    return {
+        "call_s": time.perf_counter() - started,
+        "work_s": sum(t["wall_s"] for t in results["trials"]),
+        "trials_run": len(results["trials"]),
+        "best_score": results["best_score"],
+    }
 
 
 def _run_evaluate(spec: dict) -> dict:
@@ -277,13 +364,25 @@ def _run_evaluate(spec: dict) -> dict:
     if not (pd_root / symbol).exists():
         (pd_root / symbol).symlink_to(Path(spec["predecoded_dir"]).resolve(), target_is_directory=True)
     started = time.perf_counter()
-    report = evaluate(EvalConfig(
-        models_dir=work / "models", data_dir=Path(spec["data_dir"]).parent, output=work / "eval" / "ensemble_report.json",
-        symbols=[symbol], predecoded_dir=pd_root, device=spec["device"], hyperopt_results=spec["hyperopt_results"],
-        gate=None))  # as the report asset runs it: every checkpoint is evaluated, whatever its validation score
+    report = evaluate(
+        EvalConfig(
+            models_dir=work / "models",
+            data_dir=Path(spec["data_dir"]).parent,
+            output=work / "eval" / "ensemble_report.json",
+            symbols=[symbol],
+            predecoded_dir=pd_root,
+            device=spec["device"],
+            hyperopt_results=spec["hyperopt_results"],
+            gate=None,
+        )
+    )  # as the report asset runs it: every checkpoint is evaluated, whatever its validation score
     call = time.perf_counter() - started
-    return {"call_s": call, "work_s": call, "rows": len(report.symbols[symbol].models) if symbol in report.symbols else 0,
-            "excluded": [f"{e.model} fold {e.fold}: {e.reason}" for e in report.excluded]}
+    return {
+        "call_s": call,
+        "work_s": call,
+        "rows": len(report.symbols[symbol].models) if symbol in report.symbols else 0,
+        "excluded": [f"{e.model} fold {e.fold}: {e.reason}" for e in report.excluded],
+    }
 
 
 # --- the parent: run the jobs, poll the GPU, project, report -----------------------------------------------
@@ -297,8 +396,18 @@ class GpuPoll:
         if shutil.which("nvidia-smi"):
             with path.open("w") as sink:
                 self.proc = subprocess.Popen(
-                    ["nvidia-smi", "-i", "0", "--query-gpu=utilization.gpu,memory.used",
-                     "--format=csv,noheader,nounits", "-lms", "200"], stdout=sink, stderr=subprocess.DEVNULL)
+                    [
+                        "nvidia-smi",
+                        "-i",
+                        "0",
+                        "--query-gpu=utilization.gpu,memory.used",
+                        "--format=csv,noheader,nounits",
+                        "-lms",
+                        "200",
+                    ],
+                    stdout=sink,
+                    stderr=subprocess.DEVNULL,
+                )
 
     def stop(self) -> dict | None:
         if self.proc is None:
@@ -314,8 +423,12 @@ class GpuPoll:
             samples.append((util, mem))
         if not samples:
             return {"samples": 0, "util_mean": None, "util_max": None, "mem_max_mib": None}
-        return {"samples": len(samples), "util_mean": round(sum(u for u, _ in samples) / len(samples), 1),
-                "util_max": max(u for u, _ in samples), "mem_max_mib": max(m for _, m in samples)}
+        return {
+            "samples": len(samples),
+            "util_mean": round(sum(u for u, _ in samples) / len(samples), 1),
+            "util_max": max(u for u, _ in samples),
+            "mem_max_mib": max(m for _, m in samples),
+        }
 
 
 def run_job(job: Job, spec: dict, work: Path, pod_cores: int | None) -> dict:
@@ -334,15 +447,29 @@ def run_job(job: Job, spec: dict, work: Path, pod_cores: int | None) -> dict:
     poll = GpuPoll(logs / f"{stem}.gpu.csv")
     started = time.perf_counter()
     with (logs / f"{stem}.log").open("w") as log:
-        rc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path), str(result_path)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None).returncode
+        rc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path), str(result_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+        ).returncode
     wall = time.perf_counter() - started
     gpu = poll.stop()
-    result = json.loads(result_path.read_text()) if result_path.exists() else {
-        "error": f"exit status {rc}, no result (see {logs / f'{stem}.log'})"}
-    return {"rc": rc, "wall_s": wall, "gpu": gpu, "cores": len(cores) if cores else len(os.sched_getaffinity(0)),
-            "log": str(logs / f"{stem}.log"), **result}
+    result = (
+        json.loads(result_path.read_text())
+        if result_path.exists()
+        else {"error": f"exit status {rc}, no result (see {logs / f'{stem}.log'})"}
+    )
+    return {
+        "rc": rc,
+        "wall_s": wall,
+        "gpu": gpu,
+        "cores": len(cores) if cores else len(os.sched_getaffinity(0)),
+        "log": str(logs / f"{stem}.log"),
+        **result,
+    }
 
 
 def fill_projections(jobs: list[Job], seed: dict, run: dict) -> None:
@@ -354,13 +481,18 @@ def fill_projections(jobs: list[Job], seed: dict, run: dict) -> None:
         if job.stage == "train":
             seed_epochs = seed["flagship_epochs"] if job.model == "perception" else seed["epochs"]
             factor = train_factor(seed_epochs, r["epochs_run"], r["early_stopped"])
-            basis = (f"stopped early at epoch {r['epochs_run']} (not scaled)" if r["early_stopped"] else
-                     f"{r['epochs_run']} of {seed_epochs} epochs")
+            basis = (
+                f"stopped early at epoch {r['epochs_run']} (not scaled)"
+                if r["early_stopped"]
+                else f"{r['epochs_run']} of {seed_epochs} epochs"
+            )
         elif job.stage == "hyperopt":
             seed_trial_epochs = seed["trial_epochs"][job.trainer]
             factor = (seed["trials"] / r["trials_run"]) * (seed_trial_epochs / run["trial_epochs"][job.trainer])
-            basis = (f"{r['trials_run']} of {seed['trials']} trials x {run['trial_epochs'][job.trainer]} of "
-                     f"{seed_trial_epochs} epochs")
+            basis = (
+                f"{r['trials_run']} of {seed['trials']} trials x {run['trial_epochs'][job.trainer]} of "
+                f"{seed_trial_epochs} epochs"
+            )
         else:
             planned = sum(1 for j in jobs if j.stage == "train")
             factor = planned / max(r["checkpoints"], 1)
@@ -377,36 +509,49 @@ def fill_projections(jobs: list[Job], seed: dict, run: dict) -> None:
             continue
         done = [j for j in jobs if j.stage == "train" and j.model == job.model and j.result.get("rc") == 0]
         if done:
-            job.result |= {"projected_s": sum(j.result["projected_s"] for j in done) / len(done), "projected": True,
-                           "factor": None, "basis": f"fold not run: mean of fold(s) {', '.join(str(j.fold) for j in done)}"}
+            job.result |= {
+                "projected_s": sum(j.result["projected_s"] for j in done) / len(done),
+                "projected": True,
+                "factor": None,
+                "basis": f"fold not run: mean of fold(s) {', '.join(str(j.fold) for j in done)}",
+            }
 
 
 def totals(jobs: list[Job], eur_gpu: float, eur_cpu: float, caps: dict[str, int]) -> dict:
     known = [j for j in jobs if "projected_s" in j.result]
     missing = [j.id for j in jobs if j not in known]
     hours = {p: sum(j.result["projected_s"] for j in known if j.pool == p) / 3600 for p in ("gpu", "cpu")}
-    measured = {p: sum(j.result["wall_s"] for j in jobs if j.pool == p and "wall_s" in j.result) / 3600
-                for p in ("gpu", "cpu")}
+    measured = {p: sum(j.result["wall_s"] for j in jobs if j.pool == p and "wall_s" in j.result) / 3600 for p in ("gpu", "cpu")}
     out = {
-        "gpu_hours": hours["gpu"], "cpu_hours": hours["cpu"],
-        "eur": hours["gpu"] * eur_gpu + hours["cpu"] * eur_cpu, "eur_per_gpu_hour": eur_gpu, "eur_per_cpu_hour": eur_cpu,
+        "gpu_hours": hours["gpu"],
+        "cpu_hours": hours["cpu"],
+        "eur": hours["gpu"] * eur_gpu + hours["cpu"] * eur_cpu,
+        "eur_per_gpu_hour": eur_gpu,
+        "eur_per_cpu_hour": eur_cpu,
         "projected": any(j.result["projected"] for j in known),
         "measured_this_run": {"gpu_hours": measured["gpu"], "cpu_hours": measured["cpu"]},
-        "complete": not missing, "missing_jobs": missing,
+        "complete": not missing,
+        "missing_jobs": missing,
     }
     if known:
         durations = {j.id: j.result["projected_s"] for j in known}
         deps = {j.id: [d for d in j.deps if d in durations] for j in known}
         makespan, times = schedule(durations, deps, {j.id: j.pool for j in known}, caps)
         longest = max(bottom_levels(durations, deps).values())
-        out["schedule"] = {"max_parallel": caps, "makespan_s": makespan, "critical_path_s": longest,
-                           "start_end_s": {j: [round(a, 1), round(b, 1)] for j, (a, b) in times.items()}}
+        out["schedule"] = {
+            "max_parallel": caps,
+            "makespan_s": makespan,
+            "critical_path_s": longest,
+            "start_end_s": {j: [round(a, 1), round(b, 1)] for j, (a, b) in times.items()},
+        }
     return out
 
 
 def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
-    print(f"\n{'stage':9} {'model':11} {'fold':>4} {'device':6} {'wall s':>8} {'projected s':>12} {'factor':>7} "
-          f"{'GPU util mean/max %':>20} {'GPU MiB':>8}  note")
+    print(
+        f"\n{'stage':9} {'model':11} {'fold':>4} {'device':6} {'wall s':>8} {'projected s':>12} {'factor':>7} "
+        f"{'GPU util mean/max %':>20} {'GPU MiB':>8}  note"
+    )
     for j in jobs:
         r = j.result
         wall = f"{r['wall_s']:.1f}" if "wall_s" in r else "-"
@@ -417,21 +562,33 @@ def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
         mem = f"{gpu['mem_max_mib']:.0f}" if gpu.get("mem_max_mib") is not None else "-"
         note = (r.get("error") or r.get("basis") or ("not run" if not j.run else "")).splitlines()[0]
         fold = "" if j.fold is None else str(j.fold)
-        print(f"{j.stage:9} {j.model or '':11} {fold:>4} {j.device:6} {wall:>8} {proj:>12} {factor:>7} {util:>20} "
-              f"{mem:>8}  {note}")
+        print(
+            f"{j.stage:9} {j.model or '':11} {fold:>4} {j.device:6} {wall:>8} {proj:>12} {factor:>7} {util:>20} "
+            f"{mem:>8}  {note}"
+        )
     mark = " (projected)" if tot["projected"] else ""
-    print("\n* projected to the seed's numbers (linear in epochs / trials / checkpoints; an upper bound where early "
-          "stopping would end a run sooner)")
-    print(f"GPU-hours {tot['gpu_hours']:.3f}{mark}, CPU pod-hours {tot['cpu_hours']:.3f}{mark}, "
-          f"EUR {tot['eur']:.2f}{mark} (EUR {tot['eur_per_gpu_hour']}/GPU-h, {tot['eur_per_cpu_hour']}/CPU-pod-h)")
-    print(f"measured in this run: {tot['measured_this_run']['gpu_hours']:.3f} GPU-h, "
-          f"{tot['measured_this_run']['cpu_hours']:.3f} CPU-pod-h")
-    print(f"the original system: {SPEC_COST_ROW['gpu_hours']:.1f} GPU-h, EUR {SPEC_COST_ROW['eur']:.0f}, "
-          f"{SPEC_COST_ROW['wall']} ({SPEC_COST_ROW['source']})")
+    print(
+        "\n* projected to the seed's numbers (linear in epochs / trials / checkpoints; an upper bound where early "
+        "stopping would end a run sooner)"
+    )
+    print(
+        f"GPU-hours {tot['gpu_hours']:.3f}{mark}, CPU pod-hours {tot['cpu_hours']:.3f}{mark}, "
+        f"EUR {tot['eur']:.2f}{mark} (EUR {tot['eur_per_gpu_hour']}/GPU-h, {tot['eur_per_cpu_hour']}/CPU-pod-h)"
+    )
+    print(
+        f"measured in this run: {tot['measured_this_run']['gpu_hours']:.3f} GPU-h, "
+        f"{tot['measured_this_run']['cpu_hours']:.3f} CPU-pod-h"
+    )
+    print(
+        f"the original system: {SPEC_COST_ROW['gpu_hours']:.1f} GPU-h, EUR {SPEC_COST_ROW['eur']:.0f}, "
+        f"{SPEC_COST_ROW['wall']} ({SPEC_COST_ROW['source']})"
+    )
     if "schedule" in tot:
         s = tot["schedule"]
-        print(f"wall time with {s['max_parallel']['gpu']} GPU + {s['max_parallel']['cpu']} CPU pods: "
-              f"{s['makespan_s'] / 60:.1f} min{mark} (critical path {s['critical_path_s'] / 60:.1f} min)")
+        print(
+            f"wall time with {s['max_parallel']['gpu']} GPU + {s['max_parallel']['cpu']} CPU pods: "
+            f"{s['makespan_s'] / 60:.1f} min{mark} (critical path {s['critical_path_s'] / 60:.1f} min)"
+        )
     if overrides:
         print(f"NOT at the seed's sizes: --set {overrides}")
     if not tot["complete"]:
@@ -441,37 +598,63 @@ def print_report(jobs: list[Job], tot: dict, overrides: dict) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data-dir", type=Path, help="the symbol's folder (DATA/ES.FUT) holding mbp-10/ and ohlcv-1m/")
-    p.add_argument("--predecoded-dir", type=Path,
-                   help="its sidecar cache (default: bench/out/pd/SYMBOL, built where missing)")
-    p.add_argument("--work-dir", type=Path, default=Path("bench/out/ensemble"),
-                   help="checkpoints, hyperopt results, logs (emptied first)")
+    p.add_argument("--predecoded-dir", type=Path, help="its sidecar cache (default: bench/out/pd/SYMBOL, built where missing)")
+    p.add_argument(
+        "--work-dir", type=Path, default=Path("bench/out/ensemble"), help="checkpoints, hyperopt results, logs (emptied first)"
+    )
     p.add_argument("--out", type=Path, default=Path("bench/out/bench_ensemble.json"))
     p.add_argument("--epochs", type=int, help="training epochs per fold of the registry members (seed: 50)")
     p.add_argument("--flagship-epochs", type=int, help="the flagship's epochs per fold (seed: 5, run in full by default)")
     p.add_argument("--trials", type=int, help="PSO trials per searchable model (seed: 20)")
-    p.add_argument("--trial-epochs", type=int, help="epochs per hyperopt trial, every searchable model "
-                                                    "(seed: 10 for RL, the search's default for supervised)")
+    p.add_argument(
+        "--trial-epochs",
+        type=int,
+        help="epochs per hyperopt trial, every searchable model (seed: 10 for RL, the search's default for supervised)",
+    )
     p.add_argument("--folds", help="folds to run, e.g. 0 (default: all); the others are projected from them")
-    p.add_argument("--n-folds", type=int, default=repo_default("alpha_core/data/folds.py", "N_FOLDS"),
-                   help="walk-forward folds (default: the pipeline's N_FOLDS)")
+    p.add_argument(
+        "--n-folds",
+        type=int,
+        default=repo_default("alpha_core/data/folds.py", "N_FOLDS"),
+        help="walk-forward folds (default: the pipeline's N_FOLDS)",
+    )
     p.add_argument("--cv-train-window", type=int, default=0, help="files per training window (0: the plan's default)")
     p.add_argument("--allow-untested-folds", action="store_true", help="let a fold have no test file (few files)")
-    p.add_argument("--jobs", help="only these jobs: comma-separated model names or id patterns "
-                                  "(hyperopt/*, train/kan/0, evaluate)")
-    p.add_argument("--device-of", action="append", default=[], metavar="MODEL=DEV",
-                   help="override a job's device (MODEL, `evaluate` or `all`), e.g. all=cpu")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a trainer/search setting wherever it exists (n_train_seqs=512): no longer the seed's "
-                        "sizes, and the report says so")
+    p.add_argument(
+        "--jobs", help="only these jobs: comma-separated model names or id patterns (hyperopt/*, train/kan/0, evaluate)"
+    )
+    p.add_argument(
+        "--device-of",
+        action="append",
+        default=[],
+        metavar="MODEL=DEV",
+        help="override a job's device (MODEL, `evaluate` or `all`), e.g. all=cpu",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a trainer/search setting wherever it exists (n_train_seqs=512): no longer the seed's "
+        "sizes, and the report says so",
+    )
     p.add_argument("--pod-cores", type=int, help="CPU cores each job may use (default: all of this machine's)")
-    p.add_argument("--max-parallel", type=int, default=repo_default("alpha_assets/run.py", "MAX_PARALLEL"),
-                   help="GPU pods at once (default: the repo's MAX_PARALLEL)")
-    p.add_argument("--max-parallel-cpu", type=int, help="CPU pods at once (default: --max-parallel, the deploy's "
-                                                         "pool default_limit)")
-    p.add_argument("--eur-per-gpu-hour", type=float,
-                   default=repo_default("alpha_assets/defs/training.py", "eur_per_gpu_hour"))
-    p.add_argument("--eur-per-cpu-hour", type=float, default=EUR_PER_CPU_HOUR,
-                   help=f"EUR per CPU-pod hour (default {EUR_PER_CPU_HOUR}: an assumption, not in the original system)")
+    p.add_argument(
+        "--max-parallel",
+        type=int,
+        default=repo_default("alpha_assets/run.py", "MAX_PARALLEL"),
+        help="GPU pods at once (default: the repo's MAX_PARALLEL)",
+    )
+    p.add_argument(
+        "--max-parallel-cpu", type=int, help="CPU pods at once (default: --max-parallel, the deploy's pool default_limit)"
+    )
+    p.add_argument("--eur-per-gpu-hour", type=float, default=repo_default("alpha_assets/defs/training.py", "eur_per_gpu_hour"))
+    p.add_argument(
+        "--eur-per-cpu-hour",
+        type=float,
+        default=EUR_PER_CPU_HOUR,
+        help=f"EUR per CPU-pod hour (default {EUR_PER_CPU_HOUR}: an assumption, not in the original system)",
+    )
     p.add_argument("--stop-after", type=float, help="start no job after this many seconds (the rest: not run)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
@@ -481,8 +664,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def scale_of(job: Job, seed: dict, run: dict, folds_run: list[int]) -> str:
     """What a job will run against the seed's numbers (the plan's column)."""
     if job.stage == "hyperopt":
-        return (f"{run['trials']}/{seed['trials']} trials x "
-                f"{run['trial_epochs'][job.trainer]}/{seed['trial_epochs'][job.trainer]} epochs")
+        return (
+            f"{run['trials']}/{seed['trials']} trials x "
+            f"{run['trial_epochs'][job.trainer]}/{seed['trial_epochs'][job.trainer]} epochs"
+        )
     if job.skipped == "--jobs":
         return "not selected (--jobs): no figure"
     if job.skipped == "--folds":
@@ -516,15 +701,22 @@ def main(argv: list[str] | None = None) -> int:
     from alpha_core.train.walk_forward import WalkForwardConfig
 
     specs = registry.REGISTRY
-    seed = {"epochs": WalkForwardConfig.model_fields["epochs"].default,  # the original system's EPOCHS
-            "flagship_epochs": TrainConfig.model_fields["epochs"].default,
-            "trials": HyperoptConfig.model_fields["trials"].default,  # the original system's HYPEROPT_TRIALS
-            "trial_epochs": {"rl": 10,  # the original system's `hyperopt_baseline_rl --epochs 10`
-                             "supervised": HyperoptConfig.model_fields["epochs"].default},
-            "folds": repo_default("alpha_core/data/folds.py", "N_FOLDS")}
-    run = {"epochs": args.epochs or seed["epochs"], "flagship_epochs": args.flagship_epochs or seed["flagship_epochs"],
-           "trials": args.trials or seed["trials"],
-           "trial_epochs": {k: args.trial_epochs or v for k, v in seed["trial_epochs"].items()}}
+    seed = {
+        "epochs": WalkForwardConfig.model_fields["epochs"].default,  # the original system's EPOCHS
+        "flagship_epochs": TrainConfig.model_fields["epochs"].default,
+        "trials": HyperoptConfig.model_fields["trials"].default,  # the original system's HYPEROPT_TRIALS
+        "trial_epochs": {
+            "rl": 10,  # the original system's `hyperopt_baseline_rl --epochs 10`
+            "supervised": HyperoptConfig.model_fields["epochs"].default,
+        },
+        "folds": repo_default("alpha_core/data/folds.py", "N_FOLDS"),
+    }
+    run = {
+        "epochs": args.epochs or seed["epochs"],
+        "flagship_epochs": args.flagship_epochs or seed["flagship_epochs"],
+        "trials": args.trials or seed["trials"],
+        "trial_epochs": {k: args.trial_epochs or v for k, v in seed["trial_epochs"].items()},
+    }
     for name in ("epochs", "flagship_epochs", "trials", "trial_epochs", "pod_cores", "max_parallel", "n_folds"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -539,8 +731,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_sets(args.set)
     print(f"seed: {seed}\nthis run: {run}, folds {folds_run}, overrides {overrides or 'none'}, pods {caps}")
     for job in jobs:
-        print(f"  {'run ' if job.run else 'skip'} {job.id:22} {job.device:6} {scale_of(job, seed, run, folds_run):34} "
-              f"after {'every train job' if job.stage == 'evaluate' else ', '.join(job.deps) or '-'}")
+        print(
+            f"  {'run ' if job.run else 'skip'} {job.id:22} {job.device:6} {scale_of(job, seed, run, folds_run):34} "
+            f"after {'every train job' if job.stage == 'evaluate' else ', '.join(job.deps) or '-'}"
+        )
     if args.dry_run:
         return 0
     if args.data_dir is None:
@@ -561,15 +755,34 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / MARKER).touch()
-    base = {"work": str(work), "data_dir": str(args.data_dir.resolve()), "predecoded_dir": str(pd), "symbol": symbol,
-            "n_folds": args.n_folds, "cv_train_window": args.cv_train_window,
-            "allow_untested_folds": args.allow_untested_folds, "overrides": overrides}
+    base = {
+        "work": str(work),
+        "data_dir": str(args.data_dir.resolve()),
+        "predecoded_dir": str(pd),
+        "symbol": symbol,
+        "n_folds": args.n_folds,
+        "cv_train_window": args.cv_train_window,
+        "allow_untested_folds": args.allow_untested_folds,
+        "overrides": overrides,
+    }
     hyper_out = {j.model: work / "hyperopt" / j.model / symbol / "results.json" for j in jobs if j.stage == "hyperopt"}
-    report = {"machine": machine(), "seed": seed, "run": run | {
-        "folds": folds_run, "n_folds": args.n_folds, "cv_train_window": args.cv_train_window,
-        "allow_untested_folds": args.allow_untested_folds, "pod_cores": args.pod_cores},
-        "overrides": overrides, "at_seed_sizes": not overrides, "device_of": devices, "spec_cost": SPEC_COST_ROW,
-        "notes": NOTES}
+    report = {
+        "machine": machine(),
+        "seed": seed,
+        "run": run
+        | {
+            "folds": folds_run,
+            "n_folds": args.n_folds,
+            "cv_train_window": args.cv_train_window,
+            "allow_untested_folds": args.allow_untested_folds,
+            "pod_cores": args.pod_cores,
+        },
+        "overrides": overrides,
+        "at_seed_sizes": not overrides,
+        "device_of": devices,
+        "spec_cost": SPEC_COST_ROW,
+        "notes": NOTES,
+    }
     began = time.perf_counter()
     for job in jobs:
         if not job.run:
@@ -579,11 +792,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         spec = base | {"stage": job.stage, "model": job.model, "fold": job.fold, "device": job.device}
         if job.stage == "train":
-            spec |= {"epochs": run["flagship_epochs"] if job.model == "perception" else run["epochs"],
-                     "params_file": str(hyper_out[job.model]) if job.model in hyper_out else None}
+            spec |= {
+                "epochs": run["flagship_epochs"] if job.model == "perception" else run["epochs"],
+                "params_file": str(hyper_out[job.model]) if job.model in hyper_out else None,
+            }
         elif job.stage == "hyperopt":
-            spec |= {"trials": run["trials"], "epochs": run["trial_epochs"][job.trainer],
-                     "output": str(hyper_out[job.model])}
+            spec |= {"trials": run["trials"], "epochs": run["trial_epochs"][job.trainer], "output": str(hyper_out[job.model])}
         else:
             spec["hyperopt_results"] = {m: str(p) for m, p in hyper_out.items() if p.exists()}
         print(f"{job.id} on {job.device} ...", flush=True)
@@ -627,8 +841,9 @@ def write(path: Path, report: dict, jobs: list[Job], seed: dict, run: dict, args
 def machine() -> dict:
     info = {"cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]}
     if shutil.which("nvidia-smi"):
-        info["gpu"] = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                                     capture_output=True, text=True).stdout.strip()
+        info["gpu"] = subprocess.run(
+            ["nvidia-smi", "-i", "0", "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
     import torch
 
     return info | {"torch": torch.__version__}

@@ -70,28 +70,114 @@ def zoo(out: Path, device: str) -> None:
     for name, spec in registry.REGISTRY.items():
         dest = models / name / "ES.FUT"
         if spec.trainer == "supervised":
-            rc = alpha(["train-supervised", "--model", name, "--data-dir", str(bars), "--output-dir", str(dest),
-                        "--epochs", "1", "--seq-len", "32", "--batch-size", "128", "--n-train-seqs", "512",
-                        "--n-val-seqs", "256", "--predecoded-dir", str(pd), "--device", device, *FOLDS])
+            rc = alpha(
+                [
+                    "train-supervised",
+                    "--model",
+                    name,
+                    "--data-dir",
+                    str(bars),
+                    "--output-dir",
+                    str(dest),
+                    "--epochs",
+                    "1",
+                    "--seq-len",
+                    "32",
+                    "--batch-size",
+                    "128",
+                    "--n-train-seqs",
+                    "512",
+                    "--n-val-seqs",
+                    "256",
+                    "--predecoded-dir",
+                    str(pd),
+                    "--device",
+                    device,
+                    *FOLDS,
+                ]
+            )
         elif spec.trainer == "rl":
-            rc = alpha(["train-rl", "--model", name, "--data-dir", str(bars), "--output-dir", str(dest), "--epochs", "1",
-                        "--timesteps-per-epoch", "1024", "--predecoded-dir", str(pd), "--device", device, *FOLDS])
+            rc = alpha(
+                [
+                    "train-rl",
+                    "--model",
+                    name,
+                    "--data-dir",
+                    str(bars),
+                    "--output-dir",
+                    str(dest),
+                    "--epochs",
+                    "1",
+                    "--timesteps-per-epoch",
+                    "1024",
+                    "--predecoded-dir",
+                    str(pd),
+                    "--device",
+                    device,
+                    *FOLDS,
+                ]
+            )
         else:
             rc = 0
             for k in range(3):
-                rc |= alpha(["train", "--mbp10-data-dir", str(book), "--predecoded-dir", str(pd), "--out",
-                             str(dest / f"fold-{k}"), "--epochs", "1", "--batch-size", "64", "--n-train-seqs", "256",
-                             "--n-val-seqs", "128", "--seq-len", "32", "--device", device, "--cv-fold", str(k),
-                             *FOLDS])
+                rc |= alpha(
+                    [
+                        "train",
+                        "--mbp10-data-dir",
+                        str(book),
+                        "--predecoded-dir",
+                        str(pd),
+                        "--out",
+                        str(dest / f"fold-{k}"),
+                        "--epochs",
+                        "1",
+                        "--batch-size",
+                        "64",
+                        "--n-train-seqs",
+                        "256",
+                        "--n-val-seqs",
+                        "128",
+                        "--seq-len",
+                        "32",
+                        "--device",
+                        device,
+                        "--cv-fold",
+                        str(k),
+                        *FOLDS,
+                    ]
+                )
         assert rc == 0, name
     train_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    assert alpha(["evaluate", "--models-dir", str(models), "--data-dir", str(data), "--output",
-                  str(out / "eval" / "ensemble_report.json"), "--predecoded-dir", str(pd), "--device", device,
-                  *EVERY_CHECKPOINT]) == 0
+    assert (
+        alpha(
+            [
+                "evaluate",
+                "--models-dir",
+                str(models),
+                "--data-dir",
+                str(data),
+                "--output",
+                str(out / "eval" / "ensemble_report.json"),
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                device,
+                *EVERY_CHECKPOINT,
+            ]
+        )
+        == 0
+    )
     eval_s = time.perf_counter() - t0
-    result = {"models": len(registry.REGISTRY), "folds": 3, "scale": "small", "device": device,
-              "threads": torch.get_num_threads(), "evaluate_seconds": eval_s, "training_seconds": train_s}
+    result = {
+        "models": len(registry.REGISTRY),
+        "folds": 3,
+        "scale": "small",
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "evaluate_seconds": eval_s,
+        "training_seconds": train_s,
+    }
     (out / "bench_evaluate.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
@@ -105,25 +191,95 @@ def demo_train_config() -> dict:
 def train_demo(out: Path) -> float:
     """perception, tft and ppo, every fold, as `make demo` trains them (without its hyperopt: default parameters)."""
     cfg, data, pd = demo_train_config(), out / "data", out / "pd" / "ES.FUT"
-    sizes = ["--seq-len", str(cfg["seq_len"]), "--batch-size", str(cfg["batch_size"]), "--n-train-seqs",
-             str(cfg["n_train_seqs"]), "--n-val-seqs", str(cfg["n_val_seqs"]), "--device", cfg["device"]]
+    sizes = [
+        "--seq-len",
+        str(cfg["seq_len"]),
+        "--batch-size",
+        str(cfg["batch_size"]),
+        "--n-train-seqs",
+        str(cfg["n_train_seqs"]),
+        "--n-val-seqs",
+        str(cfg["n_val_seqs"]),
+        "--device",
+        cfg["device"],
+    ]
     common = ["--epochs", "2", "--predecoded-dir", str(pd), *FOLDS, "--allow-untested-folds"]
     t0 = time.perf_counter()
     for k in range(3):
-        assert alpha(["train", "--mbp10-data-dir", str(data / "ES.FUT" / "mbp-10"), "--out",
-                      str(out / "models" / "perception" / "ES.FUT" / f"fold-{k}"), "--cv-fold", str(k), *sizes,
-                      *common]) == 0
-    assert alpha(["train-supervised", "--model", "tft", "--data-dir", str(data / "ES.FUT"), "--symbol", "ES.FUT",
-                  "--output-dir", str(out / "models" / "tft" / "ES.FUT"), *sizes, *common]) == 0
-    assert alpha(["train-rl", "--model", "ppo", "--data-dir", str(data / "ES.FUT"), "--symbol", "ES.FUT",
-                  "--output-dir", str(out / "models" / "ppo" / "ES.FUT"), "--timesteps-per-epoch",
-                  str(cfg["timesteps_per_epoch"]), "--device", cfg["device"], *common]) == 0
+        assert (
+            alpha(
+                [
+                    "train",
+                    "--mbp10-data-dir",
+                    str(data / "ES.FUT" / "mbp-10"),
+                    "--out",
+                    str(out / "models" / "perception" / "ES.FUT" / f"fold-{k}"),
+                    "--cv-fold",
+                    str(k),
+                    *sizes,
+                    *common,
+                ]
+            )
+            == 0
+        )
+    assert (
+        alpha(
+            [
+                "train-supervised",
+                "--model",
+                "tft",
+                "--data-dir",
+                str(data / "ES.FUT"),
+                "--symbol",
+                "ES.FUT",
+                "--output-dir",
+                str(out / "models" / "tft" / "ES.FUT"),
+                *sizes,
+                *common,
+            ]
+        )
+        == 0
+    )
+    assert (
+        alpha(
+            [
+                "train-rl",
+                "--model",
+                "ppo",
+                "--data-dir",
+                str(data / "ES.FUT"),
+                "--symbol",
+                "ES.FUT",
+                "--output-dir",
+                str(out / "models" / "ppo" / "ES.FUT"),
+                "--timesteps-per-epoch",
+                str(cfg["timesteps_per_epoch"]),
+                "--device",
+                cfg["device"],
+                *common,
+            ]
+        )
+        == 0
+    )
     return time.perf_counter() - t0
 
 
 def evaluate_args(out: Path, report: Path) -> list[str]:
-    return ["--quiet", "evaluate", "--models-dir", str(out / "models"), "--data-dir", str(out / "data"),
-            "--predecoded-dir", str(out / "pd"), "--device", "cpu", "--output", str(report), *EVERY_CHECKPOINT]
+    return [
+        "--quiet",
+        "evaluate",
+        "--models-dir",
+        str(out / "models"),
+        "--data-dir",
+        str(out / "data"),
+        "--predecoded-dir",
+        str(out / "pd"),
+        "--device",
+        "cpu",
+        "--output",
+        str(report),
+        *EVERY_CHECKPOINT,
+    ]
 
 
 def timed_process(args: list[str]) -> dict:
@@ -133,8 +289,13 @@ def timed_process(args: list[str]) -> dict:
     subprocess.run([str(Path(sys.executable).with_name("alpha")), *args], check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": round(wall, 2), "user_s": round(after.ru_utime - before.ru_utime, 2),
-            "sys_s": round(after.ru_stime - before.ru_stime, 2), "load_before": load, "load_after": os.getloadavg()[0]}
+    return {
+        "wall_s": round(wall, 2),
+        "user_s": round(after.ru_utime - before.ru_utime, 2),
+        "sys_s": round(after.ru_stime - before.ru_stime, 2),
+        "load_before": load,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def profile(args: list[str], top: int = 25) -> str:
@@ -143,8 +304,7 @@ def profile(args: list[str], top: int = 25) -> str:
     prof = cProfile.Profile()
     prof.runcall(alpha, args)
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(r"alpha_core|matplotlib|stable_baselines3",
-                                                                        top)
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(r"alpha_core|matplotlib|stable_baselines3", top)
     return buf.getvalue()
 
 
@@ -164,9 +324,13 @@ def demo(out: Path, args: argparse.Namespace) -> None:
     train_s = train_demo(out) if n_ckpts < 9 else None  # reused: training is not what this times
     report = out / "eval" / "ensemble_report.json"
     runs = [timed_process(evaluate_args(out, report)) for _ in range(args.repeat)]
-    result = {"checkpoints": "perception, tft, ppo x 3 folds (make demo's DEMO_TRAIN, 2 epochs, no hyperopt)",
-              "cpu_cores": len(os.sched_getaffinity(0)), "training_seconds": train_s, "runs": runs,
-              "best_wall_s": min(r["wall_s"] for r in runs)}
+    result = {
+        "checkpoints": "perception, tft, ppo x 3 folds (make demo's DEMO_TRAIN, 2 epochs, no hyperopt)",
+        "cpu_cores": len(os.sched_getaffinity(0)),
+        "training_seconds": train_s,
+        "runs": runs,
+        "best_wall_s": min(r["wall_s"] for r in runs),
+    }
     if args.reference:
         result["differs_from_reference"] = same_report(report, args.reference)
     if args.profile:

@@ -40,8 +40,11 @@ def main() -> None:
     device = resolve_device(args.device)  # TF32 matmuls on cuda, as `alpha evaluate` runs
     bars = load_sidecar(sorted(args.predecoded_dir.glob("*.bars.*"))[-1])
     book = load_sidecar(sorted(args.predecoded_dir.glob("*.book.*"))[-1])
-    models = {name: (spec.build(n_features=len(bars.meta.feature_names)), bars)
-              for name, spec in registry.REGISTRY.items() if spec.trainer == "supervised"}
+    models = {
+        name: (spec.build(n_features=len(bars.meta.feature_names)), bars)
+        for name, spec in registry.REGISTRY.items()
+        if spec.trainer == "supervised"
+    }
     flagship = PerceptionConfig(n_features=len(book.meta.feature_names))
     models["perception"] = (PerceptionModel(flagship), book)  # the fused Triton CfC scan on cuda
     models["perception_torch_scan"] = (PerceptionModel(flagship), book)
@@ -66,8 +69,13 @@ def main() -> None:
         best = min(times)
         results[name] = {"windows": windows, "seconds": best, "windows_per_s": windows / best}
         print(f"{name:10s} {windows / best:12,.0f} windows/s  ({windows:,} windows in {best:.2f} s)", flush=True)
-    info = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "torch": torch.__version__, "batch": BATCH, "seq_len": args.seq_len, "models": results}
+    info = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch": BATCH,
+        "seq_len": args.seq_len,
+        "models": results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(info, indent=2))
 

@@ -72,15 +72,25 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = (time.perf_counter() - start) / args.steps
-            results[name] = {"samples_per_s": args.batch / seconds, "s_per_step": seconds,
-                             "params": sum(p.numel() for p in model.parameters())}
-            print(f"{name:8s} {args.batch / seconds:10,.0f} samples/s  {seconds * 1e3:8.0f} ms/step  "
-                  f"{results[name]['params']:>9,} params", flush=True)
+            results[name] = {
+                "samples_per_s": args.batch / seconds,
+                "s_per_step": seconds,
+                "params": sum(p.numel() for p in model.parameters()),
+            }
+            print(
+                f"{name:8s} {args.batch / seconds:10,.0f} samples/s  {seconds * 1e3:8.0f} ms/step  "
+                f"{results[name]['params']:>9,} params",
+                flush=True,
+            )
         rl = ppo_env_steps(bars, args)
         print(f"ppo      {rl['env_steps_per_s']:10,.0f} env steps/s with {args.n_envs} environments", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"batch": args.batch, "seq_len": args.seq_len, "device": args.device,
-                                    "threads": 1, "models": results, "ppo": rl}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {"batch": args.batch, "seq_len": args.seq_len, "device": args.device, "threads": 1, "models": results, "ppo": rl},
+            indent=2,
+        )
+    )
 
 
 def ppo_env_steps(bars, args) -> dict:
@@ -92,8 +102,12 @@ def ppo_env_steps(bars, args) -> dict:
     start = time.perf_counter()
     agent.learn(args.n_envs * 16 * 4, reset_num_timesteps=False)
     seconds = time.perf_counter() - start
-    return {"n_envs": args.n_envs, "env_steps": args.n_envs * 64, "seconds": seconds,
-            "env_steps_per_s": args.n_envs * 64 / seconds}
+    return {
+        "n_envs": args.n_envs,
+        "env_steps": args.n_envs * 64,
+        "seconds": seconds,
+        "env_steps_per_s": args.n_envs * 64 / seconds,
+    }
 
 
 if __name__ == "__main__":

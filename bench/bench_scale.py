@@ -44,8 +44,13 @@ SUPERVISED_ARGS = ["--n-train-seqs", "512", "--n-val-seqs", "512", "--batch-size
 RL_ARGS = ["--timesteps-per-epoch", "2048"]
 PERCEPTION_ARGS = ["--n-train-seqs", "128", "--n-val-seqs", "256", "--batch-size", "16"]
 EVAL_ARGS = ["--device", "cpu", "--min-val-auc", "0", "--min-val-sharpe", "-1000000", "--quiet"]
-CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-             "ALPHA_CPUS_PER_STEP": "1", "PYTHONHASHSEED": "0"}
+CHILD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "ALPHA_CPUS_PER_STEP": "1",
+    "PYTHONHASHSEED": "0",
+}
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -100,14 +105,24 @@ def child(spec: dict) -> dict:
     if kind == "supervised":
         from alpha_core.train import supervised as m
 
-        for name, phase in (("walk_forward", "sidecars"), ("fit_norm_stats", "fold_setup"),
-                            ("WindowLoader", "fold_setup"), ("_validate", "val"), ("_train_fold", "fold")):
+        for name, phase in (
+            ("walk_forward", "sidecars"),
+            ("fit_norm_stats", "fold_setup"),
+            ("WindowLoader", "fold_setup"),
+            ("_validate", "val"),
+            ("_train_fold", "fold"),
+        ):
             ph.wrap(m, name, phase)
     elif kind == "rl":
         from alpha_core.train import rl as m
 
-        for name, phase in (("walk_forward", "sidecars"), ("fit_norm_stats", "fold_setup"),
-                            ("TradingVecEnv", "fold_setup"), ("evaluate", "val"), ("_train_fold", "fold")):
+        for name, phase in (
+            ("walk_forward", "sidecars"),
+            ("fit_norm_stats", "fold_setup"),
+            ("TradingVecEnv", "fold_setup"),
+            ("evaluate", "val"),
+            ("_train_fold", "fold"),
+        ):
             ph.wrap(m, name, phase)
     elif kind == "perception":
         from alpha_core.train.perception import PerceptionTrainer as m
@@ -155,23 +170,31 @@ def run_child(spec: dict, log: Path) -> tuple[dict, float, float, float, int]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
         start = time.perf_counter()
-        proc = subprocess.Popen(["nice", "-n", "10", sys.executable, __file__, "--child", json.dumps(spec)],
-                                stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            ["nice", "-n", "10", sys.executable, __file__, "--child", json.dumps(spec)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         _, status, ru = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - start
     out = {}
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith("@@RESULT "):
-            out = json.loads(line[len("@@RESULT "):])
+            out = json.loads(line[len("@@RESULT ") :])
     return out, ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024, proc.returncode
 
 
 def sidecar_rows(pd: Path, kind: str) -> list[int]:
     import numpy as np
 
-    return [int(np.load(d / "ts.npy", mmap_mode="r").shape[0]) for d in sorted(pd.glob(f"*.ES.{kind}.*"))
-            if (d / "meta.json").is_file()]
+    return [
+        int(np.load(d / "ts.npy", mmap_mode="r").shape[0])
+        for d in sorted(pd.glob(f"*.ES.{kind}.*"))
+        if (d / "meta.json").is_file()
+    ]
 
 
 def fit_k(points: list[tuple[int, float]]) -> float | None:
@@ -216,14 +239,16 @@ class Bench:
         return r
 
     def save(self) -> None:
-        (self.out / "bench_scale.json").write_text(json.dumps(
-            {"machine": machine(), "results": [dataclasses.asdict(r) for r in self.results]}, indent=1))
+        (self.out / "bench_scale.json").write_text(
+            json.dumps({"machine": machine(), "results": [dataclasses.asdict(r) for r in self.results]}, indent=1)
+        )
 
     def projected(self, job: str, rows: int) -> tuple[float, float] | None:
         """(CPU s, peak RSS MiB) projected at `rows` from this job's smaller sizes: CPU with the fitted k (at least
         1), RSS on the line through the two largest."""
-        done = sorted((r for r in self.results if r.job == job and r.cpu_s is not None and 0 < r.rows < rows),
-                      key=lambda r: r.rows)
+        done = sorted(
+            (r for r in self.results if r.job == job and r.cpu_s is not None and 0 < r.rows < rows), key=lambda r: r.rows
+        )
         if not done:
             return None
         k = fit_k([(r.rows, r.cpu_s) for r in done]) or 1.0
@@ -238,8 +263,14 @@ class Bench:
         spec = {**spec, "argv": argv}
         proj = self.projected(job, rows) if rows else None
         if proj is not None and (proj[0] > self.budget_s or proj[1] > self.max_rss_mib):
-            r = Result(job, size, rows, command=cmd(argv), projected_cpu_s=proj[0],
-                       error=f"not run: projected {proj[0]:.0f} s CPU, {proj[1] / 1024:.1f} GiB peak RSS")
+            r = Result(
+                job,
+                size,
+                rows,
+                command=cmd(argv),
+                projected_cpu_s=proj[0],
+                error=f"not run: projected {proj[0]:.0f} s CPU, {proj[1] / 1024:.1f} GiB peak RSS",
+            )
             return self.record(r)
         log = self.out / size / "logs" / f"{job.replace(' ', '_')}.log"
         out, cpu, wall, rss, rc = run_child(spec, log)
@@ -254,8 +285,9 @@ class Bench:
         if (data / ".complete").is_file():
             return
         shutil.rmtree(data, ignore_errors=True)
-        out, cpu, wall, rss, rc = run_child({"kind": "gen", "size": size, "out": str(data)},
-                                            self.out / size / "logs" / "gen.log")
+        out, cpu, wall, rss, rc = run_child(
+            {"kind": "gen", "size": size, "out": str(data)}, self.out / size / "logs" / "gen.log"
+        )
         if rc != 0:
             raise SystemExit(f"generating {size} failed; see {self.out / size / 'logs' / 'gen.log'}")
         (data / ".complete").write_text("")
@@ -278,8 +310,7 @@ class Bench:
                         os.link(f, oracle / f.name)
             tmp = self.out / size / f"predecode-{schema}"
             shutil.rmtree(tmp, ignore_errors=True)
-            argv = ["predecode", "--data-dir", str(stage.parent), "--output-dir", str(tmp), "--symbols", SYMBOL,
-                    "--quiet"]
+            argv = ["predecode", "--data-dir", str(stage.parent), "--output-dir", str(tmp), "--symbols", SYMBOL, "--quiet"]
             r = self.run(f"predecode {schema}", size, 0, {"kind": "cli"}, argv, record=False)
             per_file = sidecar_rows(tmp / SYMBOL, kind)
             r.rows = rows[schema] = int(sum(per_file) / max(len(per_file), 1))
@@ -295,16 +326,24 @@ class Bench:
 
     def folds(self, size: str, rows: dict[str, int]) -> None:
         for schema in ("ohlcv-1m", "mbp-10"):
-            argv = ["folds", "--data-dir", str(self.data(size) / SYMBOL), "--cv-n-folds", "3", "--schema", schema,
-                    "--json"]
+            argv = ["folds", "--data-dir", str(self.data(size) / SYMBOL), "--cv-n-folds", "3", "--schema", schema, "--json"]
             self.run(f"folds {schema}", size, rows[schema], {"kind": "cli"}, argv)
 
     def train(self, model: str, size: str, rows: dict[str, int]) -> None:
         out = self.runs(size) / model / "models" / model / SYMBOL
         shutil.rmtree(out, ignore_errors=True)
         if model == "perception":
-            argv = ["train", "--mbp10-data-dir", str(self.data(size) / SYMBOL / "mbp-10"), "--predecoded-dir",
-                    str(self.pd(size) / SYMBOL), "--out", str(out), *TRAIN_ARGS, *PERCEPTION_ARGS]
+            argv = [
+                "train",
+                "--mbp10-data-dir",
+                str(self.data(size) / SYMBOL / "mbp-10"),
+                "--predecoded-dir",
+                str(self.pd(size) / SYMBOL),
+                "--out",
+                str(out),
+                *TRAIN_ARGS,
+                *PERCEPTION_ARGS,
+            ]
             self.run(f"train {model}", size, rows["mbp-10"], {"kind": "perception"}, argv)
             if (out / "alpha_train_summary.json").is_file() and not (out / "fold-0").exists():
                 fold = out.resolve()  # an `alpha train` that promotes one fold to --out itself (a link)
@@ -313,9 +352,19 @@ class Bench:
                 fold.rename(out / "fold-0")
         else:
             group = "rl" if model in RL else "supervised"
-            argv = [f"train-{'rl' if group == 'rl' else 'supervised'}", "--model", model, "--data-dir",
-                    str(self.data(size) / SYMBOL), "--output-dir", str(out), "--predecoded-dir", str(self.pd(size) / SYMBOL),
-                    *TRAIN_ARGS, *(RL_ARGS if group == "rl" else SUPERVISED_ARGS)]
+            argv = [
+                f"train-{'rl' if group == 'rl' else 'supervised'}",
+                "--model",
+                model,
+                "--data-dir",
+                str(self.data(size) / SYMBOL),
+                "--output-dir",
+                str(out),
+                "--predecoded-dir",
+                str(self.pd(size) / SYMBOL),
+                *TRAIN_ARGS,
+                *(RL_ARGS if group == "rl" else SUPERVISED_ARGS),
+            ]
             self.run(f"train {model}", size, rows["ohlcv-1m"], {"kind": group}, argv)
 
     def evaluate(self, model: str, size: str, rows: dict[str, int]) -> None:
@@ -323,8 +372,18 @@ class Bench:
         if not any(models.glob(f"{model}/{SYMBOL}/fold-0/*")):
             return self.record(Result(f"evaluate {model}", size, 0, error="no checkpoint (training failed?)"))
         report = self.runs(size) / model / "eval" / "ensemble_report.json"
-        argv = ["evaluate", "--models-dir", str(models), "--data-dir", str(self.data(size)), "--output", str(report),
-                "--predecoded-dir", str(self.pd(size)), *EVAL_ARGS]
+        argv = [
+            "evaluate",
+            "--models-dir",
+            str(models),
+            "--data-dir",
+            str(self.data(size)),
+            "--output",
+            str(report),
+            "--predecoded-dir",
+            str(self.pd(size)),
+            *EVAL_ARGS,
+        ]
         axis = rows["mbp-10"] if model == "perception" else rows["ohlcv-1m"]
         self.run(f"evaluate {model}", size, axis, {"kind": "evaluate"}, argv)
 
@@ -333,15 +392,25 @@ def machine() -> dict:
     import platform
 
     load = os.getloadavg()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "?")
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+        "?",
+    )
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     if not commit.strip() and (ROOT / ".commit").is_file():  # a `git archive` of a commit, run outside the repo
         commit = (ROOT / ".commit").read_text()
-    return {"cores": os.cpu_count(), "cpu": cpu, "load_avg": load, "python": platform.python_version(),
-            "commit": commit.strip() or "?", "dirty": bool(dirty.strip()), "root": str(ROOT)}
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "load_avg": load,
+        "python": platform.python_version(),
+        "commit": commit.strip() or "?",
+        "dirty": bool(dirty.strip()),
+        "root": str(ROOT),
+    }
 
 
 def table(results: list[Result]) -> str:
@@ -349,9 +418,13 @@ def table(results: list[Result]) -> str:
     by_job: dict[str, dict[str, Result]] = {}
     for r in results:
         by_job.setdefault(r.job, {})[r.size] = r
-    lines = ["| cost | rows/file small / mid / real | CPU s small | mid | real | k (cost ~ rows^k) | peak RSS MiB "
-             "small / real | phases at real (CPU s, k) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "| cost | rows/file small / mid / real | CPU s small | mid | real | k (cost ~ rows^k) | peak RSS MiB "
+        "small / real | phases at real (CPU s, k) |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
     for job, rs in by_job.items():
+
         def cell(size: str, rs: dict[str, Result] = rs) -> str:
             r = rs.get(size)
             if r is None:
@@ -370,11 +443,18 @@ def table(results: list[Result]) -> str:
             for name, v in big.phases.items():
                 if name in ("command", "n_files", "work") or not isinstance(v, float):
                     continue
-                pk = fit_k([(r.rows, r.phases.get(name)) for r in rs.values()
-                            if r.cpu_s is not None and isinstance(r.phases.get(name), float)])
+                pk = fit_k(
+                    [
+                        (r.rows, r.phases.get(name))
+                        for r in rs.values()
+                        if r.cpu_s is not None and isinstance(r.phases.get(name), float)
+                    ]
+                )
                 ph.append(f"{name} {v:.1f}" + (f" (k {pk:.2f})" if pk is not None else ""))
-        lines.append(f"| {job} | {rows} | {cell('small')} | {cell('mid')} | {cell('real')} | "
-                     f"{'-' if k is None else f'{k:.2f}'} | {rss} | {', '.join(ph)} |")
+        lines.append(
+            f"| {job} | {rows} | {cell('small')} | {cell('mid')} | {cell('real')} | "
+            f"{'-' if k is None else f'{k:.2f}'} | {rss} | {', '.join(ph)} |"
+        )
     return "\n".join(lines)
 
 
@@ -383,10 +463,18 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "scale", help="data, caches, runs, JSON")
     p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated of {','.join(SIZES)}")
     p.add_argument("--jobs", default="all", help=f"comma-separated of {','.join(JOBS)}, or all")
-    p.add_argument("--budget-s", type=float, default=1800.0,
-                   help="skip a job at a size where its projected CPU seconds exceed this (default: %(default)s)")
-    p.add_argument("--max-rss-gib", type=float, default=8.0,
-                   help="skip a job at a size where its projected peak RSS exceeds this (default: %(default)s)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=1800.0,
+        help="skip a job at a size where its projected CPU seconds exceed this (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-rss-gib",
+        type=float,
+        default=8.0,
+        help="skip a job at a size where its projected peak RSS exceeds this (default: %(default)s)",
+    )
     p.add_argument("--table", action="store_true", help="only print the table of the saved results")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -404,8 +492,7 @@ def main() -> int:
         p.error(f"unknown job(s) {','.join(unknown)}")
     print(f"bench_scale: {machine()}", flush=True)
     base = run_child({"kind": "cli", "argv": ["models"]}, a.out / "logs" / "baseline.log")
-    print(f"  baseline process (`alpha models`: interpreter, imports): {base[1]:.1f} s CPU, {base[3]:.0f} MiB",
-          flush=True)
+    print(f"  baseline process (`alpha models`: interpreter, imports): {base[1]:.1f} s CPU, {base[3]:.0f} MiB", flush=True)
     for size in a.sizes.split(","):
         print(f"{size}:", flush=True)
         bench.gen(size)
@@ -413,8 +500,10 @@ def main() -> int:
             rows = bench.predecode(size)
         else:
             cache = bench.pd(size) / SYMBOL
-            rows = {"ohlcv-1m": int(sum(x := sidecar_rows(cache, "bars")) / max(len(x), 1)),
-                    "mbp-10": int(sum(y := sidecar_rows(cache, "book")) / max(len(y), 1))}
+            rows = {
+                "ohlcv-1m": int(sum(x := sidecar_rows(cache, "bars")) / max(len(x), 1)),
+                "mbp-10": int(sum(y := sidecar_rows(cache, "book")) / max(len(y), 1)),
+            }
         if "folds" in jobs:
             bench.folds(size, rows)
         for model in (*SUPERVISED, *RL, "perception"):

@@ -210,8 +210,9 @@ def worker_build(a: argparse.Namespace) -> dict:
         "features_shape": list(sc.features.shape),
     }
     if spent is not None:
-        spent["other"] = seconds - sum(v for k, v in spent.items() if k in ("sha256", "pass1", "pass2", "features",
-                                                                           "labels", "write"))
+        spent["other"] = seconds - sum(
+            v for k, v in spent.items() if k in ("sha256", "pass1", "pass2", "features", "labels", "write")
+        )
         out["stages"] = {k: round(spent.get(k, 0.0), 4) for k, _ in STAGES}
     return out
 
@@ -234,8 +235,7 @@ def worker_sample(a: argparse.Namespace) -> dict:
     results = []
     for normed in (True, False):
         for batch in (256, 4096):
-            loader = WindowLoader([sc], seq_len=SEQ_LEN, n_max_sequences=N_MAX_SEQUENCES, seed=0,
-                                  norm=norm if normed else None)
+            loader = WindowLoader([sc], seq_len=SEQ_LEN, n_max_sequences=N_MAX_SEQUENCES, seed=0, norm=norm if normed else None)
             warm = sum(len(b) for b in loader.batches(batch))  # warm-up epoch: page cache, allocator
             epochs = []
             for e in range(a.epochs):
@@ -246,9 +246,16 @@ def worker_sample(a: argparse.Namespace) -> dict:
                     n += len(b)
                 epochs.append({"windows": n, "seconds": time.perf_counter() - t0})
             rate = statistics.median(ep["windows"] / ep["seconds"] for ep in epochs)
-            results.append({"batch": batch, "norm": normed, "warmup_windows": warm, "epochs": epochs,
-                            "windows_per_s": rate,
-                            "snapshot_rows_per_s": rate * SEQ_LEN})
+            results.append(
+                {
+                    "batch": batch,
+                    "norm": normed,
+                    "warmup_windows": warm,
+                    "epochs": epochs,
+                    "windows_per_s": rate,
+                    "snapshot_rows_per_s": rate * SEQ_LEN,
+                }
+            )
     last = b
     return {
         "torch": torch.__version__,
@@ -257,8 +264,12 @@ def worker_sample(a: argparse.Namespace) -> dict:
         "sidecar_rows": sc.rows,
         "n_windows": loader.n_windows,
         "fit_norm_seconds": fit_seconds,
-        "batch_shapes": {"x": list(last.x.shape), "labels": list(last.labels.shape), "x_dtype": str(last.x.dtype),
-                         "finite": bool(np.isfinite(last.x.numpy()).all())},
+        "batch_shapes": {
+            "x": list(last.x.shape),
+            "labels": list(last.labels.shape),
+            "x_dtype": str(last.x.dtype),
+            "finite": bool(np.isfinite(last.x.numpy()).all()),
+        },
         "configs": results,
     }
 
@@ -291,8 +302,11 @@ def run_process(phase: str, cmd: list[str]) -> tuple[str, dict]:
         raise SystemExit(f"{phase} child failed ({proc.returncode}):\n{stderr}{stdout}")
     if hasattr(os, "sync"):
         os.sync()  # write back what the phase wrote now, not during the next phase's measurement
-    return stdout, {"peak_rss_bytes": usage.ru_maxrss * 1024, "process_wall_seconds": wall,
-                    "cpu_seconds": usage.ru_utime + usage.ru_stime}
+    return stdout, {
+        "peak_rss_bytes": usage.ru_maxrss * 1024,
+        "process_wall_seconds": wall,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+    }
 
 
 def run_child(phase: str, script: str | None = None, **kw) -> dict:
@@ -312,8 +326,7 @@ def alpha_cli() -> Path:
     """The `alpha` console script installed beside this interpreter: what a user or a pod runs."""
     path = Path(sys.executable).parent / "alpha"
     if not path.exists():
-        raise SystemExit(f"no `alpha` entry point beside {sys.executable}: run the bench with the project's "
-                         ".venv/bin/python")
+        raise SystemExit(f"no `alpha` entry point beside {sys.executable}: run the bench with the project's .venv/bin/python")
     return path
 
 
@@ -335,8 +348,9 @@ def run_whole_process(dbn_path: Path, data_dir: Path, build_dir: Path) -> dict[s
     """d and e of one round: the bare decode and `alpha predecode`, each timed from exec to exit."""
     stdout, decode = run_process("decode_process", [sys.executable, "-c", BARE_DECODE, str(dbn_path)])
     decode["records"] = int(stdout)
-    stdout, predecode = run_process("predecode_process", [str(alpha_cli()), "predecode", "--data-dir", str(data_dir),
-                                                          "--output-dir", str(build_dir)])
+    stdout, predecode = run_process(
+        "predecode_process", [str(alpha_cli()), "predecode", "--data-dir", str(data_dir), "--output-dir", str(build_dir)]
+    )
     if not stdout.startswith("built "):
         raise SystemExit(f"alpha predecode did not build a sidecar into the empty {build_dir}:\n{stdout}")
     return {"decode_process": decode, "predecode_process": predecode}
@@ -387,8 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="rounds of decode / chunked decode / build")
     ap.add_argument("--epochs", type=int, default=3, help="timed sampling epochs per configuration (median)")
     ap.add_argument("--no-stages", action="store_true", help="skip the extra build run with stage timings")
-    ap.add_argument("--process-only", action="store_true",
-                    help="only the whole-process bare decode vs `alpha predecode` (d and e), no sampling")
+    ap.add_argument(
+        "--process-only",
+        action="store_true",
+        help="only the whole-process bare decode vs `alpha predecode` (d and e), no sampling",
+    )
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -428,8 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for r in range(a.repeats):
             round_loads.append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
-            print(f"round {r + 1}/{a.repeats}: {'' if a.process_only else 'decode, chunked decode, build, '}"
-                  f"whole-process decode and predecode ...", flush=True)
+            print(
+                f"round {r + 1}/{a.repeats}: {'' if a.process_only else 'decode, chunked decode, build, '}"
+                f"whole-process decode and predecode ...",
+                flush=True,
+            )
             if not a.process_only:
                 runs["decode"].append(run_child("decode", file=dbn_path))
                 runs["decode_chunked"].append(run_child("decode_chunked", file=dbn_path, count=CHUNK))
@@ -484,16 +504,20 @@ def main(argv: list[str] | None = None) -> int:
     process_ratio = phases["predecode_process"]["records_per_s"] / phases["decode_process"]["records_per_s"]
     whole_process = {
         "decode_command": [Path(sys.executable).name, "-c", BARE_DECODE, str(dbn_path)],
-        "predecode_command": [str(alpha_cli()), "predecode", "--data-dir", str(process_dir),
-                              "--output-dir", "<empty dir>"],
+        "predecode_command": [str(alpha_cli()), "predecode", "--data-dir", str(process_dir), "--output-dir", "<empty dir>"],
         "throughput_ratio": process_ratio,
-        "ratio_per_round": [d["process_wall_seconds"] / e["process_wall_seconds"]
-                            for d, e in zip(runs["decode_process"], runs["predecode_process"], strict=True)],
+        "ratio_per_round": [
+            d["process_wall_seconds"] / e["process_wall_seconds"]
+            for d, e in zip(runs["decode_process"], runs["predecode_process"], strict=True)
+        ],
         "load_average_per_round": round_loads,
     }
     targets = {
         "predecode_whole_process_throughput_vs_bare_decode": {
-            "value": process_ratio, "target": f">= {PROCESS_RATIO_TARGET}", "pass": process_ratio >= PROCESS_RATIO_TARGET},
+            "value": process_ratio,
+            "target": f">= {PROCESS_RATIO_TARGET}",
+            "pass": process_ratio >= PROCESS_RATIO_TARGET,
+        },
     }
     if not a.process_only:
         assert runs["decode"][0]["itemsize"] == RECORD_BYTES
@@ -504,13 +528,22 @@ def main(argv: list[str] | None = None) -> int:
         ratio = phases["build"]["records_per_s"] / phases["decode"]["records_per_s"]
         mem_ratio = phases["build"]["median_peak_rss_above_baseline_bytes"] / decoded_bytes
         targets["build_throughput_vs_bare_decode"] = {
-            "value": ratio, "target": f">= {BUILD_RATIO_TARGET}", "pass": ratio >= BUILD_RATIO_TARGET}
+            "value": ratio,
+            "target": f">= {BUILD_RATIO_TARGET}",
+            "pass": ratio >= BUILD_RATIO_TARGET,
+        }
         targets["build_peak_rss_above_baseline_vs_decoded_size"] = {
-            "value": mem_ratio, "target": f"< {BUILD_MEMORY_TARGET}", "pass": mem_ratio < BUILD_MEMORY_TARGET}
+            "value": mem_ratio,
+            "target": f"< {BUILD_MEMORY_TARGET}",
+            "pass": mem_ratio < BUILD_MEMORY_TARGET,
+        }
     sample_by = {(c["batch"], c["norm"]): c for c in sample["configs"]} if sample else {}
     for (batch, normed), c in sorted(sample_by.items(), key=lambda kv: (not kv[0][1], kv[0][0])):
         targets[f"windows_per_s_batch{batch}_{'norm' if normed else 'raw'}"] = {
-            "value": c["windows_per_s"], "target": f">= {WINDOWS_TARGET}", "pass": c["windows_per_s"] >= WINDOWS_TARGET}
+            "value": c["windows_per_s"],
+            "target": f">= {WINDOWS_TARGET}",
+            "pass": c["windows_per_s"] >= WINDOWS_TARGET,
+        }
 
     versions = {k: baselines[0][k] for k in ("python", "numpy", "databento", "polars")}
     machine = machine_info(versions, sample)
@@ -518,8 +551,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "machine": machine,
-        "file": {"path": str(dbn_path), "bytes": file_bytes, "records": n, "record_bytes": RECORD_BYTES,
-                 "decoded_bytes": decoded_bytes, "generated": generated},
+        "file": {
+            "path": str(dbn_path),
+            "bytes": file_bytes,
+            "records": n,
+            "record_bytes": RECORD_BYTES,
+            "decoded_bytes": decoded_bytes,
+            "generated": generated,
+        },
         "baseline_peak_rss_bytes": [b["peak_rss_bytes"] for b in baselines],
         "baseline_peak_rss_median_bytes": baseline_rss,
         "phases": phases,
@@ -536,31 +575,45 @@ def main(argv: list[str] | None = None) -> int:
     p = print
     p()
     p("== machine ==")
-    p(f"cpu: {machine['cpu_model']}; cores: {machine['cores']} (usable {machine['usable_cores']}); "
-      f"memory: {machine['memory_bytes'] / 2**30:.1f} GiB; load avg at start: "
-      f"{', '.join(f'{x:.2f}' for x in machine['load_average_at_start'] or [])}")
+    p(
+        f"cpu: {machine['cpu_model']}; cores: {machine['cores']} (usable {machine['usable_cores']}); "
+        f"memory: {machine['memory_bytes'] / 2**30:.1f} GiB; load avg at start: "
+        f"{', '.join(f'{x:.2f}' for x in machine['load_average_at_start'] or [])}"
+    )
     p(f"alpha_core: {baselines[0]['alpha_core']}")
-    p(f"python {machine['python']}, numpy {machine['numpy']}, databento {machine['databento']}, "
-      f"polars {machine['polars']}, torch {machine.get('torch', '-')}; {machine['platform']}")
+    p(
+        f"python {machine['python']}, numpy {machine['numpy']}, databento {machine['databento']}, "
+        f"polars {machine['polars']}, torch {machine.get('torch', '-')}; {machine['platform']}"
+    )
     p()
     p("== file ==")
     p(f"{dbn_path}  ({file_bytes / 2**20:.1f} MiB zstd)")
     p(f"{n:,} MBP-10 records x {RECORD_BYTES} B = {decoded_bytes / 2**20:.0f} MiB decoded")
-    p(f"baseline RSS (interpreter + imports, no work): {mib(baseline_rss)} "
-      f"(runs: {', '.join(mib(b['peak_rss_bytes']).strip() for b in baselines)})")
+    p(
+        f"baseline RSS (interpreter + imports, no work): {mib(baseline_rss)} "
+        f"(runs: {', '.join(mib(b['peak_rss_bytes']).strip() for b in baselines)})"
+    )
     p()
     p(f"== whole process: exec to exit, fresh process each ({a.repeats} interleaved rounds; median) ==")
     p(f"{'process':44s} {'wall s':>7s} {'records/s':>11s} {'CPU s':>6s} {'peak RSS':>9s}   runs (s)")
-    for key, label in (("decode_process", "d. bare decode  python -c (databento)"),
-                       ("predecode_process", "e. alpha predecode  (the alpha script)")):
+    for key, label in (
+        ("decode_process", "d. bare decode  python -c (databento)"),
+        ("predecode_process", "e. alpha predecode  (the alpha script)"),
+    ):
         ph = phases[key]
-        p(f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
-          f"{statistics.median(ph['cpu_seconds']):6.2f} {mib(statistics.median(ph['peak_rss_bytes'])).strip():>9s}   "
-          f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}")
-    p(f"predecode / bare decode throughput, whole process: {process_ratio:5.2f}   (per round: "
-      f"{', '.join(f'{x:.2f}' for x in whole_process['ratio_per_round'])})")
-    p(f"load average (1, 5, 15 min) at each round's start: "
-      f"{'; '.join(', '.join(f'{x:.2f}' for x in la) for la in round_loads if la)}")
+        p(
+            f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
+            f"{statistics.median(ph['cpu_seconds']):6.2f} {mib(statistics.median(ph['peak_rss_bytes'])).strip():>9s}   "
+            f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}"
+        )
+    p(
+        f"predecode / bare decode throughput, whole process: {process_ratio:5.2f}   (per round: "
+        f"{', '.join(f'{x:.2f}' for x in whole_process['ratio_per_round'])})"
+    )
+    p(
+        f"load average (1, 5, 15 min) at each round's start: "
+        f"{'; '.join(', '.join(f'{x:.2f}' for x in la) for la in round_loads if la)}"
+    )
     if not a.process_only:
         p()
         p(f"== decode vs build ({a.repeats} interleaved rounds, fresh process each; median) ==")
@@ -573,29 +626,43 @@ def main(argv: list[str] | None = None) -> int:
         }
         for key, label in labels.items():
             ph = phases[key]
-            p(f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
-              f"{mib(ph['median_peak_rss_above_baseline_bytes']):>20s}   "
-              f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}")
-        p(f"build output: {phases['build']['rows']:,} front-month snapshot rows, "
-          f"{phases['build']['sidecar_bytes'] / 2**20:.0f} MiB sidecar; statuses {phases['build']['statuses']}")
-        p(f"build / bare decode throughput:    {ratio:5.2f}   (vs chunked decode: "
-          f"{phases['build']['records_per_s'] / phases['decode_chunked']['records_per_s']:.2f})")
-        p(f"build peak RSS / decoded size:     {mem_ratio:5.2f}   "
-          f"(bare decode: {phases['decode']['median_peak_rss_above_baseline_bytes'] / decoded_bytes:.2f})")
+            p(
+                f"{label:44s} {ph['median_seconds']:7.2f} {fmt_rate(ph['records_per_s']):>11s} "
+                f"{mib(ph['median_peak_rss_above_baseline_bytes']):>20s}   "
+                f"{', '.join(f'{s:.2f}' for s in ph['seconds'])}"
+            )
+        p(
+            f"build output: {phases['build']['rows']:,} front-month snapshot rows, "
+            f"{phases['build']['sidecar_bytes'] / 2**20:.0f} MiB sidecar; statuses {phases['build']['statuses']}"
+        )
+        p(
+            f"build / bare decode throughput:    {ratio:5.2f}   (vs chunked decode: "
+            f"{phases['build']['records_per_s'] / phases['decode_chunked']['records_per_s']:.2f})"
+        )
+        p(
+            f"build peak RSS / decoded size:     {mem_ratio:5.2f}   "
+            f"(bare decode: {phases['decode']['median_peak_rss_above_baseline_bytes'] / decoded_bytes:.2f})"
+        )
         if stages:
             p()
             p(f"== build stages (one extra build, {stages['seconds']:.2f} s wall) ==")
             for key, label in STAGES:
                 p(f"  {label:50s} {stages['stages'][key]:6.3f} s")
         p()
-        p(f"== window sampling: seq_len {SEQ_LEN}, {sample['n_windows']:,} windows/epoch, 1 core "
-          f"(torch threads {sample['torch_threads']}, cpu affinity {sample['affinity']}) ==")
-        p(f"sidecar rows {sample['sidecar_rows']:,}; fit_norm_stats {sample['fit_norm_seconds']:.2f} s; "
-          f"last batch x {sample['batch_shapes']['x']} {sample['batch_shapes']['x_dtype']}")
+        p(
+            f"== window sampling: seq_len {SEQ_LEN}, {sample['n_windows']:,} windows/epoch, 1 core "
+            f"(torch threads {sample['torch_threads']}, cpu affinity {sample['affinity']}) =="
+        )
+        p(
+            f"sidecar rows {sample['sidecar_rows']:,}; fit_norm_stats {sample['fit_norm_seconds']:.2f} s; "
+            f"last batch x {sample['batch_shapes']['x']} {sample['batch_shapes']['x_dtype']}"
+        )
         for c in sample["configs"]:
             eps = ", ".join(f"{e['windows'] / e['seconds']:,.0f}" for e in c["epochs"])
-            p(f"  batch {c['batch']:5d}  {'norm' if c['norm'] else 'raw ':4s}  {c['windows_per_s']:10,.0f} windows/s "
-              f"({c['snapshot_rows_per_s'] / 1e6:5.2f} M rows/s)   epochs: {eps}")
+            p(
+                f"  batch {c['batch']:5d}  {'norm' if c['norm'] else 'raw ':4s}  {c['windows_per_s']:10,.0f} windows/s "
+                f"({c['snapshot_rows_per_s'] / 1e6:5.2f} M rows/s)   epochs: {eps}"
+            )
     p()
     p("== targets ==")
     for name, t in targets.items():

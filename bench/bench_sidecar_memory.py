@@ -88,8 +88,13 @@ def worker_join(a: argparse.Namespace) -> dict:
                 span = spans.setdefault(raw, [iv.start_date, iv.end_date, str(iv.instrument_id)])
                 span[0], span[1] = min(span[0], iv.start_date), max(span[1], iv.end_date)
     meta = dbn.Metadata(
-        dataset=infos[0].dataset, start=infos[0].start, end=infos[-1].end, stype_in=dbn.SType.PARENT,
-        stype_out=dbn.SType.INSTRUMENT_ID, schema=dbn.Schema.MBP_10, symbols=[SYMBOL],
+        dataset=infos[0].dataset,
+        start=infos[0].start,
+        end=infos[-1].end,
+        stype_in=dbn.SType.PARENT,
+        stype_out=dbn.SType.INSTRUMENT_ID,
+        schema=dbn.Schema.MBP_10,
+        symbols=[SYMBOL],
         mappings=[Mapping(raw, [Interval(*span)]) for raw, span in sorted(spans.items())],
     )
     out = Path(a.dir)
@@ -141,8 +146,21 @@ def predecode_memory(a: argparse.Namespace) -> int:
     if have < max(counts):
         print(f"data: alpha demo-data --scale {a.scale} --symbols {SYMBOL} --quarters {max(counts)} ...", flush=True)
         shutil.rmtree(source, ignore_errors=True)
-        run_process("demo-data", [str(alpha_cli()), "demo-data", "--scale", a.scale, "--symbols", SYMBOL,
-                                  "--quarters", str(max(counts)), "--output-dir", str(source)])
+        run_process(
+            "demo-data",
+            [
+                str(alpha_cli()),
+                "demo-data",
+                "--scale",
+                a.scale,
+                "--symbols",
+                SYMBOL,
+                "--quarters",
+                str(max(counts)),
+                "--output-dir",
+                str(source),
+            ],
+        )
     baseline = run_process("baseline", [sys.executable, "-c", "import alpha_core.cli"])[1]
     results: dict[str, dict] = {}
     for n in counts:
@@ -159,8 +177,9 @@ def predecode_memory(a: argparse.Namespace) -> int:
                 folds = [str(alpha_cli()), "folds", "--data-dir", str(data / SYMBOL), "--cv-n-folds", "1", "--json"]
                 row["folds"] = run_process(f"folds q{n}", folds)[1]
                 try:  # planned from the sidecars' meta (an option older trees do not have)
-                    row["folds_from_sidecars"] = run_process(f"folds q{n} (sidecars)",
-                                                             [*folds, "--predecoded-dir", str(cache)])[1]
+                    row["folds_from_sidecars"] = run_process(
+                        f"folds q{n} (sidecars)", [*folds, "--predecoded-dir", str(cache)]
+                    )[1]
                 except SystemExit:
                     row["folds_from_sidecars"] = None
             rows = sum(json.loads(m.read_text())["rows"] for m in cache.rglob("meta.json"))
@@ -170,20 +189,28 @@ def predecode_memory(a: argparse.Namespace) -> int:
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         r = results[f"q{n}"]
-        print(f"q{n}: {r['sidecar_rows']:,} rows; predecode build {mib(r['build']['peak_rss_bytes'])} "
-              f"({r['build']['cpu_seconds']:.1f} CPU s), reuse {mib(r['reuse']['peak_rss_bytes'])} "
-              f"({r['reuse']['cpu_seconds']:.2f} CPU s)" + (f", folds {r['folds']['cpu_seconds']:.2f} CPU s"
-                                                             if "folds" in r else "")
-              + (f" ({r['folds_from_sidecars']['cpu_seconds']:.2f} from the sidecars)"
-                 if r.get("folds_from_sidecars") else ""), flush=True)
+        print(
+            f"q{n}: {r['sidecar_rows']:,} rows; predecode build {mib(r['build']['peak_rss_bytes'])} "
+            f"({r['build']['cpu_seconds']:.1f} CPU s), reuse {mib(r['reuse']['peak_rss_bytes'])} "
+            f"({r['reuse']['cpu_seconds']:.2f} CPU s)"
+            + (f", folds {r['folds']['cpu_seconds']:.2f} CPU s" if "folds" in r else "")
+            + (f" ({r['folds_from_sidecars']['cpu_seconds']:.2f} from the sidecars)" if r.get("folds_from_sidecars") else ""),
+            flush=True,
+        )
     first, last = results[f"q{counts[0]}"], results[f"q{counts[-1]}"]
     ratio = last["build"]["peak_rss_bytes"] / first["build"]["peak_rss_bytes"]
     worst = max(max(r["build"]["peak_rss_bytes"], r["reuse"]["peak_rss_bytes"]) for r in results.values())
     targets = {
-        "predecode_peak_rss_bytes": {"value": worst, "target": f"< {PREDECODE_PEAK_TARGET / 1e6:.0f} MB",
-                                     "pass": worst < PREDECODE_PEAK_TARGET},
-        f"predecode_peak_rss_q{counts[-1]}_vs_q{counts[0]}": {"value": ratio, "target": f"<= {RATIO_TARGET}",
-                                                             "pass": ratio <= RATIO_TARGET},
+        "predecode_peak_rss_bytes": {
+            "value": worst,
+            "target": f"< {PREDECODE_PEAK_TARGET / 1e6:.0f} MB",
+            "pass": worst < PREDECODE_PEAK_TARGET,
+        },
+        f"predecode_peak_rss_q{counts[-1]}_vs_q{counts[0]}": {
+            "value": ratio,
+            "target": f"<= {RATIO_TARGET}",
+            "pass": ratio <= RATIO_TARGET,
+        },
     }
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -205,8 +232,13 @@ def predecode_memory(a: argparse.Namespace) -> int:
     return 0 if report["all_targets_pass"] else 1
 
 
-WORKERS = {"generate": worker_generate, "join": worker_join, "count": worker_count, "baseline": worker_baseline,
-           "build": worker_build}
+WORKERS = {
+    "generate": worker_generate,
+    "join": worker_join,
+    "count": worker_count,
+    "baseline": worker_baseline,
+    "build": worker_build,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     out = Path(a.out).resolve()
     data_dir = out / "data"
-    quarter_files = [data_dir / SYMBOL / "mbp-10" / f"{SYMBOL}_{2024 + k // 4}-Q{k % 4 + 1}.dbn.zst"
-                     for k in range(a.quarters)]
+    quarter_files = [data_dir / SYMBOL / "mbp-10" / f"{SYMBOL}_{2024 + k // 4}-Q{k % 4 + 1}.dbn.zst" for k in range(a.quarters)]
     joined = out / "data-joined" / SYMBOL / "mbp-10" / f"{SYMBOL}_joined-{a.quarters}q.dbn.zst"
     print(f"# sidecar build memory vs file size  ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
     if all(p.exists() for p in quarter_files):
@@ -260,9 +291,14 @@ def main(argv: list[str] | None = None) -> int:
             target.mkdir()
             r = run_child("build", script=__file__, file=path, dir=target)
             results[name] = {
-                "file": str(path), "file_bytes": path.stat().st_size, "records": records, "rows": r["rows"],
-                "seconds": r["seconds"], "process_wall_seconds": r["process_wall_seconds"],
-                "cpu_seconds": r["cpu_seconds"], "peak_rss_bytes": r["peak_rss_bytes"],
+                "file": str(path),
+                "file_bytes": path.stat().st_size,
+                "records": records,
+                "rows": r["rows"],
+                "seconds": r["seconds"],
+                "process_wall_seconds": r["process_wall_seconds"],
+                "cpu_seconds": r["cpu_seconds"],
+                "peak_rss_bytes": r["peak_rss_bytes"],
                 "peak_rss_above_baseline_bytes": r["peak_rss_bytes"] - baseline_rss,
                 "sidecar_bytes": r["sidecar_bytes"],
             }
@@ -276,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     ratio = big["peak_rss_bytes"] / small["peak_rss_bytes"]
     targets = {
         "peak_rss_joined_vs_one_quarter": {"value": ratio, "target": f"<= {RATIO_TARGET}", "pass": ratio <= RATIO_TARGET},
-        "peak_rss_joined_bytes": {"value": big["peak_rss_bytes"], "target": f"< {PEAK_TARGET / 2**20:.0f} MiB",
-                                  "pass": big["peak_rss_bytes"] < PEAK_TARGET},
+        "peak_rss_joined_bytes": {
+            "value": big["peak_rss_bytes"],
+            "target": f"< {PEAK_TARGET / 2**20:.0f} MiB",
+            "pass": big["peak_rss_bytes"] < PEAK_TARGET,
+        },
     }
     versions = {k: baselines[0][k] for k in ("python", "numpy", "databento", "polars")}
     report = {
@@ -296,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline RSS (interpreter + imports, no work): {mib(baseline_rss).strip()}")
     print(f"{'file':14s} {'records':>12s} {'rows':>12s} {'build s':>8s} {'peak RSS':>10s} {'- baseline':>11s}")
     for name, r in results.items():
-        print(f"{name:14s} {r['records']:12,d} {r['rows']:12,d} {r['seconds']:8.1f} {mib(r['peak_rss_bytes']):>10s} "
-              f"{mib(r['peak_rss_above_baseline_bytes']):>11s}")
+        print(
+            f"{name:14s} {r['records']:12,d} {r['rows']:12,d} {r['seconds']:8.1f} {mib(r['peak_rss_bytes']):>10s} "
+            f"{mib(r['peak_rss_above_baseline_bytes']):>11s}"
+        )
     for name, t in targets.items():
         v = t["value"]
         shown = f"{v / 2**20:.0f} MiB" if v > 100 else f"{v:.3f}"

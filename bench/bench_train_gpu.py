@@ -31,15 +31,26 @@ from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 FOLD = {"cv_fold": 0, "cv_n_folds": 3, "cv_train_window": 1, "allow_untested_folds": True}
 
 
-def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False,
-             fused: bool = True) -> dict:
+def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled: bool = False, fused: bool = True) -> dict:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     warmup = 5
-    cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / f"b{batch}",
-                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch * (warmup + steps + args.profile),
-                      epochs=1, precision=precision, cuda_graph=graph, lr_warmup_steps=10, compile=compiled,
-                      fused_scan=fused, **FOLD)
+    cfg = TrainConfig(
+        mbp10_data_dir=args.data_dir,
+        predecoded_dir=args.predecoded_dir,
+        out=args.out_dir / f"b{batch}",
+        device="cuda",
+        batch_size=batch,
+        seq_len=64,
+        n_train_seqs=batch * (warmup + steps + args.profile),
+        epochs=1,
+        precision=precision,
+        cuda_graph=graph,
+        lr_warmup_steps=10,
+        compile=compiled,
+        fused_scan=fused,
+        **FOLD,
+    )
     t0 = time.perf_counter()
     trainer = PerceptionTrainer(cfg)
     trainer.model.train()
@@ -75,8 +86,10 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
         def next_batch():
             return None
     else:
+
         def run(b):
             return trainer.step(b.x, b.dt, b.labels, b.outcome_long, b.outcome_short)
+
     run(next_batch())
     torch.cuda.synchronize()
     first_step_s = time.perf_counter() - t0
@@ -92,11 +105,23 @@ def run_mode(args, batch: int, precision: str, graph: bool, steps: int, compiled
     n = steps
     ms = start.elapsed_time(end) / n
     prof = profile_steps(run, next_batch, args.profile) if args.profile else None
-    return {"batch": batch, "precision": precision, "cuda_graph": graph, "compile": compiled, "fused_scan": fused,
-            "profile": prof, "steps": n, "ms_per_step": ms, "windows": loader.n_windows, "steps_per_epoch": per_epoch,
-            "epochs_spanned": epoch + 1,
-            "sequences_per_s": batch * 1000 / ms, "first_step_s": first_step_s,
-            "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "final_loss": float(loss)}
+    return {
+        "batch": batch,
+        "precision": precision,
+        "cuda_graph": graph,
+        "compile": compiled,
+        "fused_scan": fused,
+        "profile": prof,
+        "steps": n,
+        "ms_per_step": ms,
+        "windows": loader.n_windows,
+        "steps_per_epoch": per_epoch,
+        "epochs_spanned": epoch + 1,
+        "sequences_per_s": batch * 1000 / ms,
+        "first_step_s": first_step_s,
+        "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "final_loss": float(loss),
+    }
 
 
 def profile_steps(run, next_batch, steps: int) -> dict:
@@ -113,14 +138,26 @@ def profile_steps(run, next_batch, steps: int) -> dict:
             kernels.setdefault(event.name[:120], []).append(event.device_time)
     total = sum(sum(v) for v in kernels.values())
     top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:30]
-    return {"kernels_per_step": sum(len(v) for v in kernels.values()) / steps, "gpu_us_per_step": total / steps,
-            "top": [{"name": k, "per_step": len(v) / steps, "us_per_step": sum(v) / steps} for k, v in top]}
+    return {
+        "kernels_per_step": sum(len(v) for v in kernels.values()) / steps,
+        "gpu_us_per_step": total / steps,
+        "top": [{"name": k, "per_step": len(v) / steps, "us_per_step": sum(v) / steps} for k, v in top],
+    }
 
 
 @torch.no_grad()
 def inference(args, batch: int = 4096, reps: int = 20) -> dict:
-    cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.out_dir / "inf",
-                      device="cuda", batch_size=batch, seq_len=64, n_train_seqs=batch, epochs=1, **FOLD)
+    cfg = TrainConfig(
+        mbp10_data_dir=args.data_dir,
+        predecoded_dir=args.predecoded_dir,
+        out=args.out_dir / "inf",
+        device="cuda",
+        batch_size=batch,
+        seq_len=64,
+        n_train_seqs=batch,
+        epochs=1,
+        **FOLD,
+    )
     trainer = PerceptionTrainer(cfg)
     trainer.model.eval()
     b = trainer.train_loader.next_batch(batch)
@@ -138,13 +175,29 @@ def auc_parity(args) -> dict:
     """Same seed, data and schedule in fp32 and bf16: validation AUC must agree within noise."""
     out = {}
     for precision in ("fp32", "bf16"):
-        cfg = TrainConfig(mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir,
-                          out=args.out_dir / f"parity-{precision}", device="cuda", batch_size=256, seq_len=64,
-                          n_train_seqs=20_000, n_val_seqs=5_000, epochs=3, lr_warmup_steps=50, precision=precision,
-                          cuda_graph=True, early_stop_metric="none", **FOLD)
+        cfg = TrainConfig(
+            mbp10_data_dir=args.data_dir,
+            predecoded_dir=args.predecoded_dir,
+            out=args.out_dir / f"parity-{precision}",
+            device="cuda",
+            batch_size=256,
+            seq_len=64,
+            n_train_seqs=20_000,
+            n_val_seqs=5_000,
+            epochs=3,
+            lr_warmup_steps=50,
+            precision=precision,
+            cuda_graph=True,
+            early_stop_metric="none",
+            **FOLD,
+        )
         s = PerceptionTrainer(cfg).fit()
-        out[precision] = {"best_mean_auc": s.best_mean_auc, "per_horizon": s.best_mean_auc_per_horizon,
-                          "final_val_auc": s.final_val_auc, "sequences_per_s": s.sequences_per_s}
+        out[precision] = {
+            "best_mean_auc": s.best_mean_auc,
+            "per_horizon": s.best_mean_auc_per_horizon,
+            "final_val_auc": s.final_val_auc,
+            "sequences_per_s": s.sequences_per_s,
+        }
     return out
 
 
@@ -154,9 +207,12 @@ def main() -> None:
     parser.add_argument("--predecoded-dir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--out-dir", type=Path, default=Path("/tmp/bench_train_gpu"))
-    parser.add_argument("--modes", default="1:fp32:0,1:fp32:1,64:fp32:1,4096:fp32:0,4096:fp32:1,4096:bf16:1",
-                        help="batch:precision:graph(0|1)[:c for torch.compile][:t for the torch CfC scan]"
-                             "[:r for Triton's row kernel in place of the CUDA one at small batch], comma-separated")
+    parser.add_argument(
+        "--modes",
+        default="1:fp32:0,1:fp32:1,64:fp32:1,4096:fp32:0,4096:fp32:1,4096:bf16:1",
+        help="batch:precision:graph(0|1)[:c for torch.compile][:t for the torch CfC scan]"
+        "[:r for Triton's row kernel in place of the CUDA one at small batch], comma-separated",
+    )
     parser.add_argument("--skip-inference", action="store_true")
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
@@ -171,8 +227,7 @@ def main() -> None:
         if "r" in flags:
             cfc_triton.LAUNCH_PLAN = [(64, "rows", 1, 8), *plan[1:]]
         try:
-            r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags,
-                         fused="t" not in flags)
+            r = run_mode(args, int(batch), precision, graph == "1", args.steps, compiled="c" in flags, fused="t" not in flags)
         except Exception as exc:  # report and go on: one broken mode must not cost the whole device call
             r = {"mode": spec, "error": f"{type(exc).__name__}: {exc}"[:2000]}
         cfc_triton.LAUNCH_PLAN = plan

@@ -75,9 +75,17 @@ def main() -> None:
     mark("trainer imported")
     instrument(perception)
     cfg = perception.TrainConfig(
-        mbp10_data_dir=args.data_dir, predecoded_dir=args.predecoded_dir, out=args.work_dir / f"fold-{args.fold}",
-        cv_fold=args.fold, cv_n_folds=3, cv_train_window=1, allow_untested_folds=True, device="cuda",
-        cuda_graph=True, compile=True)
+        mbp10_data_dir=args.data_dir,
+        predecoded_dir=args.predecoded_dir,
+        out=args.work_dir / f"fold-{args.fold}",
+        cv_fold=args.fold,
+        cv_n_folds=3,
+        cv_train_window=1,
+        allow_untested_folds=True,
+        device="cuda",
+        cuda_graph=True,
+        compile=True,
+    )
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
@@ -93,9 +101,13 @@ def main() -> None:
         args.profile.write_text(text.getvalue())
     from torch._dynamo.utils import compile_times
 
-    result = {"marks": marks, "sequences_per_s": summary.sequences_per_s, "best_mean_auc": summary.best_mean_auc,
-              "epoch_s": [m.get("epoch_s") for m in summary.epoch_metrics],
-              "dynamo_compile_times": compile_times(repr="str")}
+    result = {
+        "marks": marks,
+        "sequences_per_s": summary.sequences_per_s,
+        "best_mean_auc": summary.best_mean_auc,
+        "epoch_s": [m.get("epoch_s") for m in summary.epoch_metrics],
+        "dynamo_compile_times": compile_times(repr="str"),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "dynamo_compile_times"}))

@@ -39,8 +39,9 @@ def cuobjdump(cubin: bytes, flag: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([str(Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"), flag, f.name],
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            [str(Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"), flag, f.name], capture_output=True, text=True
+        ).stdout
 
 
 def disassemble(cubin: bytes) -> str:
@@ -54,8 +55,10 @@ def loop_stats(sass: str) -> dict:
     for i, (addr, _, op, target) in enumerate(lines):
         if op == "BRA" and target and int(target, 16) < int(addr, 16):
             body = [op for _, _, op, _ in lines[at[int(target, 16)] : i + 1]]
-            counts = {key: body.count(key) for key in ("BAR", "SHFL", "LDS", "STS", "LDL", "STL", "LDG", "STG",
-                                                        "MUFU", "FFMA", "FMUL", "FADD")}
+            counts = {
+                key: body.count(key)
+                for key in ("BAR", "SHFL", "LDS", "STS", "LDL", "STL", "LDG", "STG", "MUFU", "FFMA", "FMUL", "FADD")
+            }
             return {"instructions": len(body), **counts}
     return {}
 
@@ -64,14 +67,20 @@ def resources(cubin: bytes) -> dict:
     """Registers and spill bytes, from cuobjdump (Triton reads them only when it loads onto a GPU)."""
     usage = cuobjdump(cubin, "--dump-resource-usage")
     found = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", usage))
-    return {"registers": int(found.get("REG", -1)), "local_bytes": int(found.get("LOCAL", 0)),
-            "stack": int(found.get("STACK", 0))}
+    return {
+        "registers": int(found.get("REG", -1)),
+        "local_bytes": int(found.get("LOCAL", 0)),
+        "stack": int(found.get("STACK", 0)),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    kernels = {name: value for name, value in vars(cfc_triton).items()
-               if name.endswith("_kernel") and isinstance(value, triton.runtime.JITFunction)}
+    kernels = {
+        name: value
+        for name, value in vars(cfc_triton).items()
+        if name.endswith("_kernel") and isinstance(value, triton.runtime.JITFunction)
+    }
     parser.add_argument("--kernel", default=",".join(kernels), help=f"of {', '.join(kernels)}")
     parser.add_argument("--warps", type=int, default=8)
     parser.add_argument("--dump", type=Path)
@@ -86,8 +95,9 @@ def main() -> None:
         sig, constexprs = signature(kernel)
         # as a launch specializes them: every pointer 16-byte aligned (torch allocations are)
         attrs = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(kernel.arg_names) if sig[arg].startswith("*")}
-        src = ASTSource(fn=kernel, signature=sig, attrs=attrs,
-                        constexprs={(kernel.arg_names.index(k),): v for k, v in constexprs.items()})
+        src = ASTSource(
+            fn=kernel, signature=sig, attrs=attrs, constexprs={(kernel.arg_names.index(k),): v for k, v in constexprs.items()}
+        )
         compiled = triton.compile(src, target=target, options={"num_warps": args.warps, "num_stages": 1})
         sass = disassemble(compiled.asm["cubin"])
         print(f"{name} w{args.warps}: loop {loop_stats(sass)} {resources(compiled.asm['cubin'])}")

@@ -84,8 +84,11 @@ def problem(reference: str) -> str | None:
     if "@sha256:" in reference:
         return "not a sha256 digest (a placeholder: resolve the tag and write its digest)"
     tag = reference.rpartition("/")[2].partition(":")[2]
-    return f"the tag {tag!r} can be re-pushed: pin it by digest (name:tag@sha256:...)" if tag else \
-        "no tag and no digest (the registry's newest): pin it by digest"
+    return (
+        f"the tag {tag!r} can be re-pushed: pin it by digest (name:tag@sha256:...)"
+        if tag
+        else "no tag and no digest (the registry's newest): pin it by digest"
+    )
 
 
 def refused(deploy: Path) -> list[str]:

@@ -57,8 +57,12 @@ class Node:
         if wrong:
             return f"node selector {wrong} does not match"
         for key, value in self.taints:
-            if not any(t.get("key") == key and t.get("effect") in (None, "NoSchedule") and (
-                    t.get("operator") == "Exists" or t.get("value") == value) for t in spec.get("tolerations") or []):
+            if not any(
+                t.get("key") == key
+                and t.get("effect") in (None, "NoSchedule")
+                and (t.get("operator") == "Exists" or t.get("value") == value)
+                for t in spec.get("tolerations") or []
+            ):
                 return f"untolerated taint {key}"
         requests = (container.get("resources") or {}).get("requests") or {}
         over = [r for r, q in requests.items() if _quantity(q) > _quantity(self.allocatable.get(r, "0"))]
@@ -101,9 +105,18 @@ class KubeStandIn:
     brings: the environment and working directory every container starts with.
     """
 
-    def __init__(self, scratch: Path, claims: dict[str, Path], config_maps: dict[str, Path], image_env: dict[str, str],
-                 workdir: Path, secrets: dict[str, dict[str, str]] | None = None, nodes: list[Node] | None = None,
-                 rules: list[dict] | None = None, isolate: bool = False) -> None:
+    def __init__(
+        self,
+        scratch: Path,
+        claims: dict[str, Path],
+        config_maps: dict[str, Path],
+        image_env: dict[str, str],
+        workdir: Path,
+        secrets: dict[str, dict[str, str]] | None = None,
+        nodes: list[Node] | None = None,
+        rules: list[dict] | None = None,
+        isolate: bool = False,
+    ) -> None:
         self.scratch, self.claims, self.config_maps = Path(scratch), claims, config_maps
         self.nodes, self.rules = nodes, rules
         self.isolate = isolate  # each pod in its own UTS and PID namespace, its hostname the pod's name (needs unshare)
@@ -122,12 +135,18 @@ class KubeStandIn:
 
     def __enter__(self) -> KubeStandIn:
         self.scratch.mkdir(parents=True, exist_ok=True)
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
-            "users": [{"name": "standin", "user": {"token": "standin"}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin"}}],
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "standin",
+                    "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
+                    "users": [{"name": "standin", "user": {"token": "standin"}}],
+                    "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "standin"}}],
+                }
+            )
+        )
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -170,7 +189,7 @@ class KubeStandIn:
             return value
         for mount_path in sorted(mounts, key=len, reverse=True):
             if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
-                return str(mounts[mount_path]) + value[len(mount_path.rstrip("/")):]
+                return str(mounts[mount_path]) + value[len(mount_path.rstrip("/")) :]
         return value
 
     def _mounts(self, pod: Pod, spec: dict, container: dict) -> dict[str, Path]:
@@ -214,8 +233,18 @@ class KubeStandIn:
             argv = [*container.get("command", []), *container.get("args", [])]
             argv[0] = shutil.which(argv[0], path=env.get("PATH")) or argv[0]
             if self.isolate:  # as on a node: another host name, PIDs of its own
-                argv = ["unshare", "--uts", "--pid", "--fork", "--kill-child", "sh", "-c",
-                        'hostname "$0" && exec "$@"', pod.name, *argv]
+                argv = [
+                    "unshare",
+                    "--uts",
+                    "--pid",
+                    "--fork",
+                    "--kill-child",
+                    "sh",
+                    "-c",
+                    'hostname "$0" && exec "$@"',
+                    pod.name,
+                    *argv,
+                ]
             cwd = self._local_path(container.get("workingDir", str(self.workdir)), mounts)
         except (KeyError, ValueError, OSError) as exc:
             pod.problem = f"pod {pod.name} cannot start: {type(exc).__name__}: {exc}"
@@ -224,8 +253,7 @@ class KubeStandIn:
         before = {p: _snapshot(mounts[p]) for p in read_only}
         with pod.log.open("wb") as log:
             pod.started = _now()
-            pod.process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+            pod.process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         code = pod.process.wait()
         changed = sorted(p for p in read_only if _snapshot(mounts[p]) != before[p])
         if changed:
@@ -267,9 +295,20 @@ class KubeStandIn:
             status["active"] = 1
         else:
             ok = pod.phase == "Succeeded"
-            status.update({"succeeded" if ok else "failed": 1, "conditions": [{
-                "type": "Complete" if ok else "Failed", "status": "True", "lastTransitionTime": pod.finished or _now(),
-                "reason": None if ok else "BackoffLimitExceeded", "message": pod.problem}]})
+            status.update(
+                {
+                    "succeeded" if ok else "failed": 1,
+                    "conditions": [
+                        {
+                            "type": "Complete" if ok else "Failed",
+                            "status": "True",
+                            "lastTransitionTime": pod.finished or _now(),
+                            "reason": None if ok else "BackoffLimitExceeded",
+                            "message": pod.problem,
+                        }
+                    ],
+                }
+            )
             if ok:
                 status["completionTime"] = pod.finished
         return {**job, "status": status}
@@ -277,30 +316,60 @@ class KubeStandIn:
     def _pod(self, namespace: str, job_name: str) -> dict:
         job, pod = self.jobs[(namespace, job_name)], self.pods[(namespace, job_name)]
         template = job["spec"]["template"]
-        labels = {**template["metadata"].get("labels", {}), "job-name": job_name,
-                  "batch.kubernetes.io/job-name": job_name, "controller-uid": job["metadata"]["uid"]}
+        labels = {
+            **template["metadata"].get("labels", {}),
+            "job-name": job_name,
+            "batch.kubernetes.io/job-name": job_name,
+            "controller-uid": job["metadata"]["uid"],
+        }
         (container,) = template["spec"]["containers"]
         if pod.phase in ("Pending", "Running"):
             state = {"running": {"startedAt": pod.started}} if pod.process else {"waiting": {"reason": "ContainerCreating"}}
         else:
-            state = {"terminated": {"exitCode": 1 if pod.exit_code is None else pod.exit_code, "startedAt": pod.started,
-                                    "finishedAt": pod.finished, "reason": "Completed" if pod.phase == "Succeeded" else
-                                    "Error", "message": pod.problem}}
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod.name, "namespace": namespace, "labels": labels, "uid": str(uuid.uuid5(
-                    uuid.NAMESPACE_OID, pod.name)), "creationTimestamp": job["metadata"]["creationTimestamp"]},
-                "spec": template["spec"],
-                "status": {"phase": pod.phase, "containerStatuses": [{
-                    "name": container["name"], "image": container["image"], "imageID": "", "ready": pod.phase == "Running",
-                    "restartCount": 0, "state": state}]}}
+            state = {
+                "terminated": {
+                    "exitCode": 1 if pod.exit_code is None else pod.exit_code,
+                    "startedAt": pod.started,
+                    "finishedAt": pod.finished,
+                    "reason": "Completed" if pod.phase == "Succeeded" else "Error",
+                    "message": pod.problem,
+                }
+            }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod.name,
+                "namespace": namespace,
+                "labels": labels,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, pod.name)),
+                "creationTimestamp": job["metadata"]["creationTimestamp"],
+            },
+            "spec": template["spec"],
+            "status": {
+                "phase": pod.phase,
+                "containerStatuses": [
+                    {
+                        "name": container["name"],
+                        "image": container["image"],
+                        "imageID": "",
+                        "ready": pod.phase == "Running",
+                        "restartCount": 0,
+                        "state": state,
+                    }
+                ],
+            },
+        }
 
     def _authorize(self, method: str, path: str, query: dict) -> tuple[int, dict] | None:
         """None when RBAC allows the request (or no rules were given), else the API server's 403."""
         if self.rules is None:
             return None
         verb, group, resource = rbac_attributes(method, path, query)
-        if any(verb in rule.get("verbs", []) and group in rule.get("apiGroups", []) and resource in rule.get(
-                "resources", []) for rule in self.rules):
+        if any(
+            verb in rule.get("verbs", []) and group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
+            for rule in self.rules
+        ):
             self.authorized.add((verb, f"{group}/{resource}" if group else resource))
             return None
         self.forbidden.append((method, path))
@@ -350,7 +419,8 @@ class KubeStandIn:
                 query = parse_qs(url.query)
                 try:
                     answer = standin._authorize(self.command, url.path, query) or standin._route(
-                        self.command, url.path, query, json.loads(raw) if raw else None)
+                        self.command, url.path, query, json.loads(raw) if raw else None
+                    )
                 except Exception as exc:  # a stand-in bug must show as a failed request, not a hung client
                     answer = 500, _status(500, "InternalError", f"{type(exc).__name__}: {exc}")
                 if answer is None:
@@ -414,8 +484,15 @@ def _select(items: list[dict], query: dict) -> list[dict]:
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success" if code < 300 else "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Success" if code < 300 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:

@@ -14,8 +14,16 @@ from alpha_core.data.norm import fit_norm_stats
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 
 
-def fit_and_score(model: torch.nn.Module, train, val, steps: int = 150, batch_size: int = 64, seq_len: int = 32,
-                  lr: float = 3e-3, seed: int = 0) -> list[float]:
+def fit_and_score(
+    model: torch.nn.Module,
+    train,
+    val,
+    steps: int = 150,
+    batch_size: int = 64,
+    seq_len: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+) -> list[float]:
     torch.manual_seed(seed)
     norm = fit_norm_stats(train)
     loader = WindowLoader(train, seq_len, steps * batch_size, seed, norm)

@@ -45,8 +45,7 @@ def test_a_completed_attempt_is_reused_not_rebuilt(tmp_path):
     dest = tmp_path / "fold-0"
     artifacts.promote(_attempt(dest, "first", "run-a"))
     calls = []
-    result = artifacts.run_attempt(artifacts.Attempt(dest, "run-a"), lambda folder: calls.append(1),
-                                   lambda folder: "reused")
+    result = artifacts.run_attempt(artifacts.Attempt(dest, "run-a"), lambda folder: calls.append(1), lambda folder: "reused")
     assert result == "reused" and not calls and (dest / "model.safetensors").read_text() == "first"
 
 
@@ -61,9 +60,15 @@ def test_an_incomplete_attempt_cannot_be_promoted(tmp_path):
 
 def test_a_second_writer_fails_fast_naming_the_owner(tmp_path):
     attempt = artifacts.Attempt(tmp_path / "fold-0", "run-a")
-    with (artifacts.writing(attempt), pytest.raises(PlanError, match=r"is being written by .*~\d+~\d+ \(run run-a, "
-                                                                       r"step .*fold-0\) since .*heartbeat \d+ s ago"),
-          artifacts.writing(attempt)):
+    with (
+        artifacts.writing(attempt),
+        pytest.raises(
+            PlanError,
+            match=r"is being written by .*~\d+~\d+ \(run run-a, "
+            r"step .*fold-0\) since .*heartbeat \d+ s ago",
+        ),
+        artifacts.writing(attempt),
+    ):
         pass
     with artifacts.writing(attempt):  # released
         pass
@@ -73,8 +78,9 @@ def _foreign_lock(attempt: artifacts.Attempt, owner: str, run: str | None = None
     """A lock as another pod's writer leaves it when its node is lost."""
     attempt.path.mkdir(parents=True, exist_ok=True)
     lock = attempt.path / artifacts.LOCK
-    lock.write_text(json.dumps({"run": run or attempt.id, "step": str(attempt.dest), "owner": owner, "token": "t0",
-                                "since": "then"}))
+    lock.write_text(
+        json.dumps({"run": run or attempt.id, "step": str(attempt.dest), "owner": owner, "token": "t0", "since": "then"})
+    )
     os.utime(lock, (time.time() - age_s, time.time() - age_s))
     return lock
 
@@ -248,8 +254,9 @@ def test_cleanup_in_another_pid_namespace_never_deletes_a_live_writers_temporary
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     # in its namespace the writer is pid 2 (sh is 1); the cleaner's namespace has no pid 2 at all
     run_writer = f'"{sys.executable}" -c "$0" "$1" "$2"'
-    writer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sh", "-c", run_writer, WRITER, str(cache),
-                               str(ready)], env=env)
+    writer = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "sh", "-c", run_writer, WRITER, str(cache), str(ready)], env=env
+    )
     try:
         deadline = time.monotonic() + 30
         while not ready.exists():
@@ -257,10 +264,17 @@ def test_cleanup_in_another_pid_namespace_never_deletes_a_live_writers_temporary
             time.sleep(0.05)
         (temp,) = [p for p in cache.iterdir() if TMP_MARK in p.name]
         assert temp.name.split(TMP_MARK)[1].split("~")[2] == "2"
-        clean = ("import sys; from pathlib import Path; from alpha_core.atomic import remove_stale_temporaries; "
-                 "print(len(remove_stale_temporaries(Path(sys.argv[1]))))")
-        out = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", clean, str(cache)], env=env,
-                             capture_output=True, text=True, check=True)
+        clean = (
+            "import sys; from pathlib import Path; from alpha_core.atomic import remove_stale_temporaries; "
+            "print(len(remove_stale_temporaries(Path(sys.argv[1]))))"
+        )
+        out = subprocess.run(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", clean, str(cache)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert out.stdout.strip() == "0" and (temp / "features.npy").exists()
     finally:
         writer.kill()

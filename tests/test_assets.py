@@ -26,13 +26,23 @@ def test_definitions_load():
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     models = {"perception", "tft", "mamba2", "tggn", "tlob", "liquid", "kan", "xlstm", "diffusion", "dqn", "ppo"}
-    assert keys == {"book_sidecars", "bar_sidecars", "fold_plans", "ensemble_report", "run_summary",
-                    *(f"checkpoints/{m}" for m in models), *(f"hyperopt/{m}" for m in ("tft", "mamba2", "dqn", "ppo"))}
+    assert keys == {
+        "book_sidecars",
+        "bar_sidecars",
+        "fold_plans",
+        "ensemble_report",
+        "run_summary",
+        *(f"checkpoints/{m}" for m in models),
+        *(f"hyperopt/{m}" for m in ("tft", "mamba2", "dqn", "ppo")),
+    }
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert {("book_sidecars", INTEGRITY), ("bar_sidecars", INTEGRITY), ("fold_plans", LEAKAGE)} <= checks
     assert {("checkpoints/kan", "validation_gate")} <= checks
     assert graph.get(dg.AssetKey("fold_plans")).partitions_def.get_partition_keys() == [
-        "ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT",
+        "ES.FUT",
+        "NQ.FUT",
+        "ZN.FUT",
+        "6E.FUT",
     ]
 
 
@@ -104,9 +114,22 @@ def test_dagster_cli_materializes_everything_for_one_symbol(tiny_data, tmp_path,
     }
     dagster = Path(sys.executable).with_name("dagster")
     out = subprocess.run(
-        [str(dagster), "asset", "materialize", "-m", "alpha_assets.definitions", "--select",
-         "book_sidecars,bar_sidecars,fold_plans", "--partition", "NQ.FUT"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(dagster),
+            "asset",
+            "materialize",
+            "-m",
+            "alpha_assets.definitions",
+            "--select",
+            "book_sidecars,bar_sidecars,fold_plans",
+            "--partition",
+            "NQ.FUT",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert list((tmp_path / "storage").glob("*/folds/NQ.FUT/fold_plans.json"))
@@ -120,7 +143,8 @@ def test_dagster_cli_materializes_everything_for_one_symbol(tiny_data, tmp_path,
 
 def test_dg_project_loads():
     """`dg dev` / `dg check defs` read the [tool.dg] project settings in pyproject.toml."""
-    out = subprocess.run([str(Path(sys.executable).with_name("dg")), "check", "defs"], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("dg")), "check", "defs"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "All definitions loaded successfully" in out.stdout + out.stderr

@@ -35,12 +35,12 @@ def test_new_dbn_files_requests_the_data_run_and_never_training(tiny_data, tmp_p
     instance = dg.DagsterInstance.ephemeral()
 
     def tick(cursor=None):
-        return new_dbn_files(dg.build_sensor_context(instance=instance, cursor=cursor,
-                                                     resources={"data": DataRoot(root=str(root))}))
+        return new_dbn_files(
+            dg.build_sensor_context(instance=instance, cursor=cursor, resources={"data": DataRoot(root=str(root))})
+        )
 
     job = defs.resolve_job_def("symbol_data")
-    assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {"book_sidecars", "bar_sidecars",
-                                                                                 "fold_plans"}
+    assert {k.to_user_string() for k in job.asset_layer.selected_asset_keys} == {"book_sidecars", "bar_sidecars", "fold_plans"}
     first = tick()
     assert [(r.partition_key, r.job_name) for r in first.run_requests] == [(ES, None)]  # the sensor's job only
     assert first.run_requests[0].tags["alpha/trigger"] == "new-dbn-files"
@@ -64,8 +64,9 @@ def test_fold_plans_follow_new_sidecars_and_the_lineage_retrains_after_the_cron_
     by_key = {a.key.to_user_string(): a for a in assets}
 
     def materialize(*names):
-        result = dg.materialize(assets, selection=[by_key[n] for n in names], partition_key=ES, instance=instance,
-                                resources=resources)
+        result = dg.materialize(
+            assets, selection=[by_key[n] for n in names], partition_key=ES, instance=instance, resources=resources
+        )
         assert result.success
 
     tick = latest_tick(dt.datetime.now(dt.UTC))
@@ -106,8 +107,11 @@ def test_the_report_follows_once_every_checkpoint_retrained_or_failed_since_the_
         if split_symbol_fold(context.partition_key)[1] == 2:
             raise dg.Failure("below its gate")
 
-    @dg.asset(partitions_def=symbol_partitions, automation_condition=REPORT_AUTOMATION, deps=[dg.AssetDep(
-        checkpoint, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))])
+    @dg.asset(
+        partitions_def=symbol_partitions,
+        automation_condition=REPORT_AUTOMATION,
+        deps=[dg.AssetDep(checkpoint, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))],
+    )
     def report() -> None: ...
 
     instance = dg.DagsterInstance.ephemeral()
@@ -116,8 +120,9 @@ def test_the_report_follows_once_every_checkpoint_retrained_or_failed_since_the_
 
     def evaluate(at: dt.datetime) -> set[str]:
         nonlocal cursor
-        result = dg.evaluate_automation_conditions(defs=[checkpoint, report], instance=instance, evaluation_time=at,
-                                                   cursor=cursor)
+        result = dg.evaluate_automation_conditions(
+            defs=[checkpoint, report], instance=instance, evaluation_time=at, cursor=cursor
+        )
         cursor = result.cursor
         return set(result.get_requested_partitions(report.key))
 
@@ -126,8 +131,9 @@ def test_the_report_follows_once_every_checkpoint_retrained_or_failed_since_the_
     for key in symbol_fold_keys(ES)[:2]:
         assert dg.materialize([checkpoint], partition_key=key, instance=instance).success
     assert evaluate(tick + dt.timedelta(minutes=2)) == set(), "fold 2 has not been attempted yet"
-    assert not dg.materialize([checkpoint], partition_key=symbol_fold_keys(ES)[2], instance=instance,
-                              raise_on_error=False).success
+    assert not dg.materialize(
+        [checkpoint], partition_key=symbol_fold_keys(ES)[2], instance=instance, raise_on_error=False
+    ).success
     assert evaluate(tick + dt.timedelta(minutes=3)) == {ES}
     assert evaluate(tick + dt.timedelta(minutes=4)) == set(), "once per cron period"
 
@@ -149,12 +155,16 @@ def test_each_symbol_retrains_end_to_end_as_one_backfill_at_the_cron():
     (request,) = due.run_requests
     assert request.requires_backfill_daemon() and float(due.cursor) == tick.timestamp()
     subset = request.asset_graph_subset
-    partitions = {k.to_user_string(): set(subset.get_partitions_subset(k).get_partition_keys())
-                  for k in subset.asset_keys}
+    partitions = {k.to_user_string(): set(subset.get_partitions_subset(k).get_partition_keys()) for k in subset.asset_keys}
     folds = set(symbol_fold_keys(ES))
-    assert partitions == {"book_sidecars": {ES}, "bar_sidecars": {ES}, "fold_plans": {ES},
-                          **{f"hyperopt/{m}": {ES} for m in SEARCHABLE},
-                          **{f"checkpoints/{m}": folds for m in registry.select("all")}, "ensemble_report": {ES}}
+    assert partitions == {
+        "book_sidecars": {ES},
+        "bar_sidecars": {ES},
+        "fold_plans": {ES},
+        **{f"hyperopt/{m}": {ES} for m in SEARCHABLE},
+        **{f"checkpoints/{m}": folds for m in registry.select("all")},
+        "ensemble_report": {ES},
+    }
     assert request.tags == {"alpha/run_id": f"retrain-es.fut-{tick:%Y%m%d}", "alpha/trigger": "schedule"}
 
 
@@ -165,17 +175,27 @@ def test_the_asset_graph_is_the_same_whatever_the_environment():
     import sys
     from pathlib import Path
 
-    show = ("from alpha_assets.definitions import defs; g = defs.resolve_asset_graph(); "
-            "print(sorted((k.to_user_string(), tuple(g.get(k).partitions_def.get_partition_keys()) "
-            "if g.get(k).partitions_def else ()) for k in g.get_all_asset_keys()))")
+    show = (
+        "from alpha_assets.definitions import defs; g = defs.resolve_asset_graph(); "
+        "print(sorted((k.to_user_string(), tuple(g.get(k).partitions_def.get_partition_keys()) "
+        "if g.get(k).partitions_def else ()) for k in g.get_all_asset_keys()))"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
     env |= {"ALPHA_SYMBOLS": "ES.FUT", "ALPHA_CV_N_FOLDS": "5", "ALPHA_MODELS": "kan", "ALPHA_RETRAIN_CRON": "0 * * * *"}
-    out = subprocess.run([sys.executable, "-c", show], env=env, cwd=Path(__file__).resolve().parents[1],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", show],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     graph = defs.resolve_asset_graph()
-    here = sorted((k.to_user_string(), tuple(graph.get(k).partitions_def.get_partition_keys())
-                   if graph.get(k).partitions_def else ()) for k in graph.get_all_asset_keys())
+    here = sorted(
+        (k.to_user_string(), tuple(graph.get(k).partitions_def.get_partition_keys()) if graph.get(k).partitions_def else ())
+        for k in graph.get_all_asset_keys()
+    )
     assert out.stdout.strip() == str(here)
     assert len(here) == 3 + len(SEARCHABLE) + len(registry.select("all")) + 2
     assert dict(here)["checkpoints/kan"] == tuple(k for s in SYMBOLS for k in symbol_fold_keys(s))

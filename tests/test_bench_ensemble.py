@@ -37,14 +37,18 @@ def test_projection_scales_the_epoch_loop_and_keeps_the_fixed_cost():
 
 
 def test_folds_not_run_hyperopt_and_evaluation_are_projected_and_marked():
-    specs = {"m": SimpleNamespace(trainer="supervised", search_space={"lr": None}),
-             "r": SimpleNamespace(trainer="rl", search_space=None)}
+    specs = {
+        "m": SimpleNamespace(trainer="supervised", search_space={"lr": None}),
+        "r": SimpleNamespace(trainer="rl", search_space=None),
+    }
     jobs = bench.plan_jobs(specs, {"m": "cuda", "r": "cpu", "evaluate": "cpu"}, 3, [0], None)
     assert [j.id for j in jobs if j.run] == ["hyperopt/m", "train/m/0", "train/r/0", "evaluate"]
-    results = {"hyperopt/m": {"wall_s": 30.0, "work_s": 20.0, "trials_run": 2},
-               "train/m/0": {"wall_s": 60.0, "work_s": 50.0, "epochs_run": 5, "early_stopped": False},
-               "train/r/0": {"wall_s": 40.0, "work_s": 10.0, "epochs_run": 4, "early_stopped": True},
-               "evaluate": {"wall_s": 12.0, "work_s": 10.0, "checkpoints": 2}}
+    results = {
+        "hyperopt/m": {"wall_s": 30.0, "work_s": 20.0, "trials_run": 2},
+        "train/m/0": {"wall_s": 60.0, "work_s": 50.0, "epochs_run": 5, "early_stopped": False},
+        "train/r/0": {"wall_s": 40.0, "work_s": 10.0, "epochs_run": 4, "early_stopped": True},
+        "evaluate": {"wall_s": 12.0, "work_s": 10.0, "checkpoints": 2},
+    }
     for job in jobs:
         job.result = {"rc": 0, **results[job.id]} if job.id in results else {}
     seed = {"epochs": 50, "trials": 20, "trial_epochs": {"supervised": 3, "rl": 10}}

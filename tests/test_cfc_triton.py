@@ -66,8 +66,11 @@ def test_fused_scan_equals_torch_scan_in_the_triton_interpreter():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("batch", [1, 37])
-@pytest.mark.parametrize("plan", [(None, "cuda", 1, 8), (None, "cuda", 1, 16), (None, "rows", 1, 8),
-                                  (None, "tiles", 16, 8)], ids=["cuda_w8", "cuda_w16", "rows_w8", "tiles16_w8"])
+@pytest.mark.parametrize(
+    "plan",
+    [(None, "cuda", 1, 8), (None, "cuda", 1, 16), (None, "rows", 1, 8), (None, "tiles", 16, 8)],
+    ids=["cuda_w8", "cuda_w16", "rows_w8", "tiles16_w8"],
+)
 def test_fused_scan_equals_torch_scan_on_cuda(monkeypatch, plan, batch):
     from alpha_core.models import cfc_triton, nvrtc
     from alpha_core.models.cfc import CfC, parallel_cfc
@@ -78,8 +81,10 @@ def test_fused_scan_equals_torch_scan_on_cuda(monkeypatch, plan, batch):
     torch.manual_seed(1)
     layers = [CfC(64, 64, backbone_units=128).cuda(), CfC(64, 64, backbone_units=64).cuda()]
     xs = [torch.randn(batch, 64, 64, device="cuda", requires_grad=True) for _ in layers]
-    ts = [torch.rand(batch, 64, 64, device="cuda", requires_grad=True),
-          torch.rand(batch, 64, device="cuda", requires_grad=True)]
+    ts = [
+        torch.rand(batch, 64, 64, device="cuda", requires_grad=True),
+        torch.rand(batch, 64, device="cuda", requires_grad=True),
+    ]
     inputs = [*xs, *ts, *(p for layer in layers for p in layer.parameters())]
     results = []
     for fused in (False, True):

@@ -17,8 +17,7 @@ from alpha_core.cli import main
 
 
 def _dead_owner() -> str:
-    pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                             text=True).stdout)
+    pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
     return f"{owner_tag().rsplit('~', 1)[0]}~{pid}"
 
 

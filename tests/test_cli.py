@@ -73,8 +73,17 @@ def test_demo_data_predecode_then_reuse_then_folds(tmp_path):
 
     untested = alpha("folds", "--data-dir", str(data / "ZN.FUT"), "--cv-n-folds", "2", "--cv-train-window", "2")
     assert untested.returncode == 2 and "fold(s) 1 would have no test file" in untested.stderr
-    folds = alpha("folds", "--data-dir", str(data / "ZN.FUT"), "--cv-n-folds", "2", "--cv-train-window", "2",
-                  "--allow-untested-folds", "--json")
+    folds = alpha(
+        "folds",
+        "--data-dir",
+        str(data / "ZN.FUT"),
+        "--cv-n-folds",
+        "2",
+        "--cv-train-window",
+        "2",
+        "--allow-untested-folds",
+        "--json",
+    )
     assert folds.returncode == 0, folds.stderr  # with an UntestedFoldWarning (this helper ignores warnings)
     plans = json.loads(folds.stdout)
     assert set(plans) == {"mbp-10", "ohlcv-1m"}
@@ -91,14 +100,43 @@ def test_demo_data_predecode_then_reuse_then_folds(tmp_path):
 # --- one naming, defaults from the configs, one-line errors, progress (issue 12 item 7, issue 11 item 4) ----------
 
 KNOWN = "unknown symbol 'XX.FUT'; known symbols: ES.FUT, NQ.FUT, ZN.FUT, 6E.FUT"
-SMALL_TFT = ["--model", "tft", "--epochs", "2", "--n-train-seqs", "256", "--n-val-seqs", "128", "--seq-len", "16",
-             "--batch-size", "32", "--device", "cpu", "--param", "d_model=8", "--param", "n_heads=2",
-             "--cv-n-folds", "2", "--cv-train-window", "2", "--cv-fold", "0"]
+SMALL_TFT = [
+    "--model",
+    "tft",
+    "--epochs",
+    "2",
+    "--n-train-seqs",
+    "256",
+    "--n-val-seqs",
+    "128",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "32",
+    "--device",
+    "cpu",
+    "--param",
+    "d_model=8",
+    "--param",
+    "n_heads=2",
+    "--cv-n-folds",
+    "2",
+    "--cv-train-window",
+    "2",
+    "--cv-fold",
+    "0",
+]
 
 
 def run_alpha(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*ALPHA, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}, **kw)
+    return subprocess.run(
+        [*ALPHA, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -131,22 +169,25 @@ def test_help_shows_the_defaults_written_once_in_the_configs(capsys):
     assert "--output-dir OUTPUT_DIR, --out OUTPUT_DIR" in train and "--no-fused-scan" in train
     for name in ("seq_len", "lr_cfc", "n_train_seqs", "early_stop_metric"):
         flag, default = f"--{name.replace('_', '-')}", TrainConfig.model_fields[name].default
-        entry = train[train.index(f"\n  {flag} "):].split("\n  --")[1]  # its line in the option list
+        entry = train[train.index(f"\n  {flag} ") :].split("\n  --")[1]  # its line in the option list
         assert f"default: {default}" in " ".join(entry.split()), entry
     supervised = " ".join(_help(capsys, "train-supervised").split())
     assert f"--batch-size BATCH_SIZE default: {SupervisedTrainConfig.model_fields['batch_size'].default}" in supervised
     assert "--weight-decay" in supervised and "--debug" in supervised and "--quiet" in supervised
 
 
-@pytest.mark.parametrize("argv", [
-    ["predecode", "--data-dir", "{data}", "--predecoded-dir", "{tmp}/pd", "--symbols", "ES.FUT,XX.FUT"],
-    ["demo-data", "--scale", "tiny", "--output-dir", "{tmp}/demo", "--symbols", "XX.FUT"],
-    ["evaluate", "--models-dir", "{tmp}", "--data-dir", "{data}", "--output", "{tmp}/r.json", "--symbols", "XX.FUT"],
-    ["train-supervised", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/m", "--symbol", "XX.FUT"],
-    ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/m", "--symbol", "XX.FUT"],
-    ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}/h.json", "--symbol", "XX.FUT"],
-    ["run", "--symbols", "XX.FUT", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["predecode", "--data-dir", "{data}", "--predecoded-dir", "{tmp}/pd", "--symbols", "ES.FUT,XX.FUT"],
+        ["demo-data", "--scale", "tiny", "--output-dir", "{tmp}/demo", "--symbols", "XX.FUT"],
+        ["evaluate", "--models-dir", "{tmp}", "--data-dir", "{data}", "--output", "{tmp}/r.json", "--symbols", "XX.FUT"],
+        ["train-supervised", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/m", "--symbol", "XX.FUT"],
+        ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/m", "--symbol", "XX.FUT"],
+        ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}/h.json", "--symbol", "XX.FUT"],
+        ["run", "--symbols", "XX.FUT", "--dry-run"],
+    ],
+)
 def test_unknown_symbols_are_rejected_by_every_command(capsys, tmp_path, tiny_data, argv):
     code = main([a.format(data=tiny_data, tmp=tmp_path) for a in argv])
     err = capsys.readouterr().err
@@ -154,18 +195,21 @@ def test_unknown_symbols_are_rejected_by_every_command(capsys, tmp_path, tiny_da
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("argv", [
-    ["demo-data", "--scale", "tiny", "--out", "{file}"],
-    ["demo-data", "--scale", "tiny", "--output-dir", "{file}/sub"],
-    ["predecode", "--data-dir", "{data}", "--output-dir", "{file}"],
-    ["train", "--mbp10-data-dir", "{data}/ES.FUT/mbp-10", "--predecoded-dir", "{tmp}/pd", "--out", "{file}"],
-    ["train", "--mbp10-data-dir", "{data}/ES.FUT/mbp-10", "--predecoded-dir", "{file}", "--out", "{tmp}/o"],
-    ["train-supervised", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output-dir", "{file}"],
-    ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{file}"],
-    ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{file}/results.json"],
-    ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}"],
-    ["evaluate", "--models-dir", "{tmp}", "--data-dir", "{data}", "--output", "{file}/report.json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo-data", "--scale", "tiny", "--out", "{file}"],
+        ["demo-data", "--scale", "tiny", "--output-dir", "{file}/sub"],
+        ["predecode", "--data-dir", "{data}", "--output-dir", "{file}"],
+        ["train", "--mbp10-data-dir", "{data}/ES.FUT/mbp-10", "--predecoded-dir", "{tmp}/pd", "--out", "{file}"],
+        ["train", "--mbp10-data-dir", "{data}/ES.FUT/mbp-10", "--predecoded-dir", "{file}", "--out", "{tmp}/o"],
+        ["train-supervised", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output-dir", "{file}"],
+        ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{file}"],
+        ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{file}/results.json"],
+        ["hyperopt", "--model", "tft", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}"],
+        ["evaluate", "--models-dir", "{tmp}", "--data-dir", "{data}", "--output", "{file}/report.json"],
+    ],
+)
 def test_an_output_path_that_is_a_file_is_one_line_before_any_work(capsys, tmp_path, tiny_data, argv):
     file = tmp_path / "taken"
     file.write_text("not a directory")
@@ -176,17 +220,34 @@ def test_an_output_path_that_is_a_file_is_one_line_before_any_work(capsys, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # nothing written
 
 
-@pytest.mark.parametrize("layout, symbols, message", [
-    (None, [], "no such models directory"),
-    ("tft/ES.FUT", [], "no checkpoints (expected <model>/<symbol>/fold-<k>/ folders)"),  # folders, no fold-<k>
-    ("tft/ES.FUT/fold-0", ["--symbols", "NQ.FUT"], "no checkpoints for NQ.FUT (expected <model>/<symbol>/fold-<k>/ folders)"),
-])
+@pytest.mark.parametrize(
+    "layout, symbols, message",
+    [
+        (None, [], "no such models directory"),
+        ("tft/ES.FUT", [], "no checkpoints (expected <model>/<symbol>/fold-<k>/ folders)"),  # folders, no fold-<k>
+        (
+            "tft/ES.FUT/fold-0",
+            ["--symbols", "NQ.FUT"],
+            "no checkpoints for NQ.FUT (expected <model>/<symbol>/fold-<k>/ folders)",
+        ),
+    ],
+)
 def test_evaluate_fails_on_a_missing_or_empty_models_directory(capsys, tmp_path, tiny_data, layout, symbols, message):
     models = tmp_path / "models"
     if layout:
         (models / layout).mkdir(parents=True)
-    code = main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output",
-                 str(tmp_path / "eval" / "report.json"), *symbols])
+    code = main(
+        [
+            "evaluate",
+            "--models-dir",
+            str(models),
+            "--data-dir",
+            str(tiny_data),
+            "--output",
+            str(tmp_path / "eval" / "report.json"),
+            *symbols,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err == f"alpha evaluate: error: {models}: {message}\n"
     assert not (tmp_path / "eval").exists()
@@ -200,8 +261,7 @@ def tmpfs(tmp_path):
     def mount(name: str, options: str) -> Path:
         path = tmp_path / name
         path.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True,
-                              text=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
         if done.returncode:
             pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip()}")
         mounted.append(path)
@@ -219,10 +279,11 @@ def test_a_read_only_output_directory_is_one_line(capsys, tmp_path, tiny_data, t
         read_only = tmp_path / "ro"
         read_only.mkdir()
         read_only.chmod(0o555)
-    for argv in (["demo-data", "--scale", "tiny", "--output-dir", str(read_only / "data")],
-                 ["hyperopt", "--model", "tft", "--data-dir", str(tiny_data / "ES.FUT"), "--output",
-                  str(read_only / "results.json")],
-                 ["predecode", "--data-dir", str(tiny_data), "--output-dir", str(read_only)]):
+    for argv in (
+        ["demo-data", "--scale", "tiny", "--output-dir", str(read_only / "data")],
+        ["hyperopt", "--model", "tft", "--data-dir", str(tiny_data / "ES.FUT"), "--output", str(read_only / "results.json")],
+        ["predecode", "--data-dir", str(tiny_data), "--output-dir", str(read_only)],
+    ):
         code = main(argv)
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and str(read_only) in err and "not writable" in err, err
@@ -231,14 +292,25 @@ def test_a_read_only_output_directory_is_one_line(capsys, tmp_path, tiny_data, t
 
 def test_a_full_disk_says_no_space_left_naming_the_path(capsys, tmp_path, tiny_data, cache, tmpfs):
     full = tmpfs("full", "size=64k")
-    code = main(["demo-data", "--scale", "tiny", "--output-dir", str(full / "data"), "--symbols", "ES.FUT",
-                 "--quarters", "2"])
+    code = main(["demo-data", "--scale", "tiny", "--output-dir", str(full / "data"), "--symbols", "ES.FUT", "--quarters", "2"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no space left on device" in err and str(full) in err, err
 
     small = tmpfs("small", "size=24k")  # the configs fit, the weights (safetensors, a Rust error) do not
-    code = main(["train-supervised", *SMALL_TFT, "--epochs", "1", "--data-dir", str(tiny_data / "ES.FUT"),
-                 "--output-dir", str(small / "models"), "--predecoded-dir", str(cache)])
+    code = main(
+        [
+            "train-supervised",
+            *SMALL_TFT,
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(tiny_data / "ES.FUT"),
+            "--output-dir",
+            str(small / "models"),
+            "--predecoded-dir",
+            str(cache),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no space left on device" in err and str(small) in err, err
 
@@ -248,9 +320,11 @@ def test_debug_shows_the_traceback_and_the_default_one_line(tmp_path):
     taken.write_text("x")
     plain = run_alpha("demo-data", "--output-dir", str(taken))
     assert plain.returncode == 2 and plain.stderr == f"alpha demo-data: error: {taken}: exists and is not a directory\n"
-    for argv, env in ((["--debug", "demo-data", "--output-dir", str(taken)], None),
-                      (["demo-data", "--output-dir", str(taken), "--debug"], None),
-                      (["demo-data", "--output-dir", str(taken)], {"ALPHA_DEBUG": "1"})):
+    for argv, env in (
+        (["--debug", "demo-data", "--output-dir", str(taken)], None),
+        (["demo-data", "--output-dir", str(taken), "--debug"], None),
+        (["demo-data", "--output-dir", str(taken)], {"ALPHA_DEBUG": "1"}),
+    ):
         loud = run_alpha(*argv, env=env)
         assert loud.returncode != 0 and "Traceback (most recent call last)" in loud.stderr
         assert "DataError" in loud.stderr and "exists and is not a directory" in loud.stderr
@@ -269,13 +343,21 @@ sys.exit(cli.main(sys.argv[1:]))
 
 def test_an_unexpected_error_is_one_line_with_its_type_and_the_traceback_only_with_debug(tmp_path):
     argv = ["demo-data", "--scale", "full", "--symbols", "ES.FUT", "--quarters", "1"]
-    plain = subprocess.run([sys.executable, "-c", UNEXPECTED, *argv, "--output-dir", str(tmp_path / "a")],
-                           capture_output=True, text=True, timeout=300)
+    plain = subprocess.run(
+        [sys.executable, "-c", UNEXPECTED, *argv, "--output-dir", str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plain.returncode == 1, plain.stderr
     assert plain.stderr.startswith("alpha demo-data: error: ") and plain.stderr.count("\n") == 1, plain.stderr
     assert plain.stderr.endswith("(run with --debug for the traceback)\n") and "Traceback" not in plain.stderr
-    loud = subprocess.run([sys.executable, "-c", UNEXPECTED, "--debug", *argv, "--output-dir", str(tmp_path / "b")],
-                          capture_output=True, text=True, timeout=300)
+    loud = subprocess.run(
+        [sys.executable, "-c", UNEXPECTED, "--debug", *argv, "--output-dir", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert loud.returncode != 0 and "Traceback (most recent call last)" in loud.stderr
 
 
@@ -283,8 +365,9 @@ def _run_on_a_terminal(argv: list[str]) -> tuple[int, str, str]:
     """Run `alpha argv` with stderr on a pseudo-terminal (where progress shows); (exit code, stdout, stderr)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty has 0 columns
-    proc = subprocess.Popen([*ALPHA, *argv], stdout=subprocess.PIPE, stderr=slave, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.Popen(
+        [*ALPHA, *argv], stdout=subprocess.PIPE, stderr=slave, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     os.close(slave)
     chunks: list[bytes] = []
 
@@ -330,17 +413,17 @@ def _events(path: Path) -> list[tuple[int, dict[str, float]]]:
             if key & 7 == 0:
                 value, j = varint(b, j)
             elif size:
-                value, j = b[j:j + size], j + size
+                value, j = b[j : j + size], j + size
             else:
                 n, j = varint(b, j)
-                value, j = b[j:j + n], j + n
+                value, j = b[j : j + n], j + n
             yield key >> 3, value
 
     while i < len(data):
-        (n,) = struct.unpack("<Q", data[i:i + 8])
-        assert struct.unpack("<I", data[i + 8:i + 12])[0] == masked(data[i:i + 8])
-        payload = data[i + 12:i + 12 + n]
-        assert struct.unpack("<I", data[i + 12 + n:i + 16 + n])[0] == masked(payload)
+        (n,) = struct.unpack("<Q", data[i : i + 8])
+        assert struct.unpack("<I", data[i + 8 : i + 12])[0] == masked(data[i : i + 8])
+        payload = data[i + 12 : i + 12 + n]
+        assert struct.unpack("<I", data[i + 12 + n : i + 16 + n])[0] == masked(payload)
         event = dict(fields(payload))
         scalars = {}
         for _, value in fields(event.get(5, b"")):
@@ -379,10 +462,25 @@ def test_progress_on_a_terminal_quiet_with_flag_and_curves_in_summary_and_tensor
 
 
 def test_ctrl_c_exits_130_quietly(tmp_path, tiny_data, cache):
-    proc = subprocess.Popen([*ALPHA, "train-supervised", *SMALL_TFT, "--epochs", "1000", "--data-dir",
-                             str(tiny_data / "ES.FUT"), "--predecoded-dir", str(cache), "--output-dir",
-                             str(tmp_path / "m")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.Popen(
+        [
+            *ALPHA,
+            "train-supervised",
+            *SMALL_TFT,
+            "--epochs",
+            "1000",
+            "--data-dir",
+            str(tiny_data / "ES.FUT"),
+            "--predecoded-dir",
+            str(cache),
+            "--output-dir",
+            str(tmp_path / "m"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert "epoch 0" in proc.stdout.readline()  # training is under way
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

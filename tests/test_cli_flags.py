@@ -35,25 +35,40 @@ print(json.dumps(seen))
 def test_help_models_and_usage_errors_import_no_torch_or_dagster():
     """What the user waits for before the first answer: none of these may load torch, Dagster, nevergrad or scipy
     (checked in a fresh interpreter after each, in order, so the first offender is named)."""
-    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert set(seen) >= {"--help", "models", *(f"{c} --help" for c in COMMANDS)}
     assert {argv: heavy for argv, (_, heavy) in seen.items() if heavy} == {}
     assert {argv: code for argv, (code, _) in seen.items()} == {
-        **{argv: 0 for argv in seen}, "trian": 2,
-        "train-supervised --model tft --data-dir d --output-dir o --bogus 1": 2}
+        **{argv: 0 for argv in seen},
+        "trian": 2,
+        "train-supervised --model tft --data-dir d --output-dir o --bogus 1": 2,
+    }
 
 
 def test_the_data_commands_import_no_torch_or_dagster(tiny_data, tmp_path):
     """inspect, folds and predecode do their work without the training stack."""
     book = sorted((tiny_data / "ES.FUT" / "mbp-10").iterdir())[0]
-    cases = [["inspect", str(book)], ["folds", "--data-dir", str(tiny_data), "--symbol", "ES", "--cv-n-folds", "2"],
-             ["predecode", "--data-dir", str(tiny_data / "NQ.FUT"), "--output-dir", str(tmp_path / "pd")]]
+    cases = [
+        ["inspect", str(book)],
+        ["folds", "--data-dir", str(tiny_data), "--symbol", "ES", "--cv-n-folds", "2"],
+        ["predecode", "--data-dir", str(tiny_data / "NQ.FUT"), "--output-dir", str(tmp_path / "pd")],
+    ]
     child = CHILD.replace("cases = [", f"cases = [*{cases!r}, ", 1)
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert {" ".join(argv): seen[" ".join(argv)] for argv in cases} == {" ".join(argv): [0, []] for argv in cases}
@@ -86,10 +101,12 @@ def test_no_prefix_matching_and_a_usage_error_is_two_lines(capsys, command):
 
 
 def test_cv_n_is_not_cv_n_folds(capsys, tmp_path):
-    code = main(["train-supervised", "--model", "tft", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o"),
-                 "--cv-n", "3"])
+    code = main(
+        ["train-supervised", "--model", "tft", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o"), "--cv-n", "3"]
+    )
     assert code == 2 and capsys.readouterr().err.splitlines()[1] == (
-        "alpha train-supervised: error: unrecognized arguments: --cv-n 3")
+        "alpha train-supervised: error: unrecognized arguments: --cv-n 3"
+    )
 
 
 def test_an_unknown_command_is_two_lines_with_the_closest(capsys):
@@ -153,8 +170,9 @@ def test_data_dir_is_a_root_or_one_symbols_folder(capsys, tiny_data, tmp_path):
     assert code == 0 and all(name.startswith("ES.FUT_") for name in _planned(out)), err
 
     code, _, err = _folds(capsys, "--data-dir", str(tiny_data))
-    assert code == 2 and err == (f"alpha folds: error: {tiny_data} is a data root with ES.FUT, NQ.FUT: choose one "
-                                 f"with --symbol\n")
+    assert code == 2 and err == (
+        f"alpha folds: error: {tiny_data} is a data root with ES.FUT, NQ.FUT: choose one with --symbol\n"
+    )
     code, _, err = _folds(capsys, "--data-dir", str(tiny_data / "ES.FUT"), "--symbol", "NQ.FUT")
     assert code == 2 and err == f"alpha folds: error: {tiny_data / 'ES.FUT'} is ES.FUT's folder, but --symbol is NQ.FUT\n"
     code, _, err = _folds(capsys, "--data-dir", str(tiny_data), "--symbol", "ZN")
@@ -165,11 +183,14 @@ def test_evaluate_takes_a_symbols_folder_as_that_symbol_under_its_root(capsys, t
     (tmp_path / "models").mkdir()
     argv = ["evaluate", "--models-dir", str(tmp_path / "models"), "--output", str(tmp_path / "e" / "r.json")]
     assert main([*argv, "--data-dir", str(tiny_data / "ES.FUT"), "--symbols", "NQ"]) == 2
-    assert capsys.readouterr().err == (f"alpha evaluate: error: {tiny_data / 'ES.FUT'} is ES.FUT's folder, but "
-                                       f"--symbols is NQ.FUT\n")
+    assert capsys.readouterr().err == (
+        f"alpha evaluate: error: {tiny_data / 'ES.FUT'} is ES.FUT's folder, but --symbols is NQ.FUT\n"
+    )
     assert main([*argv, "--data-dir", str(tiny_data / "ES.FUT")]) == 2  # the root's ES.FUT: no checkpoints for it
-    assert capsys.readouterr().err == (f"alpha evaluate: error: {tmp_path / 'models'}: no checkpoints for ES.FUT "
-                                       f"(expected <model>/<symbol>/fold-<k>/ folders)\n")
+    assert capsys.readouterr().err == (
+        f"alpha evaluate: error: {tmp_path / 'models'}: no checkpoints for ES.FUT "
+        f"(expected <model>/<symbol>/fold-<k>/ folders)\n"
+    )
 
 
 def test_symbols_are_normalised_never_a_second_cache_folder(capsys, tiny_data, tmp_path):
@@ -184,15 +205,18 @@ def test_symbols_are_normalised_never_a_second_cache_folder(capsys, tiny_data, t
     assert all(line.startswith("reused") for line in capsys.readouterr().out.splitlines())
     assert sorted(p.name for p in cache.iterdir()) == ["ES.FUT"]
     assert main(["predecode", "--data-dir", str(tiny_data), "--output-dir", str(cache), "--symbols", "XX"]) == 2
-    assert capsys.readouterr().err == ("alpha predecode: error: unknown symbol 'XX'; known symbols: ES.FUT, NQ.FUT, "
-                                       "ZN.FUT, 6E.FUT\n")
+    assert capsys.readouterr().err == (
+        "alpha predecode: error: unknown symbol 'XX'; known symbols: ES.FUT, NQ.FUT, ZN.FUT, 6E.FUT\n"
+    )
 
 
 def test_train_takes_data_dir_like_the_others_and_keeps_mbp10_data_dir():
     parser = build_parser("train")
     common = ["train", "--predecoded-dir", "p", "--output-dir", "o"]
-    assert parser.parse_args([*common, "--data-dir", "d"]).mbp10_data_dir == parser.parse_args(
-        [*common, "--mbp10-data-dir", "d"]).mbp10_data_dir
+    assert (
+        parser.parse_args([*common, "--data-dir", "d"]).mbp10_data_dir
+        == parser.parse_args([*common, "--mbp10-data-dir", "d"]).mbp10_data_dir
+    )
 
 
 def test_the_original_commands_keep_their_folders(monkeypatch, tmp_path, tiny_data):
@@ -201,9 +225,22 @@ def test_the_original_commands_keep_their_folders(monkeypatch, tmp_path, tiny_da
     from alpha_core.cli import resolve_one_symbol
 
     data = tiny_data / "ES.FUT"
-    for argv in (["hyperopt", "--model", "tft", "--data-dir", str(data), "--output", "H/results.json"],
-                 ["train-supervised", "--model", "tft", "--epochs", "50", "--data-dir", str(data), "--output-dir",
-                  "M/tft/ES.FUT", "--params-file", "H/results.json"]):
+    for argv in (
+        ["hyperopt", "--model", "tft", "--data-dir", str(data), "--output", "H/results.json"],
+        [
+            "train-supervised",
+            "--model",
+            "tft",
+            "--epochs",
+            "50",
+            "--data-dir",
+            str(data),
+            "--output-dir",
+            "M/tft/ES.FUT",
+            "--params-file",
+            "H/results.json",
+        ],
+    ):
         monkeypatch.delenv("ALPHA_STORAGE_ROOT", raising=False)
         args = build_parser(argv[0]).parse_args(argv)
         resolve_one_symbol(args)
@@ -212,23 +249,54 @@ def test_the_original_commands_keep_their_folders(monkeypatch, tmp_path, tiny_da
         args = build_parser(argv[0]).parse_args(argv)
         resolve_one_symbol(args)
         assert args.predecoded_dir == tmp_path / "predecoded" / "ES.FUT"
-    args = build_parser("train").parse_args(["train", "--mbp10-data-dir", str(data / "mbp-10"), "--predecoded-dir",
-                                             "storage/predecoded/ES.FUT", "--out", "runs/es"])
+    args = build_parser("train").parse_args(
+        ["train", "--mbp10-data-dir", str(data / "mbp-10"), "--predecoded-dir", "storage/predecoded/ES.FUT", "--out", "runs/es"]
+    )
     resolve_one_symbol(args)
     assert (args.mbp10_data_dir, args.predecoded_dir) == (data / "mbp-10", Path("storage/predecoded/ES.FUT"))
 
 
 # --- hyperopt: a line per trial, the best params rounded, results.json whole -----------------------------------------
 
-TRIAL = re.compile(r"^hyperopt tft trial (\d) \[(\d)/2\]: lr=(\S+) d_model=(\d+) n_heads=(\d+) -> val_mean_auc "
-                   r"(0\.\d{4}) \(best 0\.\d{4}, trial \d\)$")
+TRIAL = re.compile(
+    r"^hyperopt tft trial (\d) \[(\d)/2\]: lr=(\S+) d_model=(\d+) n_heads=(\d+) -> val_mean_auc "
+    r"(0\.\d{4}) \(best 0\.\d{4}, trial \d\)$"
+)
 
 
 def test_hyperopt_prints_a_line_per_trial_and_the_best_params_rounded(capsys, tiny_data, tmp_path):
     out = tmp_path / "h" / "results.json"
-    code = main(["hyperopt", "--model", "tft", "--trials", "2", "--epochs", "1", "--data-dir", str(tiny_data),
-                 "--symbol", "ES", "--output", str(out), "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "64",
-                 "--n-val-seqs", "64", "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu", "--seed", "3"])
+    code = main(
+        [
+            "hyperopt",
+            "--model",
+            "tft",
+            "--trials",
+            "2",
+            "--epochs",
+            "1",
+            "--data-dir",
+            str(tiny_data),
+            "--symbol",
+            "ES",
+            "--output",
+            str(out),
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "32",
+            "--n-train-seqs",
+            "64",
+            "--n-val-seqs",
+            "64",
+            "--predecoded-dir",
+            str(tmp_path / "pd"),
+            "--device",
+            "cpu",
+            "--seed",
+            "3",
+        ]
+    )
     stdout, err = capsys.readouterr()
     assert code == 0, err
     results = json.loads(out.read_text())
@@ -241,8 +309,9 @@ def test_hyperopt_prints_a_line_per_trial_and_the_best_params_rounded(capsys, ti
     best = stdout.splitlines()[-1]
     lr = results["best_params"]["lr"]
     assert len(repr(lr)) > 10  # the file keeps full precision ...
-    assert best.startswith(f"best validation mean AUC (higher is better): {results['best_score']:.4f} with "
-                           f"lr={lr:.3g} d_model=") and best.endswith(f"-> {out} (full precision)"), best  # ... not the line
+    assert best.startswith(
+        f"best validation mean AUC (higher is better): {results['best_score']:.4f} with lr={lr:.3g} d_model="
+    ) and best.endswith(f"-> {out} (full precision)"), best  # ... not the line
     assert sorted(p.name for p in (tmp_path / "pd").iterdir()) == ["ES.FUT"]  # the cache root got the symbol's folder
 
 
@@ -277,7 +346,18 @@ def test_bad_input_exits_2_in_one_line_on_every_command(capsys, tmp_path, tiny_d
 def test_work_that_fails_exits_1(capsys, tmp_path, tiny_data):
     """Nothing evaluable (an unfinished checkpoint): the report lists it and the command fails."""
     (tmp_path / "models" / "tft" / "ES.FUT" / "fold-0").mkdir(parents=True)
-    code = main(["evaluate", "--models-dir", str(tmp_path / "models"), "--data-dir", str(tiny_data / "ES.FUT"),
-                 "--output", str(tmp_path / "e" / "r.json"), "--device", "cpu"])
+    code = main(
+        [
+            "evaluate",
+            "--models-dir",
+            str(tmp_path / "models"),
+            "--data-dir",
+            str(tiny_data / "ES.FUT"),
+            "--output",
+            str(tmp_path / "e" / "r.json"),
+            "--device",
+            "cpu",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "alpha evaluate: error: nothing could be evaluated (1 checkpoint(s) excluded" in err, err

@@ -33,11 +33,17 @@ def test_cgroup_v2_quota_is_the_tightest_along_the_path(tmp_path):
     """A pod's container (no limit of its own) under a pod cgroup of 1.5 CPUs under a node slice of 4."""
     cg, mi = _cgroup_tree(
         tmp_path,
-        ["30 23 0:26 / TMP/fs rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate",
-         "31 23 0:27 / TMP/other rw - tmpfs tmpfs rw"],
+        [
+            "30 23 0:26 / TMP/fs rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate",
+            "31 23 0:27 / TMP/other rw - tmpfs tmpfs rw",
+        ],
         ["0::/kubepods/pod1/ctr"],
-        {"fs/kubepods/cpu.max": "400000 100000\n", "fs/kubepods/pod1/cpu.max": "150000 100000\n",
-         "fs/kubepods/pod1/ctr/cpu.max": "max 100000\n"})
+        {
+            "fs/kubepods/cpu.max": "400000 100000\n",
+            "fs/kubepods/pod1/cpu.max": "150000 100000\n",
+            "fs/kubepods/pod1/ctr/cpu.max": "max 100000\n",
+        },
+    )
     limit = cpus.cgroup_cpu_limit(cg, mi)
     assert limit == 1.5
     assert cpus.decide(limit, affinity=8, share=None) == 1  # rounded down: a second thread would be throttled
@@ -47,20 +53,26 @@ def test_cgroup_v1_quota_beside_a_unified_hierarchy(tmp_path):
     """A hybrid host (this VM's layout): the v1 `cpu,cpuacct` controller sets 2.5 CPUs, the v2 mount has no cpu."""
     cg, mi = _cgroup_tree(
         tmp_path,
-        ["40 25 0:35 / TMP/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct",
-         "41 25 0:36 / TMP/memory rw - cgroup cgroup rw,memory",
-         "42 25 0:37 / TMP/unified rw - cgroup2 cgroup2 rw"],
+        [
+            "40 25 0:35 / TMP/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct",
+            "41 25 0:36 / TMP/memory rw - cgroup cgroup rw,memory",
+            "42 25 0:37 / TMP/unified rw - cgroup2 cgroup2 rw",
+        ],
         ["4:memory:/job", "2:cpu,cpuacct:/job", "0::/job"],
-        {"cpu,cpuacct/job/cpu.cfs_quota_us": "250000\n", "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
-         "cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-         "memory/job/cpu.cfs_quota_us": "100000\n"})  # not the cpu controller: ignored
+        {
+            "cpu,cpuacct/job/cpu.cfs_quota_us": "250000\n",
+            "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
+            "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "memory/job/cpu.cfs_quota_us": "100000\n",
+        },
+    )  # not the cpu controller: ignored
     assert cpus.cgroup_cpu_limit(cg, mi) == 2.5
     assert cpus.decide(2.5, affinity=16, share=None) == 2
 
 
 def test_no_quota_and_unreadable_cgroups_leave_the_affinity(tmp_path):
-    cg, mi = _cgroup_tree(tmp_path, ["30 23 0:26 / TMP/fs rw - cgroup2 cgroup2 rw"], ["0::/"],
-                          {"fs/cpu.max": "max 100000\n"})
+    cg, mi = _cgroup_tree(tmp_path, ["30 23 0:26 / TMP/fs rw - cgroup2 cgroup2 rw"], ["0::/"], {"fs/cpu.max": "max 100000\n"})
     assert cpus.cgroup_cpu_limit(cg, mi) is None
     assert cpus.cgroup_cpu_limit(tmp_path / "missing", mi) is None
     assert cpus.decide(None, affinity=3, share=None) == 3
@@ -78,12 +90,23 @@ def test_host_share_and_the_least_of_all_three():
 
 def test_the_affinity_mask_is_read_live():
     """`taskset`/cpusets: a child restricted to one CPU counts one, and so decides one thread."""
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import os
         from alpha_core import cpus
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         print(cpus.affinity_cpus(), cpus.step_cpus())
-    """)], capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, cpus.ENV: ""})
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, cpus.ENV: ""},
+    )
     assert out.stdout.split() == ["1", "1"]
 
 
@@ -124,8 +147,14 @@ def test_training_entry_point_applies_the_decision(tiny_data, tmp_path, given):
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     env[cpus.ENV] = "1" if given == "share" else ""
-    out = subprocess.run([sys.executable, "-c", child, str(tiny_data / "ES.FUT"), str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(tiny_data / "ES.FUT"), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["rc"] == 0 and seen["before"] >= 2, seen

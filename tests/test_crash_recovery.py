@@ -22,8 +22,9 @@ VOLATILE = {"wall_time_s", "sequences_per_s", "env_steps_per_s", "attempt", "uni
 
 def run_cli(argv: list[str], fault: str | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPHA_FAULT": fault or "", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv], env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "alpha_core.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ).returncode
 
 
 def stable(summary_path: Path) -> dict:
@@ -40,19 +41,50 @@ def weights(path: Path) -> dict:
 
 # --- the flagship: killed anywhere, `--resume` finishes with the same summary and weights ---------------------
 
-PERCEPTION = ["--device", "cpu", "--epochs", "3", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "64",
-              "--seq-len", "8", "--lr-warmup-steps", "2", "--cv-fold", "0"]
-EARLY_STOP = ["--epochs", "4", "--early-stop-metric", "auc_h1000", "--early-stop-patience", "1", "--lr-cfc", "0.3",
-              "--lr-mamba2", "0.3"]  # stops after epoch 2 of 4 on the tiny data
-PERCEPTION_KILLS = ["tmp.before_commit#1", "tmp.after_commit#3", "state.after_commit#2", "attempt.before_complete",
-                    "attempt.before_promote", "attempt.after_promote"]
+PERCEPTION = [
+    "--device",
+    "cpu",
+    "--epochs",
+    "3",
+    "--batch-size",
+    "32",
+    "--n-train-seqs",
+    "128",
+    "--n-val-seqs",
+    "64",
+    "--seq-len",
+    "8",
+    "--lr-warmup-steps",
+    "2",
+    "--cv-fold",
+    "0",
+]
+EARLY_STOP = [
+    "--epochs",
+    "4",
+    "--early-stop-metric",
+    "auc_h1000",
+    "--early-stop-patience",
+    "1",
+    "--lr-cfc",
+    "0.3",
+    "--lr-mamba2",
+    "0.3",
+]  # stops after epoch 2 of 4 on the tiny data
+PERCEPTION_KILLS = [
+    "tmp.before_commit#1",
+    "tmp.after_commit#3",
+    "state.after_commit#2",
+    "attempt.before_complete",
+    "attempt.before_promote",
+    "attempt.after_promote",
+]
 
 
 @pytest.fixture(scope="module")
 def perception_reference(tiny_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("perception")
-    argv = ["train", "--mbp10-data-dir", str(tiny_data / "ES.FUT" / "mbp-10"), "--predecoded-dir", str(tmp / "pd"),
-            *PERCEPTION]
+    argv = ["train", "--mbp10-data-dir", str(tiny_data / "ES.FUT" / "mbp-10"), "--predecoded-dir", str(tmp / "pd"), *PERCEPTION]
     assert run_cli([*argv, "--out", str(tmp / "straight"), "--early-stop-metric", "none"]) == 0
     assert run_cli([*argv, "--out", str(tmp / "stopped"), *EARLY_STOP]) == 0
     return argv, tmp
@@ -125,10 +157,35 @@ SUPERVISED_KILLS = ["tmp.before_commit#4", "attempt.before_complete", "attempt.a
 @pytest.fixture(scope="module")
 def supervised_reference(tiny_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("supervised")
-    argv = ["train-supervised", "--model", "tft", "--data-dir", str(tiny_data / "ES.FUT"), "--predecoded-dir",
-            str(tmp / "pd"), "--epochs", "2", "--cv-n-folds", "2", "--cv-train-window", "2", "--cv-fold", "0",
-            "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "128", "--device", "cpu",
-            "--param", "d_model=16"]
+    argv = [
+        "train-supervised",
+        "--model",
+        "tft",
+        "--data-dir",
+        str(tiny_data / "ES.FUT"),
+        "--predecoded-dir",
+        str(tmp / "pd"),
+        "--epochs",
+        "2",
+        "--cv-n-folds",
+        "2",
+        "--cv-train-window",
+        "2",
+        "--cv-fold",
+        "0",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "32",
+        "--n-train-seqs",
+        "128",
+        "--n-val-seqs",
+        "128",
+        "--device",
+        "cpu",
+        "--param",
+        "d_model=16",
+    ]
     assert run_cli([*argv, "--output-dir", str(tmp / "straight")]) == 0
     return argv, tmp / "straight" / "fold-0"
 
@@ -138,9 +195,29 @@ def test_a_multi_fold_run_is_one_unit(tiny_data, tmp_path):
     output shows; one killed while promoting leaves a mix that `alpha evaluate` never puts into one row."""
     from alpha_core.eval.evaluate import find_checkpoints
 
-    argv = ["train-supervised", "--model", "kan", "--data-dir", str(tiny_data / "ES.FUT"), "--predecoded-dir",
-            str(tmp_path / "pd"), "--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "128",
-            "--n-val-seqs", "64", "--device", "cpu", "--output-dir", str(tmp_path / "models" / "kan" / "ES.FUT")]
+    argv = [
+        "train-supervised",
+        "--model",
+        "kan",
+        "--data-dir",
+        str(tiny_data / "ES.FUT"),
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--epochs",
+        "1",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "64",
+        "--n-train-seqs",
+        "128",
+        "--n-val-seqs",
+        "64",
+        "--device",
+        "cpu",
+        "--output-dir",
+        str(tmp_path / "models" / "kan" / "ES.FUT"),
+    ]
     folds = [tmp_path / "models" / "kan" / "ES.FUT" / f"fold-{k}" for k in range(3)]
     assert run_cli(argv) == 0
     first = [json.loads((f / "summary.json").read_text())["unit"] for f in folds]
@@ -180,8 +257,11 @@ def test_a_killed_predecode_rebuilds_the_same_sidecar(tiny_data, tmp_path, fault
     assert run_cli([*argv, "--predecoded-dir", str(tmp_path / "killed")]) == 0
 
     def arrays(root: Path) -> dict:
-        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.npy"))
-                if not p.parent.name.startswith(".")}
+        return {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*.npy"))
+            if not p.parent.name.startswith(".")
+        }
 
     assert arrays(tmp_path / "killed") == arrays(tmp_path / "straight")
 
@@ -197,9 +277,21 @@ def test_a_killed_report_leaves_no_report_and_a_rerun_is_whole(supervised_refere
     models = tmp_path / "models" / "tft"
     models.mkdir(parents=True)
     (models / "ES.FUT").symlink_to(fold0.parent, target_is_directory=True)
-    argv = ["evaluate", "--models-dir", str(tmp_path / "models"), "--data-dir", str(tiny_data),
-            "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu",
-            "--min-val-auc", "0", "--min-val-sharpe", "-1000"]  # a tiny model near chance is still reported
+    argv = [
+        "evaluate",
+        "--models-dir",
+        str(tmp_path / "models"),
+        "--data-dir",
+        str(tiny_data),
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--device",
+        "cpu",
+        "--min-val-auc",
+        "0",
+        "--min-val-sharpe",
+        "-1000",
+    ]  # a tiny model near chance is still reported
     out = tmp_path / "eval" / "ensemble_report.json"
     assert run_cli([*argv, "--output", str(tmp_path / "straight.json")]) == 0
     assert run_cli([*argv, "--output", str(out)]) == 0

@@ -60,9 +60,31 @@ def models_dir(tmp_path_factory):
 def test_supervised_member_trains_on_cuda(gpu_data, models_dir, model):
     data, pd = gpu_data
     out = models_dir / model / "ES.FUT"
-    assert main(["train-supervised", "--model", model, "--data-dir", str(data / "ES.FUT"), "--predecoded-dir",
-                 str(pd / "ES.FUT"), "--output-dir", str(out), "--seq-len", "16", "--batch-size", "64",
-                 "--n-train-seqs", "256", "--n-val-seqs", "256", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "train-supervised",
+                "--model",
+                model,
+                "--data-dir",
+                str(data / "ES.FUT"),
+                "--predecoded-dir",
+                str(pd / "ES.FUT"),
+                "--output-dir",
+                str(out),
+                "--seq-len",
+                "16",
+                "--batch-size",
+                "64",
+                "--n-train-seqs",
+                "256",
+                "--n-val-seqs",
+                "256",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "fold-0" / "summary.json").read_text())
     assert summary["device"].startswith("cuda") and np.isfinite(summary["final_train_loss"])
     assert verify(out / "fold-0", deep=True) == []
@@ -72,8 +94,25 @@ def test_supervised_member_trains_on_cuda(gpu_data, models_dir, model):
 def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
     data, pd = gpu_data
     out = models_dir / model / "ES.FUT"
-    assert main(["train-rl", "--model", model, "--data-dir", str(data / "ES.FUT"), "--predecoded-dir",
-                 str(pd / "ES.FUT"), "--output-dir", str(out), "--timesteps-per-epoch", "512", *COMMON]) == 0
+    assert (
+        main(
+            [
+                "train-rl",
+                "--model",
+                model,
+                "--data-dir",
+                str(data / "ES.FUT"),
+                "--predecoded-dir",
+                str(pd / "ES.FUT"),
+                "--output-dir",
+                str(out),
+                "--timesteps-per-epoch",
+                "512",
+                *COMMON,
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "fold-0" / "summary.json").read_text())
     assert summary["device"].startswith("cuda") and np.isfinite(summary["val_sharpe"])
 
@@ -81,9 +120,31 @@ def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
 def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, tmp_path):
     data, pd = gpu_data
     out = models_dir / "perception" / "ES.FUT"  # `alpha train --out` holds fold-<k>, as every trainer writes
-    argv = ["train", "--mbp10-data-dir", str(data / "ES.FUT" / "mbp-10"), "--predecoded-dir", str(pd / "ES.FUT"),
-            "--device", "cuda", "--epochs", "2", "--batch-size", "64", "--n-train-seqs", "1024", "--n-val-seqs", "512",
-            "--seq-len", "16", "--cv-n-folds", "2", "--cv-fold", "0", "--cuda-graph", "--compile"]
+    argv = [
+        "train",
+        "--mbp10-data-dir",
+        str(data / "ES.FUT" / "mbp-10"),
+        "--predecoded-dir",
+        str(pd / "ES.FUT"),
+        "--device",
+        "cuda",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--n-train-seqs",
+        "1024",
+        "--n-val-seqs",
+        "512",
+        "--seq-len",
+        "16",
+        "--cv-n-folds",
+        "2",
+        "--cv-fold",
+        "0",
+        "--cuda-graph",
+        "--compile",
+    ]
     assert main([*argv, "--out", str(out)]) == 0
     summary = json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())
     assert summary["device"].startswith("cuda") and summary["epochs"] == 2 and summary["best_mean_auc"] > 0.5
@@ -98,10 +159,40 @@ SEARCHABLE = [n for n, s in registry.REGISTRY.items() if s.search_space and s.tr
 def test_one_hyperopt_trial_on_cuda(gpu_data, tmp_path, model):
     data, pd = gpu_data
     out = tmp_path / "results.json"
-    assert main(["hyperopt", "--model", model, "--data-dir", str(data / "ES.FUT"), "--predecoded-dir",
-                 str(pd / "ES.FUT"), "--output", str(out), "--trials", "1", "--epochs", "1", "--device", "cuda",
-                 "--cv-n-folds", "2", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256",
-                 "--n-val-seqs", "256", "--timesteps-per-epoch", "512"]) == 0
+    assert (
+        main(
+            [
+                "hyperopt",
+                "--model",
+                model,
+                "--data-dir",
+                str(data / "ES.FUT"),
+                "--predecoded-dir",
+                str(pd / "ES.FUT"),
+                "--output",
+                str(out),
+                "--trials",
+                "1",
+                "--epochs",
+                "1",
+                "--device",
+                "cuda",
+                "--cv-n-folds",
+                "2",
+                "--seq-len",
+                "16",
+                "--batch-size",
+                "64",
+                "--n-train-seqs",
+                "256",
+                "--n-val-seqs",
+                "256",
+                "--timesteps-per-epoch",
+                "512",
+            ]
+        )
+        == 0
+    )
     results = json.loads(out.read_text())
     assert results["settings"]["device"] == "cuda" and len(results["trials"]) == 1
     assert np.isfinite(results["best_score"]), results["trials"]
@@ -115,9 +206,28 @@ def test_evaluation_on_cuda_matches_cpu(gpu_data, models_dir, tmp_path):
     reports = {}
     for device in ("cuda", "cpu"):
         out = tmp_path / device / "ensemble_report.json"
-        assert main(["evaluate", "--models-dir", str(models_dir), "--data-dir", str(data), "--predecoded-dir", str(pd),
-                     "--output", str(out), "--device", device,
-                     "--min-val-auc", "0", "--min-val-sharpe", "-1000"]) == 0  # every one-epoch model is reported
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--models-dir",
+                    str(models_dir),
+                    "--data-dir",
+                    str(data),
+                    "--predecoded-dir",
+                    str(pd),
+                    "--output",
+                    str(out),
+                    "--device",
+                    device,
+                    "--min-val-auc",
+                    "0",
+                    "--min-val-sharpe",
+                    "-1000",
+                ]
+            )
+            == 0
+        )  # every one-epoch model is reported
         reports[device] = load_report(out)
     cuda, cpu = (reports[d].symbols["ES.FUT"] for d in ("cuda", "cpu"))
     assert set(cuda.models) == {*SUPERVISED, "dqn", "ppo", "perception"}, reports["cuda"].excluded
@@ -126,6 +236,26 @@ def test_evaluation_on_cuda_matches_cpu(gpu_data, models_dir, tmp_path):
         if result.auc is not None and name != "diffusion":
             assert np.allclose(result.auc.model, cpu.models[name].auc.model, atol=0.02), name
     again = tmp_path / "again" / "ensemble_report.json"  # the same checkpoints on the same device: the same report
-    assert main(["evaluate", "--models-dir", str(models_dir), "--data-dir", str(data), "--predecoded-dir", str(pd),
-                 "--output", str(again), "--device", "cuda", "--min-val-auc", "0", "--min-val-sharpe", "-1000"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(models_dir),
+                "--data-dir",
+                str(data),
+                "--predecoded-dir",
+                str(pd),
+                "--output",
+                str(again),
+                "--device",
+                "cuda",
+                "--min-val-auc",
+                "0",
+                "--min-val-sharpe",
+                "-1000",
+            ]
+        )
+        == 0
+    )
     assert load_report(again).symbols == reports["cuda"].symbols

@@ -32,15 +32,83 @@ def run(tiny_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("clock")
     models, pd = root / "models", root / "pd"
     bars_dir, book_dir = tiny_data / "ES.FUT" / "ohlcv-1m", tiny_data / "ES.FUT" / "mbp-10"
-    assert main(["train-supervised", "--model", "kan", "--data-dir", str(bars_dir), "--output-dir",
-                 str(models / "kan" / "ES.FUT"), "--epochs", "1", "--seq-len", "16", "--batch-size", "64",
-                 "--n-train-seqs", "256", "--n-val-seqs", "128", "--predecoded-dir", str(pd), *FOLDS]) == 0
-    assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(models / "ppo" / "ES.FUT"),
-                 "--epochs", "1", "--timesteps-per-epoch", "256", "--n-envs", "4", "--window", "8",
-                 "--predecoded-dir", str(pd), *FOLDS]) == 0
-    assert main(["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(pd), "--out",
-                 str(models / "perception" / "ES.FUT"), "--epochs", "1", "--batch-size", "32",
-                 "--n-train-seqs", "64", "--n-val-seqs", "32", "--seq-len", "16", *FOLDS]) == 0
+    assert (
+        main(
+            [
+                "train-supervised",
+                "--model",
+                "kan",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(models / "kan" / "ES.FUT"),
+                "--epochs",
+                "1",
+                "--seq-len",
+                "16",
+                "--batch-size",
+                "64",
+                "--n-train-seqs",
+                "256",
+                "--n-val-seqs",
+                "128",
+                "--predecoded-dir",
+                str(pd),
+                *FOLDS,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train-rl",
+                "--model",
+                "ppo",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(models / "ppo" / "ES.FUT"),
+                "--epochs",
+                "1",
+                "--timesteps-per-epoch",
+                "256",
+                "--n-envs",
+                "4",
+                "--window",
+                "8",
+                "--predecoded-dir",
+                str(pd),
+                *FOLDS,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--mbp10-data-dir",
+                str(book_dir),
+                "--predecoded-dir",
+                str(pd),
+                "--out",
+                str(models / "perception" / "ES.FUT"),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--n-train-seqs",
+                "64",
+                "--n-val-seqs",
+                "32",
+                "--seq-len",
+                "16",
+                *FOLDS,
+            ]
+        )
+        == 0
+    )
     checkpoints = {c.model: load(c, torch.device("cpu")) for c in find_checkpoints(models, ["ES.FUT"])[0]}
     bars = load_sidecar(next(pd.rglob(f"{TEST}.ES.bars.*")))
     book = load_sidecar(next(pd.rglob(f"{TEST}.ES.book.*")))
@@ -104,32 +172,41 @@ def _cheat(monkeypatch, family: str, how: str) -> None:
 
     if family == "ppo":  # the agent's observations gather the next bar's window
         honest = MarketData.windows
-        monkeypatch.setattr(MarketData, "windows",
-                            lambda self, rows: honest(self, np.minimum(rows + 1, len(self.features) - 1)))
+        monkeypatch.setattr(
+            MarketData, "windows", lambda self, rows: honest(self, np.minimum(rows + 1, len(self.features) - 1))
+        )
     elif family == "perception" and how == "+1 s":
+
         def late(bars, book):
             close = book_close_trade_ts(bars, book)
             return snapshots_at(book.ts, np.where(close >= 0, close + 1_000_000_000, -1))
+
         monkeypatch.setattr(predict_module, "book_decision_rows", late)
     elif family == "perception":
         honest_rows = predict_module.book_decision_rows
-        monkeypatch.setattr(predict_module, "book_decision_rows",
-                            lambda bars, book: np.minimum(honest_rows(bars, book) + 1, book.rows - 1))
+        monkeypatch.setattr(
+            predict_module, "book_decision_rows", lambda bars, book: np.minimum(honest_rows(bars, book) + 1, book.rows - 1)
+        )
     else:
-        monkeypatch.setattr(predict_module, "bar_decision_rows",
-                            lambda bars: np.minimum(np.arange(bars.rows) + 1, bars.rows - 1))
+        monkeypatch.setattr(
+            predict_module, "bar_decision_rows", lambda bars: np.minimum(np.arange(bars.rows) + 1, bars.rows - 1)
+        )
 
 
-@pytest.mark.parametrize("family, how", [("kan", "next bar"), ("ppo", "next bar"), ("perception", "next record"),
-                                         ("perception", "+1 s")])
+@pytest.mark.parametrize(
+    "family, how", [("kan", "next bar"), ("ppo", "next bar"), ("perception", "next record"), ("perception", "+1 s")]
+)
 def test_a_model_that_reads_past_its_entry_trade_is_caught(run, monkeypatch, family, how):
     """The decision time is derived from the rows a prediction actually gathered, not declared: a model that reads
     one bar, one book record or one second past its entry trade carries that time and fails the check."""
     checkpoints, bars, book = run
     _cheat(monkeypatch, family, how)
     pred = predict(checkpoints[family], bars, book, 0, 0.0)
-    with pytest.raises(DecisionClockError, match=rf"{family} on {TEST}: bar \d+ \(.*\) trades on data from .* after "
-                                                 r"its entry price traded at"):
+    with pytest.raises(
+        DecisionClockError,
+        match=rf"{family} on {TEST}: bar \d+ \(.*\) trades on data from .* after "
+        r"its entry price traded at",
+    ):
         check_decision_clock(family, TEST, np.asarray(bars.ts), pred.position, pred.decision_ts, entry_ts(bars, book))
 
 
@@ -140,5 +217,20 @@ def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path,
     _cheat(monkeypatch, "kan", "next bar")
     # the gate off: a near-chance tiny checkpoint would be excluded before it trades
     with pytest.raises(DecisionClockError, match="kan on ES.FUT_"):
-        main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output",
-              str(tmp_path / "r.json"), "--device", "cpu", "--debug", "--min-val-auc", "0", "--min-val-sharpe=-1e9"])
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(models),
+                "--data-dir",
+                str(tiny_data),
+                "--output",
+                str(tmp_path / "r.json"),
+                "--device",
+                "cpu",
+                "--debug",
+                "--min-val-auc",
+                "0",
+                "--min-val-sharpe=-1e9",
+            ]
+        )

@@ -42,23 +42,17 @@ def _tick(path: Path) -> int:
 
 def _outright_ids(store: db.DBNStore) -> dict[int, str]:
     """instrument_id -> raw symbol of the outrights (spreads dropped), in expiry order."""
-    ids = {
-        int(iv["symbol"]): raw for raw, ivs in store.metadata.mappings.items() for iv in ivs if "-" not in raw
-    }
+    ids = {int(iv["symbol"]): raw for raw, ivs in store.metadata.mappings.items() for iv in ivs if "-" not in raw}
     return dict(sorted(ids.items(), key=lambda kv: parse_contract(kv[1]).expiry_key(2024)))
 
 
 def test_layout_and_return_value(demo):
     out, paths = demo
-    expected = sorted(
-        out / sym / schema / f"{sym}_{q}.dbn.zst" for sym in SYMBOLS for schema in SCHEMAS for q in QUARTERS
-    )
+    expected = sorted(out / sym / schema / f"{sym}_{q}.dbn.zst" for sym in SYMBOLS for schema in SCHEMAS for q in QUARTERS)
     assert paths == expected
     assert len(QUARTERS) == SCALES["tiny"].quarters
     for sym in SYMBOLS:
-        assert sorted(p.name for p in (out / sym / "oracle").iterdir()) == [
-            f"{sym}_{q}.oracle.npz" for q in QUARTERS
-        ]
+        assert sorted(p.name for p in (out / sym / "oracle").iterdir()) == [f"{sym}_{q}.oracle.npz" for q in QUARTERS]
     assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # no temporary files left behind
 
 
@@ -166,12 +160,8 @@ def test_some_deep_levels_are_empty(demo):
             assert np.all(last[f"{side}_px_00"] != dbn.UNDEF_PRICE)
             for i in range(10):
                 empty = last[f"{side}_px_{i:02d}"] == dbn.UNDEF_PRICE
-                assert np.all(last[f"{side}_sz_{i:02d}"][empty] == 0) and np.all(
-                    last[f"{side}_ct_{i:02d}"][empty] == 0
-                )
-                assert np.all(last[f"{side}_sz_{i:02d}"][~empty] > 0) and np.all(
-                    last[f"{side}_ct_{i:02d}"][~empty] >= 1
-                )
+                assert np.all(last[f"{side}_sz_{i:02d}"][empty] == 0) and np.all(last[f"{side}_ct_{i:02d}"][empty] == 0)
+                assert np.all(last[f"{side}_sz_{i:02d}"][~empty] > 0) and np.all(last[f"{side}_ct_{i:02d}"][~empty] >= 1)
         any_hole = (last["bid_px_09"] == dbn.UNDEF_PRICE) | (last["ask_px_09"] == dbn.UNDEF_PRICE)
         holes += int(any_hole.sum())
         snapshots += len(last)
@@ -202,8 +192,16 @@ def test_oracle_aligns_and_beats_chance(demo):
         assert orc["book_prob"].dtype == np.float32 and orc["book_prob"].shape == (last.sum(), 3)
         assert np.all((orc["book_prob"] > 0) & (orc["book_prob"] < 1))
         trades = a[a["action"] == b"T"]  # one bar per (minute, instrument) with a trade, as the bar files hold
-        bars = np.unique(np.stack([trades["ts_recv"].astype(np.int64) // 60_000_000_000 * 60_000_000_000,
-                                   trades["instrument_id"].astype(np.int64)], axis=1), axis=0)
+        bars = np.unique(
+            np.stack(
+                [
+                    trades["ts_recv"].astype(np.int64) // 60_000_000_000 * 60_000_000_000,
+                    trades["instrument_id"].astype(np.int64),
+                ],
+                axis=1,
+            ),
+            axis=0,
+        )
         np.testing.assert_array_equal(np.stack([orc["bar_ts"], orc["bar_instrument_id"]], axis=1), bars)
         assert orc["bar_prob"].dtype == np.float32 and orc["bar_prob"].shape == (len(bars), 3)
 
@@ -244,9 +242,7 @@ def test_bars_match_the_trades(demo):
             g[1], g[2], g[3], g[4] = max(g[1], px), min(g[2], px), px, g[4] + sz
         assert len(groups) == len(bars)
         got = {
-            (int(b["ts_event"]), int(b["instrument_id"])): [
-                int(b[f]) for f in ("open", "high", "low", "close", "volume")
-            ]
+            (int(b["ts_event"]), int(b["instrument_id"])): [int(b[f]) for f in ("open", "high", "low", "close", "volume")]
             for b in bars
         }
         assert got == groups

@@ -27,13 +27,21 @@ STEP = textwrap.dedent("""
 
 
 def _steps(tmp_path, gpus: str, n: int, hold_s: float) -> list[dict]:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "ALPHA_GPU_LEASE_DIR": str(tmp_path / "leases"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    procs = [subprocess.Popen([sys.executable, "-c", STEP, f"step-{i}", str(tmp_path / f"step-{i}.json"), str(hold_s)],
-                              env=env) for i in range(n)]
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "ALPHA_GPU_LEASE_DIR": str(tmp_path / "leases"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STEP, f"step-{i}", str(tmp_path / f"step-{i}.json"), str(hold_s)], env=env)
+        for i in range(n)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0] * n
-    return [json.loads((tmp_path / f"step-{i}.json").read_text()) | {
-        "end": float((tmp_path / f"step-{i}.done").read_text())} for i in range(n)]
+    return [
+        json.loads((tmp_path / f"step-{i}.json").read_text()) | {"end": float((tmp_path / f"step-{i}.done").read_text())}
+        for i in range(n)
+    ]
 
 
 def test_concurrent_steps_each_run_on_a_gpu_of_their_own(tmp_path):
@@ -49,12 +57,19 @@ def test_concurrent_steps_each_run_on_a_gpu_of_their_own(tmp_path):
 def test_a_crashed_steps_lease_is_taken_over_and_one_gpu_needs_no_lease(tmp_path, monkeypatch):
     monkeypatch.setenv("ALPHA_GPU_LEASE_DIR", str(tmp_path / "leases"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    crash = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+    crash = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import os, signal
         from alpha_core.devices import gpu_lease
         with gpu_lease(run="run-1", step="crashes"):
             os.kill(os.getpid(), signal.SIGKILL)
-    """)], env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    """),
+        ],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     assert crash.returncode == -9 and len(list((tmp_path / "leases").glob("gpu-*.lock"))) == 1
     started = time.monotonic()
     with gpu_lease(run="run-2", step="a", wait_s=5) as gpu:

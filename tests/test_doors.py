@@ -12,10 +12,16 @@ from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core.cli import main
 from alpha_core.eval.report import load_report
 
-FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
-        "min_val_auc": 0.0}
-SEARCH = {"trials": 3, "epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 128, "n_val_seqs": 96,
-          "device": "cpu"}
+FAST = {
+    "epochs": 1,
+    "seq_len": 16,
+    "batch_size": 64,
+    "n_train_seqs": 256,
+    "n_val_seqs": 128,
+    "device": "cpu",
+    "min_val_auc": 0.0,
+}
+SEARCH = {"trials": 3, "epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 128, "n_val_seqs": 96, "device": "cpu"}
 
 
 def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_path):
@@ -27,9 +33,15 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
 
     def run(asset, partition, config=None):
         op = asset.replace("/", "__")
-        result = dg.materialize(assets, selection=[by_key[asset]], partition_key=partition, instance=instance,
-                                resources=resources, tags={"alpha/run_id": "doors"},
-                                run_config={"ops": {op: {"config": config}}} if config else None)
+        result = dg.materialize(
+            assets,
+            selection=[by_key[asset]],
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
+            tags={"alpha/run_id": "doors"},
+            run_config={"ops": {op: {"config": config}}} if config else None,
+        )
         assert result.success
         return result
 
@@ -43,9 +55,26 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
     dagster = load_report(storage / "doors" / "eval" / "ES.FUT" / "ensemble_report.json").symbols["ES.FUT"]
 
     out = tmp_path / "cli" / "ensemble_report.json"
-    assert main(["evaluate", "--models-dir", str(storage / "doors" / "models"), "--data-dir", str(tiny_data),
-                 "--output", str(out), "--predecoded-dir", str(storage / "predecoded"), "--device", "cpu",
-                 "--min-val-auc", "0"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(storage / "doors" / "models"),
+                "--data-dir",
+                str(tiny_data),
+                "--output",
+                str(out),
+                "--predecoded-dir",
+                str(storage / "predecoded"),
+                "--device",
+                "cpu",
+                "--min-val-auc",
+                "0",
+            ]
+        )
+        == 0
+    )
     cli = load_report(out).symbols["ES.FUT"]
 
     rows = {**dagster.models, **dagster.ensembles}
@@ -54,6 +83,10 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
     for name, row in rows.items():
         other = {**cli.models, **cli.ensembles}[name]
         assert (row.n_trials, row.n_configurations, row.trials_dispersion, row.dsr_estimator) == (
-            other.n_trials, other.n_configurations, other.trials_dispersion, other.dsr_estimator), name
+            other.n_trials,
+            other.n_configurations,
+            other.trials_dispersion,
+            other.dsr_estimator,
+        ), name
         assert row.oos.model_dump() == other.oos.model_dump(), name  # Sharpe, N, V, DSR, DSR@null, all of it
         assert [f.metrics for f in row.folds] == [f.metrics for f in other.folds], name

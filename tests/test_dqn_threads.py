@@ -34,8 +34,14 @@ def test_dqn_trains_on_one_thread(tiny_data, tmp_path, model, threads):
         print(json.dumps({{"rc": rc, "cpus": len(os.sched_getaffinity(0)), **seen}}))
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ALPHA_CPUS_PER_STEP")}
-    out = subprocess.run([sys.executable, "-c", child, str(tiny_data / "ES.FUT"), str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(tiny_data / "ES.FUT"), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["rc"] == 0, seen

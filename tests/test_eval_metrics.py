@@ -146,8 +146,12 @@ def test_daily_pnl_against_dict_grouping(start):
     t0 = ns(start)
     ts = t0 + rng.integers(0, 8 * 86_400, size=400) * 1_000_000_000  # random seconds over 8 days
     # and every minute around 17:00 CT (22:00 / 23:00 UTC) of each day, either side
-    edges = [t0 + d * 86_400_000_000_000 + h * 3_600_000_000_000 + m * 60_000_000_000
-             for d in range(8) for h in (21, 22, 23) for m in (-1, 0, 1, 59)]
+    edges = [
+        t0 + d * 86_400_000_000_000 + h * 3_600_000_000_000 + m * 60_000_000_000
+        for d in range(8)
+        for h in (21, 22, 23)
+        for m in (-1, 0, 1, 59)
+    ]
     ts = np.concatenate([ts, np.array(edges, dtype=np.int64)])
     pnl = rng.normal(size=len(ts))
     expected = defaultdict(float)
@@ -522,16 +526,35 @@ def test_summarize_consistent_with_parts():
     assert s["win_rate"] == win_rate(pnl, position) and s["hit_rate"] == hit_rate(position, next_return)
     assert s["sharpe_se"] == sharpe_standard_error(daily)
     assert (s["sharpe_ci_low"], s["sharpe_ci_high"]) == bootstrap_sharpe_interval(daily)
-    assert s["sharpe_by_cost"] == {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(position, next_return, c))[1])
-                                   for c in COST_SENSITIVITY_TICKS}
+    assert s["sharpe_by_cost"] == {
+        f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(position, next_return, c))[1]) for c in COST_SENSITIVITY_TICKS
+    }
     assert s["dsr_n_trials"] == 20 and s["dsr_variance"] == 1 / (len(daily) - 1)  # the null variance
     assert s["dsr_null"] == s["dsr"]  # no dispersion among trials given: the DSR is the one at the null variance
     wide = summarize(ts, position, next_return, 0.05, n_trials=20, trials_dispersion=0.05)
     assert wide["dsr_variance"] == pytest.approx(1 / (len(daily) - 1) + 0.05)
     assert wide["dsr"] == deflated_sharpe_ratio(daily, 20, 1 / (len(daily) - 1) + 0.05) < wide["dsr_null"] == s["dsr"]
-    assert set(s) == {"n_bars", "n_sessions", "total_pnl", "sharpe", "sharpe_se", "sharpe_ci_low", "sharpe_ci_high",
-                      "sharpe_by_cost", "max_drawdown", "win_rate", "profit_factor", "turnover", "n_trades",
-                      "hit_rate", "psr", "dsr", "dsr_null", "dsr_n_trials", "dsr_variance"}
+    assert set(s) == {
+        "n_bars",
+        "n_sessions",
+        "total_pnl",
+        "sharpe",
+        "sharpe_se",
+        "sharpe_ci_low",
+        "sharpe_ci_high",
+        "sharpe_by_cost",
+        "max_drawdown",
+        "win_rate",
+        "profit_factor",
+        "turnover",
+        "n_trades",
+        "hit_rate",
+        "psr",
+        "dsr",
+        "dsr_null",
+        "dsr_n_trials",
+        "dsr_variance",
+    }
 
 
 def test_summarize_no_trades():

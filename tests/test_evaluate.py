@@ -44,17 +44,95 @@ def trained(tiny_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     models, pd = root / "models", root / "pd"
     bars, book = tiny_data / "ES.FUT" / "ohlcv-1m", tiny_data / "ES.FUT" / "mbp-10"
-    small = ["--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "512", "--n-val-seqs", "256",
-             "--predecoded-dir", str(pd), "--device", "cpu", *FOLDS]
+    small = [
+        "--epochs",
+        "1",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "64",
+        "--n-train-seqs",
+        "512",
+        "--n-val-seqs",
+        "256",
+        "--predecoded-dir",
+        str(pd),
+        "--device",
+        "cpu",
+        *FOLDS,
+    ]
     for model in ("mamba2", "kan"):
-        assert main(["train-supervised", "--model", model, "--data-dir", str(bars),
-                     "--output-dir", str(models / model / "ES.FUT"), *small]) == 0
-    assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars), "--output-dir", str(models / "ppo" / "ES.FUT"),
-                 "--epochs", "1", "--timesteps-per-epoch", "512", "--n-envs", "4", "--predecoded-dir", str(pd),
-                 "--device", "cpu", "--cv-fold", "0", *FOLDS]) == 0
-    assert main(["train", "--mbp10-data-dir", str(book), "--predecoded-dir", str(pd), "--device", "cpu",
-                 "--out", str(models / "perception" / "ES.FUT"), "--epochs", "1", "--batch-size", "32",
-                 "--n-train-seqs", "128", "--n-val-seqs", "64", "--seq-len", "16", "--cv-fold", "0", *FOLDS]) == 0
+        assert (
+            main(
+                [
+                    "train-supervised",
+                    "--model",
+                    model,
+                    "--data-dir",
+                    str(bars),
+                    "--output-dir",
+                    str(models / model / "ES.FUT"),
+                    *small,
+                ]
+            )
+            == 0
+        )
+    assert (
+        main(
+            [
+                "train-rl",
+                "--model",
+                "ppo",
+                "--data-dir",
+                str(bars),
+                "--output-dir",
+                str(models / "ppo" / "ES.FUT"),
+                "--epochs",
+                "1",
+                "--timesteps-per-epoch",
+                "512",
+                "--n-envs",
+                "4",
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--cv-fold",
+                "0",
+                *FOLDS,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--mbp10-data-dir",
+                str(book),
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--out",
+                str(models / "perception" / "ES.FUT"),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--n-train-seqs",
+                "128",
+                "--n-val-seqs",
+                "64",
+                "--seq-len",
+                "16",
+                "--cv-fold",
+                "0",
+                *FOLDS,
+            ]
+        )
+        == 0
+    )
     # a checkpoint whose weights are gone must be listed, not silently dropped
     broken = models / "kan" / "ES.FUT" / "fold-7"
     shutil.copytree(models / "kan" / "ES.FUT" / "fold-0", broken)
@@ -73,8 +151,27 @@ def test_report_end_to_end(trained, tiny_data):
     root, pd = trained
     out = root / "eval" / "ensemble_report.json"
     threads = torch.get_num_threads()
-    assert main(["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(root / "models"),
+                "--data-dir",
+                str(tiny_data),
+                "--output",
+                str(out),
+                "--symbols",
+                "ES.FUT",
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                *NO_THRESHOLD,
+            ]
+        )
+        == 0
+    )
     assert torch.get_num_threads() == threads  # CPU evaluation runs one intra-op thread per worker, then restores it
     report = load_report(out)  # validates against the schema
     sym = report.symbols["ES.FUT"]
@@ -85,8 +182,19 @@ def test_report_end_to_end(trained, tiny_data):
     rows = [*sym.models.values(), *sym.ensembles.values()]
     for result in rows:
         for m in (result.oos, *(f.metrics for f in result.folds)):  # uncertainty on every row, oos and per fold
-            for key in ("sharpe", "max_drawdown", "win_rate", "turnover", "hit_rate", "psr", "dsr", "total_pnl",
-                        "sharpe_se", "sharpe_ci_low", "sharpe_ci_high"):
+            for key in (
+                "sharpe",
+                "max_drawdown",
+                "win_rate",
+                "turnover",
+                "hit_rate",
+                "psr",
+                "dsr",
+                "total_pnl",
+                "sharpe_se",
+                "sharpe_ci_low",
+                "sharpe_ci_high",
+            ):
                 assert getattr(m, key) is not None and math.isfinite(getattr(m, key)), (result.name, key)
             assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
             assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
@@ -121,8 +229,9 @@ def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(tra
     assert perception.auc.scored_on == "book" and perception.auc.horizons == [10, 100, 1000]
     assert perception.auc.horizon_unit == "snapshots" and sym.models["ppo"].auc is None
     book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
-    seq_len = json.loads(next((root / "models" / "perception" / "ES.FUT").glob("fold-0/alpha_train_summary.json"))
-                         .read_text())["seq_len"]
+    seq_len = json.loads(next((root / "models" / "perception" / "ES.FUT").glob("fold-0/alpha_train_summary.json")).read_text())[
+        "seq_len"
+    ]
     labelled = np.isfinite(np.asarray(book.labels))[seq_len - 1 :].sum(axis=0)
     assert perception.auc.n_rows == labelled.tolist()  # every labelled snapshot after the first full window
     for row in (kan, perception, sym.models["mamba2"]):
@@ -144,9 +253,18 @@ def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(tra
 
 def test_every_expected_model_and_fold_is_listed(trained, tiny_data):
     root, pd = trained
-    report = evaluate(EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=root / "eval2" / "r.json",
-                                 symbols=["ES.FUT"], predecoded_dir=pd, device="cpu", gate=ANY_FINITE,
-                                 expected=[("kan", 0), ("kan", 1), ("tft", 0), ("tft", 1), ("mamba2", 9)]))
+    report = evaluate(
+        EvalConfig(
+            models_dir=root / "models",
+            data_dir=tiny_data,
+            output=root / "eval2" / "r.json",
+            symbols=["ES.FUT"],
+            predecoded_dir=pd,
+            device="cpu",
+            gate=ANY_FINITE,
+            expected=[("kan", 0), ("kan", 1), ("tft", 0), ("tft", 1), ("mamba2", 9)],
+        )
+    )
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("tft", 0)] == reasons[("tft", 1)] == "never materialized"
     assert reasons[("mamba2", 9)].startswith("gate failed: ") and ("kan", 0) not in reasons
@@ -231,8 +349,9 @@ def test_batched_inference_gives_the_model_s_own_numbers(trained):
     assert len(x) > 2 * CPU_BATCH  # several batches, so the worker threads share the file
     whole = torch.sigmoid(model.net(x, dt)["logits"][:, -1]).detach().numpy()  # with autograd, aux trunk and all
     with torch.inference_mode():
-        torch.testing.assert_close(model.net.last_logits(x[:64], dt[:64]), model.net(x[:64], dt[:64])["logits"][:, -1],
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            model.net.last_logits(x[:64], dt[:64]), model.net(x[:64], dt[:64])["logits"][:, -1], rtol=0, atol=1e-6
+        )
     snap, _ = window_probs_at(model, book)
     np.testing.assert_allclose(snap[k - 1 :], whole, rtol=0, atol=1e-6)
     assert np.isnan(snap[: k - 1]).all()
@@ -269,8 +388,28 @@ def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(traine
     and every one at or below it listed as "gate failed" with its metric and threshold."""
     root, pd = trained
     out = root / "eval-gated" / "ensemble_report.json"
-    assert main(["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", "--min-val-auc", "0.52"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(root / "models"),
+                "--data-dir",
+                str(tiny_data),
+                "--output",
+                str(out),
+                "--symbols",
+                "ES.FUT",
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--min-val-auc",
+                "0.52",
+            ]
+        )
+        == 0
+    )
     report = load_report(out)
     sym = report.symbols.get("ES.FUT")
     reported = {(m, f.fold) for m, r in (sym.models.items() if sym else []) for f in r.folds}
@@ -281,15 +420,15 @@ def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(traine
         if not folder.exists():
             continue
         trainer = registry.get(model).trainer
-        summary = json.loads((folder / ("alpha_train_summary.json" if trainer == "perception" else "summary.json"))
-                             .read_text())
+        summary = json.loads((folder / ("alpha_train_summary.json" if trainer == "perception" else "summary.json")).read_text())
         value, _ = gated_value(trainer, summary)
         passes = value > (0.0 if trainer == "rl" else 0.52)
         assert ((model, fold) in reported) == passes, (model, fold, value, reasons.get((model, fold)))
         if not passes:
             label = "validation Sharpe" if trainer == "rl" else "mean validation AUC"
             assert reasons[(model, fold)] == f"gate failed: {label} {value:.4f} <= {0.0 if trainer == 'rl' else 0.52}" + (
-                "" if trainer == "rl" else f", train loss {summary['final_train_loss']:.4f}"), reasons[(model, fold)]
+                "" if trainer == "rl" else f", train loss {summary['final_train_loss']:.4f}"
+            ), reasons[(model, fold)]
         checked += 1
     assert checked >= 6 and 0 < len(reported) < checked, "the tiny models straddle the gate: both sides are checked"
 
@@ -302,8 +441,22 @@ def test_a_second_evaluate_into_the_same_report_fails_fast_and_sets_stay_one_wri
 
     root, pd = trained
     out = root / "eval-race" / "ensemble_report.json"
-    argv = ["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out),
-            "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD]
+    argv = [
+        "evaluate",
+        "--models-dir",
+        str(root / "models"),
+        "--data-dir",
+        str(tiny_data),
+        "--output",
+        str(out),
+        "--symbols",
+        "ES.FUT",
+        "--predecoded-dir",
+        str(pd),
+        "--device",
+        "cpu",
+        *NO_THRESHOLD,
+    ]
     out.parent.mkdir(parents=True)
     with Lock(out.with_name(f".{out.name}.lock"), run="first-writer", step=str(out)).hold():
         assert main(argv) == 2
@@ -348,8 +501,9 @@ def _whole_file_probs(model, features, dt, seq_len, norm, rows):
     generator = torch.Generator().manual_seed(SAMPLING_SEED) if sampling else None
     parallel = not sampling
     if hasattr(model, "position_wise"):
-        (values,) = _padded(lambda r: (model.position_wise(values[r][None])[0],), torch.arange(len(values)),
-                            CPU_BATCH * seq_len, parallel)
+        (values,) = _padded(
+            lambda r: (model.position_wise(values[r][None])[0],), torch.arange(len(values)), CPU_BATCH * seq_len, parallel
+        )
     times = None if dt is None else torch.from_numpy(np.array(dt))
     lags = torch.arange(-seq_len + 1, 1)
 
@@ -387,8 +541,12 @@ def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, m
         net = registry.get(name).build(n_features=n).eval()
         others.append(type(mamba2)(mamba2.ckpt, mamba2.device, mamba2.norm, mamba2.window, net))
     decision = book_decision_rows(bars, book)
-    cases = [(perception, book, decision[decision >= 0]), (perception, book, None), (mamba2, bars, None),
-             *((m, bars, None) for m in others)]
+    cases = [
+        (perception, book, decision[decision >= 0]),
+        (perception, book, None),
+        (mamba2, bars, None),
+        *((m, bars, None) for m in others),
+    ]
     for model, sc, rows in cases:
         k = model.window
         want_rows = np.arange(k - 1, sc.rows) if rows is None else np.unique(rows[rows >= k - 1])
@@ -471,13 +629,25 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     root, pd = trained
     calls = []
     honest = evaluate_module.predict
-    monkeypatch.setattr(evaluate_module, "predict", lambda model, bars, *a, **k: calls.append(
-        (model.ckpt.model, bars.meta.source.name, a[3] if len(a) > 3 else k.get("scored", True)))
-        or honest(model, bars, *a, **k))
+    monkeypatch.setattr(
+        evaluate_module,
+        "predict",
+        lambda model, bars, *a, **k: (
+            calls.append((model.ckpt.model, bars.meta.source.name, a[3] if len(a) > 3 else k.get("scored", True)))
+            or honest(model, bars, *a, **k)
+        ),
+    )
     alone = tmp_path / "models"
     shutil.copytree(root / "models" / "kan", alone / "kan", symlinks=True)
-    cfg = EvalConfig(models_dir=alone, data_dir=tiny_data, output=tmp_path / "alone" / "r.json", symbols=["ES.FUT"],
-                     predecoded_dir=pd, device="cpu", gate=ANY_FINITE)
+    cfg = EvalConfig(
+        models_dir=alone,
+        data_dir=tiny_data,
+        output=tmp_path / "alone" / "r.json",
+        symbols=["ES.FUT"],
+        predecoded_dir=pd,
+        device="cpu",
+        gate=ANY_FINITE,
+    )
     report = evaluate(cfg)
     assert all(scored for *_, scored in calls) and len(calls) == 2  # two test files, no validation file
     assert [f.weights for f in report.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [{"kan": 1.0}] * 2
@@ -492,5 +662,4 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     calls.clear()
     again = evaluate(cfg.model_copy(update={"output": tmp_path / "all2" / "r.json"}))
     assert "ppo" in [m for m, _, scored in calls if not scored]
-    assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [
-        f.weights for f in weighted]
+    assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [f.weights for f in weighted]

@@ -46,8 +46,7 @@ def test_rows_before_a_cut_do_not_see_what_comes_after_it(tiny_data, tmp_path, s
     cut_ns = int(records[stamp][cut])
     tick_fixed = round(product("ES.FUT").tick_size * 1e9)
     sidecars = {}
-    for variant, recs in {"whole": records, "cut": records[:cut],
-                          "changed": later_changed(records, cut, tick_fixed)}.items():
+    for variant, recs in {"whole": records, "cut": records[:cut], "changed": later_changed(records, cut, tick_fixed)}.items():
         folder = tmp_path / variant / "ES.FUT" / schema
         folder.mkdir(parents=True)
         _write_dbn(folder / source.name, metadata, recs)

@@ -66,8 +66,11 @@ def test_default_window_tests_every_fold(n, folds, recwarn):
 
 
 def test_a_fold_without_a_test_file_is_an_explicit_opt_in():
-    with pytest.raises(PlanError, match=r"fold\(s\) 1 would have no test file: 2 folds x window 3 need 6 files, "
-                                        r"5 available .*--allow-untested-folds"):
+    with pytest.raises(
+        PlanError,
+        match=r"fold\(s\) 1 would have no test file: 2 folds x window 3 need 6 files, "
+        r"5 available .*--allow-untested-folds",
+    ):
         plan_folds(refs(5), cv_n_folds=2, cv_train_window=3)
     with pytest.warns(UntestedFoldWarning, match=r"fold\(s\) 1 have no test file"):
         plan = plan_folds(refs(5), cv_n_folds=2, cv_train_window=3, allow_untested_folds=True)
@@ -102,12 +105,14 @@ def test_fold_index_must_be_below_fold_count():
 
 def test_leakage_check_catches_shared_files_and_overlapping_time():
     f = refs(3)
-    shared = FoldPlan(cv_n_folds=1, cv_train_window=0, window=2, n_files=3,
-                      folds=[Fold(fold=0, train=[f[0], f[1]], val=[f[1]], test=[])])
+    shared = FoldPlan(
+        cv_n_folds=1, cv_train_window=0, window=2, n_files=3, folds=[Fold(fold=0, train=[f[0], f[1]], val=[f[1]], test=[])]
+    )
     assert any("f1 is in both train and val" in p for p in check_leakage(shared))
     late = f[0].model_copy(update={"end": f[1].start + 1})
-    overlap = FoldPlan(cv_n_folds=1, cv_train_window=0, window=1, n_files=2,
-                       folds=[Fold(fold=0, train=[late], val=[f[1]], test=[])])
+    overlap = FoldPlan(
+        cv_n_folds=1, cv_train_window=0, window=1, n_files=2, folds=[Fold(fold=0, train=[late], val=[f[1]], test=[])]
+    )
     assert check_leakage(overlap) == ["fold 0: train data reaches into val (time ranges overlap)"]
 
 
@@ -133,7 +138,8 @@ def test_hyperopt_files_precede_every_test_file(n, folds, window, recwarn):
 def test_hyperopt_leakage_needs_the_files_recorded():
     plan = plan_folds(refs(6), 3)
     assert hyperopt_leakage(plan, {"trials": []}) == [
-        "hyperopt results do not record train_files and val_files: the files they used cannot be checked"]
+        "hyperopt results do not record train_files and val_files: the files they used cannot be checked"
+    ]
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
@@ -158,5 +164,4 @@ def test_folds_plan_from_the_sidecars_without_decoding(tiny_data, tmp_path, caps
 
 
 def _bytes_read() -> int:
-    return int(next(line.split()[1] for line in Path("/proc/self/io").read_text().splitlines()
-                    if line.startswith("rchar:")))
+    return int(next(line.split()[1] for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("rchar:")))

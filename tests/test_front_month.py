@@ -32,16 +32,22 @@ def test_session_starts_at_17_chicago():
         ]
     ).astype(np.int64)
     assert [str(np.datetime64(int(d), "D")) for d in session_days(ts)] == [
-        "2024-03-12", "2024-03-13", "2024-01-10", "2024-01-11",
+        "2024-03-12",
+        "2024-03-13",
+        "2024-01-10",
+        "2024-01-11",
     ]
 
 
 def test_front_follows_previous_session_volume_without_look_ahead():
     sessions, ids, act = table(
         [
-            ("2024-03-11", H4, 900), ("2024-03-11", M4, 100),
-            ("2024-03-12", H4, 300), ("2024-03-12", M4, 700),  # M4 wins the 12th ...
-            ("2024-03-13", H4, 100), ("2024-03-13", M4, 900),  # ... so it is front from the 13th
+            ("2024-03-11", H4, 900),
+            ("2024-03-11", M4, 100),
+            ("2024-03-12", H4, 300),
+            ("2024-03-12", M4, 700),  # M4 wins the 12th ...
+            ("2024-03-13", H4, 100),
+            ("2024-03-13", M4, 900),  # ... so it is front from the 13th
         ]
     )
     front = choose_front(sessions, ids, act, SYMBOLS, 2024)
@@ -54,9 +60,12 @@ def test_front_follows_previous_session_volume_without_look_ahead():
 def test_first_session_takes_the_nearest_expiry_and_never_rolls_back():
     sessions, ids, act = table(
         [
-            ("2024-03-11", M4, 900), ("2024-03-11", H4, 10),  # no previous session: nearest expiry (H4)
-            ("2024-03-12", M4, 100), ("2024-03-12", H4, 900),
-            ("2024-03-13", H4, 900), ("2024-03-13", M4, 50),  # H4 won the 12th but the front already rolled
+            ("2024-03-11", M4, 900),
+            ("2024-03-11", H4, 10),  # no previous session: nearest expiry (H4)
+            ("2024-03-12", M4, 100),
+            ("2024-03-12", H4, 900),
+            ("2024-03-13", H4, 900),
+            ("2024-03-13", M4, 50),  # H4 won the 12th but the front already rolled
         ]
     )
     front = choose_front(sessions, ids, act, SYMBOLS, 2024)

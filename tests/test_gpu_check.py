@@ -32,13 +32,17 @@ def _job(model: str, wall: float, rc: int = 0, error: str | None = None) -> dict
 
 def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
     ensemble = [_job(m, 8.0) for m in gpu_check.SUPERVISED if m != "liquid"] + [_job("liquid", 0.0, 1, "OOM")]
-    out = _outputs(tmp_path, {
-        "b1_fp32": {"modes": [{"sequences_per_s": 3100.0}]},
-        "b4096_bf16": {"modes": [{"error": "RuntimeError: index out of bounds"}]},
-        "fold_cold": {"marks": [["fit done", 24.0]]},
-        "ensemble_fold": {"jobs": ensemble},
-        "dqn_fold": {"jobs": [_job("dqn", 44.0)]},
-    }, "\n===== cuda_tests: pytest\nFAILED tests/test_a.py::test_b - x\n1 failed, 30 passed in 99s\n===== b1_fp32: x\n")
+    out = _outputs(
+        tmp_path,
+        {
+            "b1_fp32": {"modes": [{"sequences_per_s": 3100.0}]},
+            "b4096_bf16": {"modes": [{"error": "RuntimeError: index out of bounds"}]},
+            "fold_cold": {"marks": [["fit done", 24.0]]},
+            "ensemble_fold": {"jobs": ensemble},
+            "dqn_fold": {"jobs": [_job("dqn", 44.0)]},
+        },
+        "\n===== cuda_tests: pytest\nFAILED tests/test_a.py::test_b - x\n1 failed, 30 passed in 99s\n===== b1_fp32: x\n",
+    )
     stages = {name: {"rc": 0} for name in gpu_check.DEFAULT_STAGES.split(",")}
     stages["cuda_tests"]["rc"] = 1
     stages["b4096_fp32"] = {"rc": "timeout"}

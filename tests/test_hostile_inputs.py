@@ -57,10 +57,17 @@ def write(dst: Path, meta, records: np.ndarray | bytes, tail: bytes = b"", shift
     """A genuine DBN file (zstd) from `meta` with fields overridden, mapping dates shifted, and raw bytes appended."""
     shift = dt.timedelta(days=shift_days)
     fields = dict(
-        dataset=meta.dataset, schema=meta.schema, start=meta.start, end=meta.end, stype_in=meta.stype_in,
-        stype_out=dbn.SType.INSTRUMENT_ID, symbols=list(meta.symbols),
-        mappings=[_Mapping(raw, [_Interval(i["start_date"] + shift, i["end_date"] + shift, i["symbol"]) for i in ivs])
-                  for raw, ivs in meta.mappings.items()],
+        dataset=meta.dataset,
+        schema=meta.schema,
+        start=meta.start,
+        end=meta.end,
+        stype_in=meta.stype_in,
+        stype_out=dbn.SType.INSTRUMENT_ID,
+        symbols=list(meta.symbols),
+        mappings=[
+            _Mapping(raw, [_Interval(i["start_date"] + shift, i["end_date"] + shift, i["symbol"]) for i in ivs])
+            for raw, ivs in meta.mappings.items()
+        ],
     )
     fields.update(override)
     body = records.tobytes() if isinstance(records, np.ndarray) else records
@@ -110,6 +117,7 @@ def book_field(field: str, value: int, where: Callable = snapshot, needle: str =
         i = where(meta, r)
         r[field][i] = value(r[field][i]) if callable(value) else value
         return [write(folder / "hostile.dbn.zst", meta, r)], [f"record {i}: {field} {needle}"]
+
     return Case(BOOK, build, timestamps=False)
 
 
@@ -119,6 +127,7 @@ def bar_edit(edit: Callable[[np.ndarray, int], str]) -> Case:
         i = bar(meta, r)
         needle = edit(r, i)
         return [write(folder / "hostile.dbn.zst", meta, r)], [f"record {i}: {needle}"]
+
     return Case(BARS, build, timestamps=False)
 
 
@@ -126,6 +135,7 @@ def _set(field: str, value, needle: str) -> Callable[[np.ndarray, int], str]:
     def edit(r: np.ndarray, i: int) -> str:
         r[field][i] = value(r, i) if callable(value) else value
         return needle
+
     return edit
 
 
@@ -136,11 +146,13 @@ def _swap_high_low(r: np.ndarray, i: int) -> str:
 
 def records_edit(schema: str, edit: Callable, timestamps: bool = True, **meta_over) -> Case:
     """`edit(meta, records)` changes records in place and returns the needle; `meta_over(meta, records)` metadata."""
+
     def build(tiny: Path, folder: Path):
         meta, r = load(source(tiny, schema, 2))
         needle = edit(meta, r)
         over = {k: v(meta, r) for k, v in meta_over.items()}
         return [write(folder / "hostile.dbn.zst", meta, r, **over)], [needle]
+
     return Case(schema, build, timestamps=timestamps)
 
 
@@ -192,9 +204,11 @@ def _length(meta, r):
 
 def other_schema(claimed, records_of: str, needle: str) -> Case:
     """Metadata claims one schema, the records are another's."""
+
     def build(tiny: Path, folder: Path):
         meta, r = load(source(tiny, records_of, 2))
         return [write(folder / "hostile.dbn.zst", meta, r, schema=claimed)], [needle]
+
     return Case(BOOK if records_of == BARS else BARS, build)
 
 
@@ -203,6 +217,7 @@ def raw_file(data: Callable[[Path], bytes], needle: str) -> Case:
         path = folder / "hostile.dbn.zst"
         path.write_bytes(data(tiny))
         return [path], [needle]
+
     return Case(BOOK, build)
 
 
@@ -211,6 +226,7 @@ def meta_edit(schema: str, needle: str, shift_days: int = 0, timestamps: bool = 
         meta, r = load(source(tiny, schema, 2))
         values = {k: v(meta, r) for k, v in over.items()}
         return [write(folder / "hostile.dbn.zst", meta, r, shift_days=shift_days, **values)], [needle]
+
     return Case(schema, build, timestamps=timestamps)
 
 
@@ -218,6 +234,7 @@ def _tail(n: int) -> Case:
     def build(tiny: Path, folder: Path):
         meta, r = load(source(tiny, BOOK, 2))
         return [write(folder / "hostile.dbn.zst", meta, r, tail=bytes(n))], [f"file is truncated: {n} bytes"]
+
     return Case(BOOK, build)
 
 
@@ -273,8 +290,7 @@ def _off_grid(tiny: Path, folder: Path):
     meta, r = load(source(tiny, BOOK, 2))
     i = snapshot(meta, r)
     r["bid_px_00"][i] += 100_000_000
-    return [write(folder / "hostile.dbn.zst", meta, r)], [f"record {i}: bid_px_00 is",
-                                                          "not on the ES.FUT tick grid (0.25)"]
+    return [write(folder / "hostile.dbn.zst", meta, r)], [f"record {i}: bid_px_00 is", "not on the ES.FUT tick grid (0.25)"]
 
 
 def _zn_bar(r: np.ndarray, i: int) -> str:
@@ -287,8 +303,10 @@ def _zn_bar(r: np.ndarray, i: int) -> str:
 def _nq_labelled_es(tiny: Path, folder: Path):
     """An NQ file whose metadata says ES: every symbol renamed, the NQ prices (about 17,500) left as they are."""
     meta, r = load(source(tiny, BOOK, 2, root="NQ"))
-    mappings = [_Mapping(raw.replace("NQ", "ES"), [_Interval(i["start_date"], i["end_date"], i["symbol"]) for i in ivs])
-                for raw, ivs in meta.mappings.items()]
+    mappings = [
+        _Mapping(raw.replace("NQ", "ES"), [_Interval(i["start_date"], i["end_date"], i["symbol"]) for i in ivs])
+        for raw, ivs in meta.mappings.items()
+    ]
     path = write(folder / "ES.FUT_2024-Q2.dbn.zst", meta, r, symbols=["ES.FUT"], mappings=mappings)
     return [path], ["outside the plausible ES.FUT range [500, 15000]"]
 
@@ -450,15 +468,41 @@ def test_hostile_input_is_refused_by_every_reader(name, tiny_data, symbol_dir, t
 
 
 TRAINERS = {
-    BOOK: lambda d, cache, out: ["train", "--mbp10-data-dir", d / BOOK, "--predecoded-dir", cache, "--out", out,
-                                 "--epochs", "1", "--device", "cpu"],
-    BARS: lambda d, cache, out: ["train-supervised", "--model", "tft", "--data-dir", d, "--predecoded-dir", cache,
-                                 "--output-dir", out, "--epochs", "1", "--device", "cpu"],
+    BOOK: lambda d, cache, out: [
+        "train",
+        "--mbp10-data-dir",
+        d / BOOK,
+        "--predecoded-dir",
+        cache,
+        "--out",
+        out,
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+    ],
+    BARS: lambda d, cache, out: [
+        "train-supervised",
+        "--model",
+        "tft",
+        "--data-dir",
+        d,
+        "--predecoded-dir",
+        cache,
+        "--output-dir",
+        out,
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+    ],
 }
 
 
-@pytest.mark.parametrize("name", ["book-zero-bid", "bar-high-below-low", "ts-in-2200", "overlapping-files",
-                                  "dataset-xnas-itch", "claims-mbp10-holds-ohlcv"])
+@pytest.mark.parametrize(
+    "name",
+    ["book-zero-bid", "bar-high-below-low", "ts-in-2200", "overlapping-files", "dataset-xnas-itch", "claims-mbp10-holds-ohlcv"],
+)
 def test_trainers_refuse_hostile_input_before_training(name, tiny_data, symbol_dir, tmp_path, capsys):
     case = HOSTILE[name]
     files, needles = case.build(tiny_data, symbol_dir / case.schema)
@@ -476,9 +520,31 @@ def checkpoint(tiny_data, tmp_path_factory) -> Path:
     (root / "data" / "ES.FUT" / BARS).mkdir(parents=True)
     for quarter in (1, 2):
         shutil.copy(source(tiny_data, BARS, quarter), root / "data" / "ES.FUT" / BARS)
-    code = main(["train-supervised", "--model", "tft", "--data-dir", str(root / "data" / "ES.FUT"), "--epochs", "1",
-                 "--output-dir", str(root / "models" / "tft" / "ES.FUT"), "--predecoded-dir", str(root / "pd"),
-                 "--n-train-seqs", "16", "--n-val-seqs", "16", "--batch-size", "16", "--device", "cpu", "--cv-n-folds", "1"])
+    code = main(
+        [
+            "train-supervised",
+            "--model",
+            "tft",
+            "--data-dir",
+            str(root / "data" / "ES.FUT"),
+            "--epochs",
+            "1",
+            "--output-dir",
+            str(root / "models" / "tft" / "ES.FUT"),
+            "--predecoded-dir",
+            str(root / "pd"),
+            "--n-train-seqs",
+            "16",
+            "--n-val-seqs",
+            "16",
+            "--batch-size",
+            "16",
+            "--device",
+            "cpu",
+            "--cv-n-folds",
+            "1",
+        ]
+    )
     assert code == 0
     return root
 
@@ -493,9 +559,22 @@ def test_evaluate_refuses_hostile_input(name, checkpoint, tiny_data, tmp_path, c
         (data / "ES.FUT" / case.schema / "ES.FUT_2024-Q2.dbn.zst").unlink()
     files, needles = case.build(tiny_data, data / "ES.FUT" / (BARS if name == "duplicate-content" else case.schema))
     cache = tmp_path / "predecoded"
-    code, err = run(capsys, "evaluate", "--models-dir", checkpoint / "models", "--data-dir", data,
-                    "--output", tmp_path / "report" / "ensemble_report.json", "--predecoded-dir", cache,
-                    "--min-val-auc", "0", "--min-val-sharpe", "-1000")  # the tiny checkpoint is read whatever its AUC
+    code, err = run(
+        capsys,
+        "evaluate",
+        "--models-dir",
+        checkpoint / "models",
+        "--data-dir",
+        data,
+        "--output",
+        tmp_path / "report" / "ensemble_report.json",
+        "--predecoded-dir",
+        cache,
+        "--min-val-auc",
+        "0",
+        "--min-val-sharpe",
+        "-1000",
+    )  # the tiny checkpoint is read whatever its AUC
     assert_refused(code, err, files, needles)
     assert nothing_left(cache)
 
@@ -576,9 +655,17 @@ def test_the_sessions_missing_check(tiny_data, symbol_dir, tmp_path, capsys):
     s = _sessions(r["ts_event"])
     last = s == s.max()
     r["ts_event"][last] += 6 * 86_400 * 10**9
-    path = write(symbol_dir / BARS / "late.dbn.zst", meta, r, shift_days=0, end=meta.end + 7 * 86_400 * 10**9,
-                 mappings=[_Mapping(raw, [_Interval(i["start_date"], i["end_date"] + dt.timedelta(days=7), i["symbol"])
-                                          for i in ivs]) for raw, ivs in meta.mappings.items()])
+    path = write(
+        symbol_dir / BARS / "late.dbn.zst",
+        meta,
+        r,
+        shift_days=0,
+        end=meta.end + 7 * 86_400 * 10**9,
+        mappings=[
+            _Mapping(raw, [_Interval(i["start_date"], i["end_date"] + dt.timedelta(days=7), i["symbol"]) for i in ivs])
+            for raw, ivs in meta.mappings.items()
+        ],
+    )
     code, err = run(capsys, "predecode", "--data-dir", tmp_path / "data", "--predecoded-dir", tmp_path / "pd")
     assert code == 1 and f"{path.name}: ts has no rows for 6." in err and "sessions missing" in err, err
 

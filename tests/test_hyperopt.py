@@ -38,9 +38,33 @@ def test_pso_is_deterministic_for_a_seed_with_one_worker_and_runs_generations_co
 def test_hyperopt_end_to_end_produces_a_params_file_train_supervised_accepts(tiny_data, tmp_path):
     bars = tiny_data / "ES.FUT" / "ohlcv-1m"
     results_path = tmp_path / "hyperopt" / "mamba2" / "ES.FUT" / "results.json"
-    argv = ["hyperopt", "--model", "mamba2", "--trials", "3", "--epochs", "1", "--data-dir", str(bars),
-            "--output", str(results_path), "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "96",
-            "--n-val-seqs", "96", "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu", "--seed", "3"]
+    argv = [
+        "hyperopt",
+        "--model",
+        "mamba2",
+        "--trials",
+        "3",
+        "--epochs",
+        "1",
+        "--data-dir",
+        str(bars),
+        "--output",
+        str(results_path),
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "32",
+        "--n-train-seqs",
+        "96",
+        "--n-val-seqs",
+        "96",
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+    ]
     assert main(argv) == 0
     results = json.loads(results_path.read_text())
     assert len(results["trials"]) == 3 and results["seed"] == 3
@@ -51,9 +75,31 @@ def test_hyperopt_end_to_end_produces_a_params_file_train_supervised_accepts(tin
     assert results["train_files"] == ["ES.FUT_2024-Q1.dbn.zst"] and results["val_files"] == ["ES.FUT_2024-Q2.dbn.zst"]
     assert results["plan_test_files"] == [f"ES.FUT_{q}.dbn.zst" for q in ("2024-Q3", "2024-Q4", "2025-Q1")]
     assert all(isinstance(t["val_sharpe"], float) and math.isfinite(t["val_sharpe"]) for t in results["trials"])
-    train = ["train-supervised", "--model", "mamba2", "--data-dir", str(bars), "--output-dir", str(tmp_path / "m"),
-             "--params-file", str(results_path), "--epochs", "1", "--seq-len", "16", "--batch-size", "32",
-             "--n-train-seqs", "96", "--n-val-seqs", "96", "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu"]
+    train = [
+        "train-supervised",
+        "--model",
+        "mamba2",
+        "--data-dir",
+        str(bars),
+        "--output-dir",
+        str(tmp_path / "m"),
+        "--params-file",
+        str(results_path),
+        "--epochs",
+        "1",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "32",
+        "--n-train-seqs",
+        "96",
+        "--n-val-seqs",
+        "96",
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--device",
+        "cpu",
+    ]
     assert main(train) == 0
     params = json.loads((tmp_path / "m" / "fold-0" / "params.json").read_text())
     for key, value in results["best_params"].items():

@@ -52,13 +52,20 @@ def header_and_records(path: Path) -> tuple[bytes, np.ndarray]:
 def run_alpha(*argv: str, memory_limit: int | None = None) -> subprocess.CompletedProcess:
     """`alpha ARGV` in a fresh process, its address space capped at `memory_limit` bytes: a reader that allocates
     what a header declares fails there instead of taking the machine's memory."""
+
     def cap() -> None:
         if memory_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     script = "import sys; from alpha_core.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300,
-                          preexec_fn=cap, env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=cap,
+        env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+    )
 
 
 def one_line(done: subprocess.CompletedProcess, path: Path, *needles: str, code: int = 2) -> None:
@@ -90,8 +97,9 @@ def test_a_huge_metadata_length_is_refused_before_anything_is_read(tmp_path, pac
     needles = ("metadata length is 4,294,967,280 bytes", "ALPHA_MAX_METADATA_BYTES")
     one_line(run_alpha("inspect", str(bomb), memory_limit=2 << 30), bomb, *needles)
     cache = tmp_path / "pd"
-    one_line(run_alpha("predecode", "--data-dir", str(tmp_path), "--output-dir", str(cache), memory_limit=2 << 30),
-             bomb, *needles)
+    one_line(
+        run_alpha("predecode", "--data-dir", str(tmp_path), "--output-dir", str(cache), memory_limit=2 << 30), bomb, *needles
+    )
     assert not cache.exists() or not any(cache.rglob("*"))
 
 
@@ -113,11 +121,24 @@ def _metadata(version: int) -> bytes:
         intervals: list
 
     days = [dt.date(2024, 3, d) for d in (1, 2, 3)]
-    return bytes(dbn.Metadata(
-        dataset="GLBX.MDP3", schema=dbn.Schema.MBP_10, start=1_709_251_200_000_000_000, end=1_709_424_000_000_000_000,
-        stype_in=dbn.SType.PARENT, stype_out=dbn.SType.INSTRUMENT_ID, symbols=["ES.FUT"], partial=[], not_found=[],
-        mappings=[Mapping("ESH4", [Interval(days[0], days[1], "5002"), Interval(days[1], days[2], "5002")]),
-                  Mapping("ESM4", [Interval(days[0], days[2], "4916")])], version=version))
+    return bytes(
+        dbn.Metadata(
+            dataset="GLBX.MDP3",
+            schema=dbn.Schema.MBP_10,
+            start=1_709_251_200_000_000_000,
+            end=1_709_424_000_000_000_000,
+            stype_in=dbn.SType.PARENT,
+            stype_out=dbn.SType.INSTRUMENT_ID,
+            symbols=["ES.FUT"],
+            partial=[],
+            not_found=[],
+            mappings=[
+                Mapping("ESH4", [Interval(days[0], days[1], "5002"), Interval(days[1], days[2], "5002")]),
+                Mapping("ESM4", [Interval(days[0], days[2], "4916")]),
+            ],
+            version=version,
+        )
+    )
 
 
 def _set_u32(data: bytearray, at: int, value: int) -> bytearray:
@@ -133,7 +154,8 @@ SHORT_HEADERS = {
     "4,294,967,295 mappings": lambda m: _set_u32(bytearray(m), MAPPINGS_AT, 0xFFFFFFFF),
     "4,294,967,295 symbols": lambda m: _set_u32(bytearray(m), SYMBOLS_AT, 0xFFFFFFFF),
     "symbol length 0 with 4,294,967,295 symbols": lambda m: _set_u32(
-        bytearray(m[:8 + 45]) + b"\x00\x00" + m[8 + 47:], SYMBOLS_AT, 0xFFFFFFFF),
+        bytearray(m[: 8 + 45]) + b"\x00\x00" + m[8 + 47 :], SYMBOLS_AT, 0xFFFFFFFF
+    ),
 }
 
 
@@ -185,8 +207,9 @@ def test_mutated_metadata_never_panics_or_aborts_the_decoder(tmp_path):
     """3,000 mutations of real v1/v2/v3 headers (counts and lengths set to extremes, bytes flipped, cuts): each
     decodes or is one DataError; a Rust panic (a BaseException) or an abort (a signal) would end the child."""
     bases = ",".join(_metadata(v).hex() for v in (1, 2, 3))
-    done = subprocess.run([sys.executable, "-c", FUZZ, "7", str(tmp_path / "m.dbn"), bases, "3000"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", FUZZ, "7", str(tmp_path / "m.dbn"), bases, "3000"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     outcomes = json.loads(done.stdout.strip())
     assert outcomes["refused"] > 1000 and outcomes["decoded"] > 100, outcomes
@@ -229,8 +252,11 @@ def test_the_record_count_is_bounded(tiny_data, tmp_path, monkeypatch, packing):
     data = head + r.tobytes()
     path.write_bytes(zstandard.ZstdCompressor().compress(data) if packing == "zstd" else data)
     monkeypatch.setenv("ALPHA_MAX_RECORDS", "1000")
-    message = f"holds {len(r):,} records, more than the limit of 1,000" if packing == "plain" else \
-        "record 1,000: more records than the limit of 1,000"
+    message = (
+        f"holds {len(r):,} records, more than the limit of 1,000"
+        if packing == "plain"
+        else "record 1,000: more records than the limit of 1,000"
+    )
     with pytest.raises(DataError, match=rf"{path.name}: .*{message} \(ALPHA_MAX_RECORDS\)"):
         ensure_sidecar(path, tmp_path / "pd")
     assert not any((tmp_path / "pd").rglob("*"))
@@ -240,8 +266,11 @@ def test_the_record_count_is_bounded(tiny_data, tmp_path, monkeypatch, packing):
 
 def test_the_sidecar_size_is_bounded_before_it_is_written(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setenv("ALPHA_MAX_SIDECAR_BYTES", "100000")
-    with pytest.raises(DataError, match=r"ES.FUT_2024-Q2.dbn.zst: its sidecar would take [\d,]+ bytes \([\d,]+ rows\), "
-                                        r"over the limit of 100,000 \(ALPHA_MAX_SIDECAR_BYTES\)"):
+    with pytest.raises(
+        DataError,
+        match=r"ES.FUT_2024-Q2.dbn.zst: its sidecar would take [\d,]+ bytes \([\d,]+ rows\), "
+        r"over the limit of 100,000 \(ALPHA_MAX_SIDECAR_BYTES\)",
+    ):
         ensure_sidecar(book_file(tiny_data), tmp_path)
     assert list(tmp_path.iterdir()) == []
 

@@ -92,7 +92,8 @@ def bound_rules(manifests: dict, account: str) -> list[dict]:
     out = []
     for d in manifests.values():
         if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
-                s.get("kind") == "ServiceAccount" and s["name"] == account for s in d.get("subjects", [])):
+            s.get("kind") == "ServiceAccount" and s["name"] == account for s in d.get("subjects", [])
+        ):
             assert d["kind"] == "RoleBinding", f"{d['metadata']['name']}: no cluster-wide grant"
             out += roles[d["roleRef"]["name"]]
     return out
@@ -108,12 +109,18 @@ def run_launcher(instance_config, tmp_path_factory):
     """The real K8sRunLauncher from deploy/dagster.yaml (a kubeconfig that points nowhere instead of in-cluster)."""
     home = tmp_path_factory.mktemp("dagster-home")
     kubeconfig = home / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "none",
-        "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
-        "users": [{"name": "none", "user": {}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "none",
+                "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+                "users": [{"name": "none", "user": {}}],
+            }
+        )
+    )
     launcher = instance_config["run_launcher"]
     config = {**launcher["config"], "load_incluster_config": False, "kubeconfig_file": str(kubeconfig)}
     (home / "dagster.yaml").write_text(yaml.safe_dump({"run_launcher": {**launcher, "config": config}}))
@@ -126,16 +133,20 @@ def code_location_context(deployment: dict, values: dict) -> K8sContainerContext
     `dagsterUserDeployments.k8sContainerContext`): pull policy, env, secrets, volumes, mounts, resources, and the
     subchart's ServiceAccount with its token turned on."""
     assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
-    return K8sContainerContext.create_from_config({"k8s": {
-        "image_pull_policy": deployment["image"]["pullPolicy"],
-        "env_secrets": [s["name"] for s in deployment.get("envSecrets", [])],
-        "env": deployment.get("env", []),
-        "volumes": deployment.get("volumes", []),
-        "volume_mounts": deployment.get("volumeMounts", []),
-        "resources": deployment.get("resources", {}),
-        "service_account_name": values["dagster-user-deployments"]["serviceAccount"]["name"],
-        "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}},
-    }})
+    return K8sContainerContext.create_from_config(
+        {
+            "k8s": {
+                "image_pull_policy": deployment["image"]["pullPolicy"],
+                "env_secrets": [s["name"] for s in deployment.get("envSecrets", [])],
+                "env": deployment.get("env", []),
+                "volumes": deployment.get("volumes", []),
+                "volume_mounts": deployment.get("volumeMounts", []),
+                "resources": deployment.get("resources", {}),
+                "service_account_name": values["dagster-user-deployments"]["serviceAccount"]["name"],
+                "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}},
+            }
+        }
+    )
 
 
 def image_of(image: dict) -> str:
@@ -152,8 +163,11 @@ def step_executor_context() -> K8sContainerContext:
 
 def build_job(run_launcher, context: K8sContainerContext, name: str, component: str, image: str) -> dict:
     job = construct_dagster_k8s_job(
-        context.get_k8s_job_config(job_image=image, run_launcher=run_launcher), args=["dagster", "api"],
-        job_name=name, component=component, user_defined_k8s_config=context.run_k8s_config,
+        context.get_k8s_job_config(job_image=image, run_launcher=run_launcher),
+        args=["dagster", "api"],
+        job_name=name,
+        component=component,
+        user_defined_k8s_config=context.run_k8s_config,
     )
     return kubernetes.client.ApiClient().sanitize_for_serialization(job)
 
@@ -171,7 +185,8 @@ def jobs(values, run_launcher) -> dict[str, dict]:
     image = image_of(deployment["image"])
     run = dg.DagsterRun(job_name="__ASSET_JOB", run_id="0f1e2d3c")
     context = K8sContainerContext.create_for_run(run, run_launcher, include_run_tags=False).merge(
-        code_location_context(deployment, values))
+        code_location_context(deployment, values)
+    )
     out = {"run-worker": build_job(run_launcher, context, "dagster-run-0f1e2d3c", "run_worker", image)}
     # as K8sStepHandler._get_container_context merges them: the run's context, the executor's, then the op tags
     steps = context.merge(step_executor_context())
@@ -208,25 +223,41 @@ def workloads(values, jobs, manifests, client_job) -> dict[str, dict]:
     and the CI's run client. Each as {"labels": ..., "spec": ...}, the way NetworkPolicies and admission see them."""
     chart_account = values["serviceAccount"]["name"]
     location_account = values["dagster-user-deployments"]["serviceAccount"]["name"]
-    components = {"webserver": (values["dagsterWebserver"], "dagster-webserver", chart_account, True),
-                  "daemon": (values["dagsterDaemon"], "dagster-daemon", chart_account, True)}
-    components |= {f"code-server:{d['name']}": (d, "user-deployments", location_account, None)
-                   for d in values["dagster-user-deployments"]["deployments"]}
+    components = {
+        "webserver": (values["dagsterWebserver"], "dagster-webserver", chart_account, True),
+        "daemon": (values["dagsterDaemon"], "dagster-daemon", chart_account, True),
+    }
+    components |= {
+        f"code-server:{d['name']}": (d, "user-deployments", location_account, None)
+        for d in values["dagster-user-deployments"]["deployments"]
+    }
     out = {}
     for name, (c, component, account, automount) in components.items():
-        container = {"name": "main", "image": image_of(c["image"]), "imagePullPolicy": c["image"]["pullPolicy"],
-                     "securityContext": c["securityContext"], "resources": c["resources"],
-                     "volumeMounts": c.get("volumeMounts", []), "env": c.get("env", [])}
-        spec = {"securityContext": c["podSecurityContext"], "containers": [container], "volumes": c.get("volumes", []),
-                "serviceAccountName": account}
+        container = {
+            "name": "main",
+            "image": image_of(c["image"]),
+            "imagePullPolicy": c["image"]["pullPolicy"],
+            "securityContext": c["securityContext"],
+            "resources": c["resources"],
+            "volumeMounts": c.get("volumeMounts", []),
+            "env": c.get("env", []),
+        }
+        spec = {
+            "securityContext": c["podSecurityContext"],
+            "containers": [container],
+            "volumes": c.get("volumes", []),
+            "serviceAccountName": account,
+        }
         if automount is not None:  # the webserver's and daemon's templates set it; the code server's does not
             spec["automountServiceAccountToken"] = automount
         manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name.replace(":", "-")}, "spec": spec}
         kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
         labels = {**CHART_LABELS, "component": component} | ({"deployment": c["name"]} if "name" in c else {})
         out[name] = {"labels": labels, "spec": spec}
-    out |= {name: {"labels": job["spec"]["template"]["metadata"]["labels"], "spec": job["spec"]["template"]["spec"]}
-            for name, job in jobs.items()}
+    out |= {
+        name: {"labels": job["spec"]["template"]["metadata"]["labels"], "spec": job["spec"]["template"]["spec"]}
+        for name, job in jobs.items()
+    }
     for name, doc in [*manifests.items(), ("ci:alpha-run", client_job)]:
         if (spec := pod_spec(doc)) is not None:
             out[name] = {"labels": doc["spec"]["template"]["metadata"]["labels"], "spec": spec}
@@ -386,9 +417,17 @@ def test_every_image_is_pinned_by_digest_or_refused_before_deploy(ci):
     and refuses each that is not pinned by a sha256 digest. What it refuses today is exactly the digests still to
     be filled in (`@sha256:TO-BE-PINNED`, deploy/README.md): nothing unpinned can reach the cluster."""
     found = {ref.split("@")[0].rsplit(":", 1)[0] for _, ref in check_images.references(DEPLOY)}
-    assert {"nvidia/cuda", "docker", "alpine/k8s", "docker.io/library/postgres", "docker.io/library/busybox",
-            "docker.io/dagster/dagster-celery-k8s", "quay.io/oauth2-proxy/oauth2-proxy",
-            "rg.fr-par.scw.cloud/foxhunt-ci/training", "$TRAINING_IMAGE"} <= found, found
+    assert {
+        "nvidia/cuda",
+        "docker",
+        "alpine/k8s",
+        "docker.io/library/postgres",
+        "docker.io/library/busybox",
+        "docker.io/dagster/dagster-celery-k8s",
+        "quay.io/oauth2-proxy/oauth2-proxy",
+        "rg.fr-par.scw.cloud/foxhunt-ci/training",
+        "$TRAINING_IMAGE",
+    } <= found, found
     refused = check_images.refused(DEPLOY)
     for line in refused:
         assert "@sha256:TO-BE-PINNED: not a sha256 digest" in line, line  # a placeholder, never a bare tag
@@ -401,18 +440,28 @@ def test_the_image_check_refuses_mutable_references(tmp_path):
     deploy = tmp_path / "deploy"
     (deploy / "helm").mkdir(parents=True)
     (deploy / "Dockerfile").write_text(f"FROM --platform=linux/amd64 nvidia/cuda:12.8.1@{digest} AS base\nFROM ubuntu:24.04\n")
-    (deploy / "helm" / "values.yaml").write_text(yaml.safe_dump({
-        "web": {"image": {"repository": "dagster/dagster-celery-k8s", "tag": "1.13.27"}},
-        "daemon": {"image": {"repository": "dagster/dagster-celery-k8s", "tag": "1.13.27", "digest": digest}},
-        "pg": {"image": {"registry": "docker.io", "repository": "library/postgres", "tag": f"15.10@{digest}"}},
-        "env": [{"name": "ALPHA_TRAINING_IMAGE", "value": "rg.fr-par.scw.cloud/foxhunt-ci/training:${CI_COMMIT_SHA}"},
-                {"name": "OTHER_IMAGE", "value": "busybox"}],
-        "ci": {"image": "alpine/k8s:1.34.5@sha256:TO-BE-PINNED", "services": ["docker:28-dind", {"name": f"x@{digest}"}]},
-        "pod": {"containers": [{"image": "quay.io/x/y:latest"}, {"image": f"quay.io/x/y@{digest}"}]},
-    }))
+    (deploy / "helm" / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "web": {"image": {"repository": "dagster/dagster-celery-k8s", "tag": "1.13.27"}},
+                "daemon": {"image": {"repository": "dagster/dagster-celery-k8s", "tag": "1.13.27", "digest": digest}},
+                "pg": {"image": {"registry": "docker.io", "repository": "library/postgres", "tag": f"15.10@{digest}"}},
+                "env": [
+                    {"name": "ALPHA_TRAINING_IMAGE", "value": "rg.fr-par.scw.cloud/foxhunt-ci/training:${CI_COMMIT_SHA}"},
+                    {"name": "OTHER_IMAGE", "value": "busybox"},
+                ],
+                "ci": {
+                    "image": "alpine/k8s:1.34.5@sha256:TO-BE-PINNED",
+                    "services": ["docker:28-dind", {"name": f"x@{digest}"}],
+                },
+                "pod": {"containers": [{"image": "quay.io/x/y:latest"}, {"image": f"quay.io/x/y@{digest}"}]},
+            }
+        )
+    )
     lines = check_images.refused(deploy)
     assert [line for line in lines if line.startswith("deploy/Dockerfile")] == [
-        "deploy/Dockerfile:2: ubuntu:24.04: the tag '24.04' can be re-pushed: pin it by digest (name:tag@sha256:...)"]
+        "deploy/Dockerfile:2: ubuntu:24.04: the tag '24.04' can be re-pushed: pin it by digest (name:tag@sha256:...)"
+    ]
     refused = {line.split(": ", 2)[1]: line for line in lines if line.startswith("deploy/helm/values.yaml")}
     assert sorted(refused) == ["ci.image", "ci.services[0]", "env[1].OTHER_IMAGE", "pod.containers[0].image", "web.image"]
     assert "can be re-pushed" in refused["web.image"] and "placeholder" in refused["ci.image"]
@@ -486,12 +535,25 @@ def test_gpu_tags_are_op_level_config():
 
 def test_every_manifest_under_deploy_validates(manifests, client_job):
     assert sorted(manifests) == [
-        "Deployment/alpha-webserver-auth", "NetworkPolicy/code-server", "NetworkPolicy/daemon",
-        "NetworkPolicy/default-deny", "NetworkPolicy/dns", "NetworkPolicy/graphql-client", "NetworkPolicy/run-worker",
-        "NetworkPolicy/step", "NetworkPolicy/webserver", "NetworkPolicy/webserver-auth",
-        "PersistentVolumeClaim/training-data-pvc", "PersistentVolumeClaim/training-output-pvc", "Role/alpha-launcher",
-        "RoleBinding/alpha-launcher", "Service/alpha-ui", "ServiceAccount/alpha-dagster",
-        "ServiceAccount/alpha-run-worker", "ServiceAccount/alpha-step"]
+        "Deployment/alpha-webserver-auth",
+        "NetworkPolicy/code-server",
+        "NetworkPolicy/daemon",
+        "NetworkPolicy/default-deny",
+        "NetworkPolicy/dns",
+        "NetworkPolicy/graphql-client",
+        "NetworkPolicy/run-worker",
+        "NetworkPolicy/step",
+        "NetworkPolicy/webserver",
+        "NetworkPolicy/webserver-auth",
+        "PersistentVolumeClaim/training-data-pvc",
+        "PersistentVolumeClaim/training-output-pvc",
+        "Role/alpha-launcher",
+        "RoleBinding/alpha-launcher",
+        "Service/alpha-ui",
+        "ServiceAccount/alpha-dagster",
+        "ServiceAccount/alpha-run-worker",
+        "ServiceAccount/alpha-step",
+    ]
     for doc in [*manifests.values(), client_job]:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     assert manifests["PersistentVolumeClaim/training-output-pvc"]["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -546,16 +608,25 @@ def dagster_k8s_calls() -> set[tuple[str, str, str]]:
     import dagster_k8s
 
     source = Path(dagster_k8s.__file__).parent
-    verbs = {"create": "create", "read": "get", "list": "list", "delete": "delete", "patch": "patch",
-             "replace": "update", "watch": "watch"}
+    verbs = {
+        "create": "create",
+        "read": "get",
+        "list": "list",
+        "delete": "delete",
+        "patch": "patch",
+        "replace": "update",
+        "watch": "watch",
+    }
     needed = set()
     for module in ("client.py", "launcher.py", "executor.py", "job.py", "container_context.py"):
         tree = ast.parse((source / module).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr in (
-                    "batch_api", "core_api"):
-                m = re.fullmatch(r"(create|read|list|delete|patch|replace)_namespaced_([a-z]+?)(_status|_log)?",
-                                 node.attr)
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr in ("batch_api", "core_api")
+            ):
+                m = re.fullmatch(r"(create|read|list|delete|patch|replace)_namespaced_([a-z]+?)(_status|_log)?", node.attr)
                 assert m, f"dagster_k8s/{module}: unrecognized API call {node.attr}"
                 verb, kind, sub = m.groups()
                 resource = {"job": "jobs", "pod": "pods", "event": "events"}[kind] + (f"/{sub[1:]}" if sub else "")
@@ -567,8 +638,13 @@ def test_the_launcher_role_grants_exactly_what_dagster_k8s_calls(manifests):
     """No Secrets, no pod creation, no wildcard: the Role is the set of calls in the dagster-k8s source, no more (a
     new call after an upgrade fails here, naming it)."""
     (role,) = [d for d in manifests.values() if d["kind"] == "Role"]
-    granted = {(verb, group, resource) for rule in role["rules"] for verb in rule["verbs"]
-               for group in rule["apiGroups"] for resource in rule["resources"]}
+    granted = {
+        (verb, group, resource)
+        for rule in role["rules"]
+        for verb in rule["verbs"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
     assert granted == dagster_k8s_calls(), granted ^ dagster_k8s_calls()
     resources = {resource for _, _, resource in granted}
     assert "secrets" not in resources and "*" not in resources and ("create", "", "pods") not in granted
@@ -588,8 +664,12 @@ def _selects(selector: dict, labels: dict) -> bool:
     ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
     for e in selector.get("matchExpressions", []):
         has, value = e["key"] in labels, labels.get(e["key"])
-        ok &= {"In": has and value in e.get("values", []), "NotIn": not has or value not in e.get("values", []),
-               "Exists": has, "DoesNotExist": not has}[e["operator"]]
+        ok &= {
+            "In": has and value in e.get("values", []),
+            "NotIn": not has or value not in e.get("values", []),
+            "Exists": has,
+            "DoesNotExist": not has,
+        }[e["operator"]]
     return ok
 
 
@@ -599,7 +679,8 @@ def _peer_matches(peer: dict, target) -> bool:
             return False
         address = ipaddress.ip_address(target)
         return address in ipaddress.ip_network(peer["ipBlock"]["cidr"]) and not any(
-            address in ipaddress.ip_network(e) for e in peer["ipBlock"].get("except", []))
+            address in ipaddress.ip_network(e) for e in peer["ipBlock"].get("except", [])
+        )
     if "ipBlock" in peer:
         return False
     if "namespaceSelector" in peer:
@@ -614,18 +695,23 @@ def _side_allows(policies: list[dict], pod, peer, port: int, protocol: str, dire
     if isinstance(pod, str) or pod["namespace"] != NAMESPACE:
         return True  # outside the namespace: its own policies (none here) decide
     key = "to" if direction == "Egress" else "from"
-    selecting = [p for p in policies if direction in p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"],
-                                                                                           pod["labels"])]
+    selecting = [
+        p for p in policies if direction in p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"], pod["labels"])
+    ]
     if not selecting:
         return True
-    return any((key not in rule or any(_peer_matches(peer_rule, peer) for peer_rule in rule[key])) and (
-        "ports" not in rule or any(r["port"] == port and r.get("protocol", "TCP") == protocol for r in rule["ports"]))
-        for policy in selecting for rule in policy["spec"].get(direction.lower(), []))
+    return any(
+        (key not in rule or any(_peer_matches(peer_rule, peer) for peer_rule in rule[key]))
+        and ("ports" not in rule or any(r["port"] == port and r.get("protocol", "TCP") == protocol for r in rule["ports"]))
+        for policy in selecting
+        for rule in policy["spec"].get(direction.lower(), [])
+    )
 
 
 def connects(policies: list[dict], source, destination, port: int, protocol: str = "TCP") -> bool:
     return _side_allows(policies, source, destination, port, protocol, "Egress") and _side_allows(
-        policies, destination, source, port, protocol, "Ingress")
+        policies, destination, source, port, protocol, "Ingress"
+    )
 
 
 def test_the_network_policy_allows_each_component_exactly_what_it_needs(manifests, workloads, values):
@@ -641,16 +727,44 @@ def test_the_network_policy_allows_each_component_exactly_what_it_needs(manifest
     auth, client = pods["Deployment/alpha-webserver-auth"], pods["ci:alpha-run"]
     web_port = values["dagsterWebserver"].get("service", {}).get("port", 80)  # the chart's `-p` and containerPort
     code_port = values["dagster-user-deployments"]["deployments"][0]["port"]
-    allowed = [(web, PG, 5432), (web, API, 443), (web, code, code_port), (daemon, PG, 5432), (daemon, API, 6443),
-               (daemon, code, code_port), (code, PG, 5432), (run, PG, 5432), (run, API, 443), (auth, web, web_port),
-               (auth, INTERNET, 443), (client, web, web_port), (OUTSIDER, auth, 4180)]
+    allowed = [
+        (web, PG, 5432),
+        (web, API, 443),
+        (web, code, code_port),
+        (daemon, PG, 5432),
+        (daemon, API, 6443),
+        (daemon, code, code_port),
+        (code, PG, 5432),
+        (run, PG, 5432),
+        (run, API, 443),
+        (auth, web, web_port),
+        (auth, INTERNET, 443),
+        (client, web, web_port),
+        (OUTSIDER, auth, 4180),
+    ]
     allowed += [(pods[s], PG, 5432) for s in steps]
-    denied = [(run, web, web_port), (run, code, code_port), (run, INTERNET, 443), (code, API, 443),
-              (code, web, web_port), (daemon, web, web_port), (web, INTERNET, 443), (OUTSIDER, web, web_port),
-              (OUTSIDER, code, code_port), (auth, PG, 5432), (auth, API, 443), (auth, PRIVATE, 443), (client, PG, 5432),
-              (client, API, 443), (web, PG, 5433)]
-    denied += [(pods[s], target, port) for s in steps for target, port in (
-        (API, 443), (API, 6443), (code, code_port), (web, web_port), (INTERNET, 443), (auth, 4180))]
+    denied = [
+        (run, web, web_port),
+        (run, code, code_port),
+        (run, INTERNET, 443),
+        (code, API, 443),
+        (code, web, web_port),
+        (daemon, web, web_port),
+        (web, INTERNET, 443),
+        (OUTSIDER, web, web_port),
+        (OUTSIDER, code, code_port),
+        (auth, PG, 5432),
+        (auth, API, 443),
+        (auth, PRIVATE, 443),
+        (client, PG, 5432),
+        (client, API, 443),
+        (web, PG, 5433),
+    ]
+    denied += [
+        (pods[s], target, port)
+        for s in steps
+        for target, port in ((API, 443), (API, 6443), (code, code_port), (web, web_port), (INTERNET, 443), (auth, 4180))
+    ]
     for source, destination, port in allowed:
         assert connects(policies, source, destination, port), (source, destination, port)
     for source, destination, port in denied:
@@ -696,18 +810,26 @@ def test_the_webserver_is_reached_only_through_authentication(manifests, values,
 def test_no_pod_gets_the_databento_key(pods, values):
     """No code reads DATABENTO_API_KEY (nothing fetches data in the cluster), so no pod gets it; code that starts to
     read it fails here, to get the key in that data-fetch Job only (deploy/README.md, "Secrets")."""
-    readers = [str(p.relative_to(REPO)) for package in ("alpha_core", "alpha_assets") for p in (REPO / package).rglob(
-        "*.py") if "DATABENTO_API_KEY" in p.read_text()]
+    readers = [
+        str(p.relative_to(REPO))
+        for package in ("alpha_core", "alpha_assets")
+        for p in (REPO / package).rglob("*.py")
+        if "DATABENTO_API_KEY" in p.read_text()
+    ]
     assert readers == [], f"{readers} read DATABENTO_API_KEY: give it to the pod that fetches data only"
     assert "databento" not in json.dumps(values).lower()
     for name, pod in pods.items():
         for container in pod["containers"]:
             names = [e["name"] for e in container.get("env", [])] + [
-                str(e) for e in container.get("envFrom", []) if "secretRef" in e]
+                str(e) for e in container.get("envFrom", []) if "secretRef" in e
+            ]
             assert not [n for n in names if "databento" in n.lower()], (name, names)
             secrets = {e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e}
-            secrets |= {e["valueFrom"]["secretKeyRef"]["name"] for e in container.get("env", [])
-                        if "secretKeyRef" in e.get("valueFrom", {})}
+            secrets |= {
+                e["valueFrom"]["secretKeyRef"]["name"]
+                for e in container.get("env", [])
+                if "secretKeyRef" in e.get("valueFrom", {})
+            }
             assert secrets <= {"alpha-postgresql", "alpha-oauth2-proxy"}, (name, secrets)
             if secrets & {"alpha-oauth2-proxy"}:
                 assert name == "Deployment/alpha-webserver-auth", name
@@ -715,8 +837,16 @@ def test_no_pod_gets_the_databento_key(pods, values):
 
 # -- admission -----------------------------------------------------------------------------------------------------
 
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
-                      "secret"}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def test_the_namespace_enforces_the_restricted_pod_security_profile_and_every_pod_meets_it(pods):
@@ -758,13 +888,29 @@ if "jsonpath" in " ".join(args):
     print({status!r}, end="")
 """)
     kubectl.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CI_PIPELINE_ID": "4242", "CI_COMMIT_SHA": SHA, "SYMBOLS": "ES.FUT,NQ.FUT",
-           "MODELS": "all", "PHASE": "full", "MAX_PARALLEL": "10", "EPOCHS": "50", "HYPEROPT_TRIALS": "20", "RUN_ID": ""}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "CI_PIPELINE_ID": "4242",
+        "CI_COMMIT_SHA": SHA,
+        "SYMBOLS": "ES.FUT,NQ.FUT",
+        "MODELS": "all",
+        "PHASE": "full",
+        "MAX_PARALLEL": "10",
+        "EPOCHS": "50",
+        "HYPEROPT_TRIALS": "20",
+        "RUN_ID": "",
+    }
     run = subprocess.run(["sh", "deploy/ci/run-remote.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == exit_code, run.stderr
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
-    assert recorded[0]["args"] == ["-n", "dagster", "create", "configmap", "alpha-run-4242", *(
-        f"--from-literal={k}={env[k]}" for k in ("SYMBOLS", "MODELS", "PHASE", "MAX_PARALLEL", "EPOCHS", "HYPEROPT_TRIALS"))]
+    assert recorded[0]["args"] == [
+        "-n",
+        "dagster",
+        "create",
+        "configmap",
+        "alpha-run-4242",
+        *(f"--from-literal={k}={env[k]}" for k in ("SYMBOLS", "MODELS", "PHASE", "MAX_PARALLEL", "EPOCHS", "HYPEROPT_TRIALS")),
+    ]
     job = yaml.safe_load(recorded[1]["stdin"])
     assert job == client_job
     pod = job["spec"]["template"]["spec"]

@@ -31,22 +31,40 @@ BIN = Path(sys.executable).parent
 IMAGE = "rg.fr-par.scw.cloud/foxhunt-ci/training:3f2c1ab"  # the code location's image (a git-SHA tag)
 NAMESPACE = "dagster"
 MODEL = "kan"  # a cheap bar model without a search space: one step per fold
-FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
-        "min_val_auc": 0.0}
+FAST = {
+    "epochs": 1,
+    "seq_len": 16,
+    "batch_size": 64,
+    "n_train_seqs": 256,
+    "n_val_seqs": 128,
+    "device": "cpu",
+    "min_val_auc": 0.0,
+}
 RL_MODEL = "dqn"  # on a CPU pod by default: its device too (no `device` here)
 RL_FAST = {"epochs": 1, "timesteps_per_epoch": 256, "min_val_sharpe": -1e6}
 POOL = "k8s.scaleway.com/pool-name"
 # the cluster's node pools (deploy/README.md), with what the kubelet leaves allocatable of each node
-NODES = [Node("default-1", {POOL: "default"}, {"cpu": "3800m", "memory": "14Gi"}),
-         Node("gpu-training-1", {POOL: "gpu-training"}, {"cpu": "23", "memory": "220Gi", "nvidia.com/gpu": "1"},
-              (("nvidia.com/gpu", None),)),
-         Node("cpu-training-1", {POOL: "cpu-training"}, {"cpu": "15800m", "memory": "28Gi"},
-              (("alpha/cpu-training", "true"),))]
+NODES = [
+    Node("default-1", {POOL: "default"}, {"cpu": "3800m", "memory": "14Gi"}),
+    Node(
+        "gpu-training-1",
+        {POOL: "gpu-training"},
+        {"cpu": "23", "memory": "220Gi", "nvidia.com/gpu": "1"},
+        (("nvidia.com/gpu", None),),
+    ),
+    Node("cpu-training-1", {POOL: "cpu-training"}, {"cpu": "15800m", "memory": "28Gi"}, (("alpha/cpu-training", "true"),)),
+]
 # the code location as deploy/helm/values.yaml declares it; the chart hands env and volumes to launched runs
-LOCATION_ENV = [{"name": "ALPHA_EXECUTOR", "value": "k8s"}, {"name": "ALPHA_DATA_DIR", "value": "/data"},
-                {"name": "ALPHA_STORAGE_ROOT", "value": "/output"}, {"name": "MAX_PARALLEL", "value": "2"}]
-LOCATION_VOLUMES = [{"name": "data", "persistentVolumeClaim": {"claimName": "training-data-pvc", "readOnly": True}},
-                    {"name": "output", "persistentVolumeClaim": {"claimName": "training-output-pvc"}}]
+LOCATION_ENV = [
+    {"name": "ALPHA_EXECUTOR", "value": "k8s"},
+    {"name": "ALPHA_DATA_DIR", "value": "/data"},
+    {"name": "ALPHA_STORAGE_ROOT", "value": "/output"},
+    {"name": "MAX_PARALLEL", "value": "2"},
+]
+LOCATION_VOLUMES = [
+    {"name": "data", "persistentVolumeClaim": {"claimName": "training-data-pvc", "readOnly": True}},
+    {"name": "output", "persistentVolumeClaim": {"claimName": "training-output-pvc"}},
+]
 LOCATION_MOUNTS = [{"name": "data", "mountPath": "/data", "readOnly": True}, {"name": "output", "mountPath": "/output"}]
 RBAC = [doc for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "rbac.yaml").read_text()) if doc]
 
@@ -54,8 +72,12 @@ RBAC = [doc for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "rbac.yaml"
 def launcher_rules(account: str) -> list[dict]:
     """The rules deploy/k8s/rbac.yaml grants `account`, through its RoleBindings."""
     roles = {d["metadata"]["name"]: d["rules"] for d in RBAC if d["kind"] == "Role"}
-    return [rule for d in RBAC if d["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account,
-            "namespace": NAMESPACE} in d["subjects"] for rule in roles[d["roleRef"]["name"]]]
+    return [
+        rule
+        for d in RBAC
+        if d["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in d["subjects"]
+        for rule in roles[d["roleRef"]["name"]]
+    ]
 
 
 def _instance_config(kubeconfig: Path, home: Path) -> dict:
@@ -63,9 +85,12 @@ def _instance_config(kubeconfig: Path, home: Path) -> dict:
     production = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
     launcher = production["run_launcher"]
     launcher["config"].update(load_incluster_config=False, kubeconfig_file=str(kubeconfig))
-    return {"storage": {"sqlite": {"base_dir": str(home)}}, "run_launcher": launcher,
-            "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
-            "telemetry": {"enabled": False}}
+    return {
+        "storage": {"sqlite": {"base_dir": str(home)}},
+        "run_launcher": launcher,
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"},
+        "telemetry": {"enabled": False},
+    }
 
 
 def _workspace_target() -> dict:
@@ -110,9 +135,16 @@ def _cluster(tmp_path, tiny_data, isolate: bool, location_env: list[dict]):
     image_env = {"PATH": f"{BIN}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
     # the launcher (here) and the run worker share the stand-in's one identity: alpha-run-worker's Role (alpha-dagster has
     # the same), which a step pod never gets (no token)
-    with KubeStandIn(tmp_path / "standin", claims={"training-data-pvc": data, "training-output-pvc": output},
-                     config_maps={"dagster-instance": home}, image_env=image_env, workdir=REPO, nodes=NODES,
-                     rules=launcher_rules("alpha-run-worker"), isolate=isolate) as standin:
+    with KubeStandIn(
+        tmp_path / "standin",
+        claims={"training-data-pvc": data, "training-output-pvc": output},
+        config_maps={"dagster-instance": home},
+        image_env=image_env,
+        workdir=REPO,
+        nodes=NODES,
+        rules=launcher_rules("alpha-run-worker"),
+        isolate=isolate,
+    ) as standin:
         (home / "dagster.yaml").write_text(yaml.safe_dump(_instance_config(standin.kubeconfig, home)))
         # create the SQLite databases before any other process opens them (concurrent creation corrupts alembic_version)
         instance = dg.DagsterInstance.from_config(str(home))
@@ -120,18 +152,51 @@ def _cluster(tmp_path, tiny_data, isolate: bool, location_env: list[dict]):
         env = standin.local_env(location_env, [], {"/data": data, "/output": output})
         # what the chart's dagsterUserDeployments.k8sContainerContext hands launched runs: its ServiceAccount, with the
         # token turned on
-        env.update(DAGSTER_HOME=str(home), DAGSTER_CURRENT_IMAGE=IMAGE, DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
-            {"k8s": {"image_pull_policy": "IfNotPresent", "namespace": NAMESPACE, "service_account_name": "alpha-run-worker",
-                     "env": location_env, "volumes": LOCATION_VOLUMES, "volume_mounts": LOCATION_MOUNTS,
-                     "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}}}}))
+        env.update(
+            DAGSTER_HOME=str(home),
+            DAGSTER_CURRENT_IMAGE=IMAGE,
+            DAGSTER_CLI_API_GRPC_CONTAINER_CONTEXT=json.dumps(
+                {
+                    "k8s": {
+                        "image_pull_policy": "IfNotPresent",
+                        "namespace": NAMESPACE,
+                        "service_account_name": "alpha-run-worker",
+                        "env": location_env,
+                        "volumes": LOCATION_VOLUMES,
+                        "volume_mounts": LOCATION_MOUNTS,
+                        "run_k8s_config": {"pod_spec_config": {"automount_service_account_token": True}},
+                    }
+                }
+            ),
+        )
         with server_log.open("wb") as out:
-            server = subprocess.Popen([BIN / "dagster", "api", "grpc", "--module-name", target["module_name"],
-                                       "--attribute", target["attribute"], "--working-directory", str(REPO),
-                                       "--socket", str(socket)], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            server = subprocess.Popen(
+                [
+                    BIN / "dagster",
+                    "api",
+                    "grpc",
+                    "--module-name",
+                    target["module_name"],
+                    "--attribute",
+                    target["attribute"],
+                    "--working-directory",
+                    str(REPO),
+                    "--socket",
+                    str(socket),
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
         def ready() -> Path:
-            _wait("the code server did not start", lambda: server.poll() is not None or "Started Dagster code server"
-                  in server_log.read_text(), 180, server_log)
+            _wait(
+                "the code server did not start",
+                lambda: server.poll() is not None or "Started Dagster code server" in server_log.read_text(),
+                180,
+                server_log,
+            )
             assert server.poll() is None, server_log.read_text()
             return socket
 
@@ -148,20 +213,44 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
 
     standin, instance, data, output, code_server = cluster
     upstream = [a for a in defs.assets if a.key.to_user_string() in ("book_sidecars", "bar_sidecars", "fold_plans")]
-    assert dg.materialize(upstream, partition_key="ES.FUT", instance=instance, resources={
-        "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success  # while the server loads
+    assert dg.materialize(
+        upstream,
+        partition_key="ES.FUT",
+        instance=instance,
+        resources={"data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))},
+    ).success  # while the server loads
     socket = code_server()
 
     partition, op, rl_op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}", f"checkpoints__{RL_MODEL}"
-    tags = {"dagster/partition": str(partition),
-            **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()}}
+    tags = {
+        "dagster/partition": str(partition),
+        **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()},
+    }
     run_id = "0f0c2d1e-0000-4000-8000-000000000001"
     config = {"ops": {op: {"config": FAST}, rl_op: {"config": RL_FAST}}}
-    launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
-                             "-o", f"{op},{rl_op}", "--config-json", json.dumps(config),
-                             "--tags", json.dumps(tags), "--run-id", run_id],
-                            env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory}, capture_output=True,
-                            text=True, timeout=120)
+    launch = subprocess.run(
+        [
+            BIN / "dagster",
+            "job",
+            "launch",
+            "--grpc-socket",
+            str(socket),
+            "-j",
+            "fold_training",
+            "-o",
+            f"{op},{rl_op}",
+            "--config-json",
+            json.dumps(config),
+            "--tags",
+            json.dumps(tags),
+            "--run-id",
+            run_id,
+        ],
+        env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert launch.returncode == 0, launch.stderr[-4000:]
 
     run = _wait("the run did not finish", lambda: (r := instance.get_run_by_id(run_id)) and r.is_finished and r, 240)
@@ -178,14 +267,18 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     for job in jobs.values():  # the run pod and the step pods all run the code location's image
         assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
     # only the run worker holds a token (it starts the step Jobs); the steps run as the account without RBAC, tokenless
-    accounts = {name: (job["spec"]["template"]["spec"]["serviceAccountName"],
-                       job["spec"]["template"]["spec"]["automountServiceAccountToken"]) for name, job in jobs.items()}
+    accounts = {
+        name: (
+            job["spec"]["template"]["spec"]["serviceAccountName"],
+            job["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        )
+        for name, job in jobs.items()
+    }
     assert accounts == {"run": ("alpha-run-worker", True), op: ("alpha-step", False), rl_op: ("alpha-step", False)}
     for job in jobs.values():
         (container,) = job["spec"]["template"]["spec"]["containers"]
         assert not [e for e in container.get("env", []) if "DATABENTO" in e["name"]], container["env"]
-    nodes = {standin.jobs[key]["metadata"]["labels"].get("dagster/op", "run"): pod.node
-             for key, pod in standin.pods.items()}
+    nodes = {standin.jobs[key]["metadata"]["labels"].get("dagster/op", "run"): pod.node for key, pod in standin.pods.items()}
     assert nodes == {"run": "default-1", op: "gpu-training-1", rl_op: "cpu-training-1"}
     (rl_container,) = jobs[rl_op]["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in {**rl_container["resources"]["requests"], **rl_container["resources"]["limits"]}
@@ -195,8 +288,11 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     pod = step["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["capabilities"] == {
-        "drop": ["ALL"]} and not container["securityContext"]["allowPrivilegeEscalation"]
+    assert (
+        container["securityContext"]["readOnlyRootFilesystem"]
+        and container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        and not container["securityContext"]["allowPrivilegeEscalation"]
+    )
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ALPHA_DATA_DIR"] == "/data" and env["ALPHA_STORAGE_ROOT"] == "/output" and env["ALPHA_EXECUTOR"] == "k8s"
@@ -207,16 +303,19 @@ def test_one_fold_runs_on_step_pods_of_the_code_locations_image(cluster):
     _wait("the pods did not exit", lambda: all(p.phase == "Succeeded" for p in standin.pods.values()), 60)
 
     for model in (MODEL, RL_MODEL):
-        (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(["checkpoints", model]), asset_partitions=[str(partition)]), limit=5).records
+        (record,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", model]), asset_partitions=[str(partition)]), limit=5
+        ).records
         assert record.run_id == run_id
         fold_dir = Path(record.asset_materialization.metadata["path"].value)
         assert fold_dir.is_relative_to(output), fold_dir  # the pod wrote to /output: the output claim
         assert {"model.safetensors", "summary.json"} <= {p.name for p in fold_dir.iterdir()}
     assert record.asset_materialization.metadata["device"].value == "cpu"  # the RL step's default device
-    checks = [e for e in instance.get_records_for_run(run_id).records
-              if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.event_type_value
-              == "ASSET_CHECK_EVALUATION"]
+    checks = [
+        e
+        for e in instance.get_records_for_run(run_id).records
+        if e.event_log_entry.dagster_event and e.event_log_entry.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
     assert len(checks) == 2 and all(c.event_log_entry.dagster_event.event_specific_data.passed for c in checks)
 
 
@@ -234,8 +333,7 @@ def test_step_image_follows_the_code_location_unless_pinned(monkeypatch):
 
 def _unshare_works() -> bool:
     try:
-        return subprocess.run(["unshare", "--uts", "--pid", "--fork", "true"], capture_output=True,
-                              timeout=10).returncode == 0
+        return subprocess.run(["unshare", "--uts", "--pid", "--fork", "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -250,41 +348,73 @@ def test_a_step_lost_with_its_node_is_retried_on_another_pod_and_completes(tmp_p
     env = [*LOCATION_ENV, {"name": "ALPHA_STEP_RETRY_DELAY_S", "value": "1"}]
     with _cluster(tmp_path, tiny_data, isolate=True, location_env=env) as (standin, instance, data, output, code_server):
         upstream = [a for a in defs.assets if a.key.to_user_string() in ("book_sidecars", "bar_sidecars", "fold_plans")]
-        assert dg.materialize(upstream, partition_key="ES.FUT", instance=instance, resources={
-            "data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))}).success
+        assert dg.materialize(
+            upstream,
+            partition_key="ES.FUT",
+            instance=instance,
+            resources={"data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(output))},
+        ).success
         socket = code_server()
         partition, op = _fold_partition("ES.FUT", "0"), f"checkpoints__{MODEL}"
-        tags = {"dagster/partition": str(partition),
-                **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()}}
+        tags = {
+            "dagster/partition": str(partition),
+            **{f"dagster/partition/{dim}": key for dim, key in partition.keys_by_dimension.items()},
+        }
         run_id = "0f0c2d1e-0000-4000-8000-000000000002"
-        launch = subprocess.run([BIN / "dagster", "job", "launch", "--grpc-socket", str(socket), "-j", "fold_training",
-                                 "-o", op, "--config-json", json.dumps({"ops": {op: {"config": {**FAST, "epochs": 3}}}}),
-                                 "--tags", json.dumps(tags), "--run-id", run_id],
-                                env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory},
-                                capture_output=True, text=True, timeout=120)
+        launch = subprocess.run(
+            [
+                BIN / "dagster",
+                "job",
+                "launch",
+                "--grpc-socket",
+                str(socket),
+                "-j",
+                "fold_training",
+                "-o",
+                op,
+                "--config-json",
+                json.dumps({"ops": {op: {"config": {**FAST, "epochs": 3}}}}),
+                "--tags",
+                json.dumps(tags),
+                "--run-id",
+                run_id,
+            ],
+            env={**_no_proxy(os.environ), "DAGSTER_HOME": instance.root_directory},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert launch.returncode == 0, launch.stderr[-4000:]
 
         def training() -> tuple | None:  # the step pod, once it holds the attempt's lock
             locks = list(output.glob(f"*/models/{MODEL}/ES.FUT/.fold-0.attempts/{run_id}/.lock"))
-            pods = [pod for key, pod in standin.pods.items() if standin.jobs[key]["metadata"]["labels"].get("dagster/op")
-                    == op and pod.phase == "Running"]
+            pods = [
+                pod
+                for key, pod in standin.pods.items()
+                if standin.jobs[key]["metadata"]["labels"].get("dagster/op") == op and pod.phase == "Running"
+            ]
             return (pods[0], json.loads(locks[0].read_text())) if locks and pods else None
 
         lost, lock = _wait("the step never took its attempt's lock", training, 240)
         assert lock["owner"].split("~")[0] == lost.name  # the pod's own host name
         standin.lose(lost)
         run = _wait("the run did not finish", lambda: (r := instance.get_run_by_id(run_id)) and r.is_finished and r, 300)
-        step_pods = [pod for key, pod in standin.pods.items()
-                     if standin.jobs[key]["metadata"]["labels"].get("dagster/op") == op]
+        step_pods = [
+            pod for key, pod in standin.pods.items() if standin.jobs[key]["metadata"]["labels"].get("dagster/op") == op
+        ]
         logs = {pod.name: pod.log.read_text(errors="replace")[-3000:] for pod in step_pods if pod.log.exists()}
         assert run.status == dg.DagsterRunStatus.SUCCESS, logs
         _wait("the retried pod did not exit", lambda: step_pods[-1].phase != "Running", 60)
         assert len(step_pods) == 2 and step_pods[0].phase == "Failed" and step_pods[1].phase == "Succeeded", logs
-        events = {e.event_log_entry.dagster_event.event_type_value for e in instance.get_records_for_run(run_id).records
-                  if e.event_log_entry.dagster_event}
+        events = {
+            e.event_log_entry.dagster_event.event_type_value
+            for e in instance.get_records_for_run(run_id).records
+            if e.event_log_entry.dagster_event
+        }
         assert "STEP_UP_FOR_RETRY" in events
-        (record,) = instance.fetch_materializations(dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5).records
+        (record,) = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5
+        ).records
         fold = Path(record.asset_materialization.metadata["path"].value)
         assert fold.name == run_id and (fold / "manifest.json").is_file() and not (fold / ".lock").exists()
         summary = json.loads((fold / "summary.json").read_text())

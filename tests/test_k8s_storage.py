@@ -72,6 +72,7 @@ def test_a_replace_never_leaves_the_directory_missing_or_mixed(tmp_path, monkeyp
             result = call(*args, **kwargs)
             seen.append((call.__name__, state(final)))
             return result
+
         return wrapper
 
     for name in ("rename", "replace", "symlink"):
@@ -138,12 +139,24 @@ def test_a_writer_killed_at_a_commit_point_on_nfs_leaves_the_old_or_the_new_stat
     """SIGKILL (ALPHA_FAULT) at the second commit's kill points: the state is whole, and a later writer commits over it."""
     final = tmp_path / "train_state"
     env = {**os.environ, "ALPHA_FAULT": f"{point}#2", "PYTHONPATH": str(REPO)}
-    run = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(final), "old", "new"], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", CRASHING_WRITER, str(final), "old", "new"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert final.is_symlink() and state(final) == (survivor, survivor)
     env.pop("ALPHA_FAULT")
-    run = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(final), "later"], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", CRASHING_WRITER, str(final), "later"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert state(final) == ("later", "later")

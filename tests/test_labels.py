@@ -105,8 +105,7 @@ def _drop_bars(src, dst, keep):
     raw = zstandard.ZstdDecompressor().stream_reader(src.open("rb")).read()
     bars = db.DBNStore.from_file(src).to_ndarray()
     bars = bars[keep(bars["ts_event"].astype(np.int64))]
-    dst.write_bytes(zstandard.ZstdCompressor(level=3).compress(raw[: 8 + int.from_bytes(raw[4:8], "little")]
-                                                                + bars.tobytes()))
+    dst.write_bytes(zstandard.ZstdCompressor(level=3).compress(raw[: 8 + int.from_bytes(raw[4:8], "little")] + bars.tobytes()))
     return dst
 
 

@@ -37,9 +37,16 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     by_key = {a.key.to_user_string(): a for a in assets}
 
     def run(selection, partition, run_config=None):
-        return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
-                              instance=instance, resources=resources, run_config=run_config, raise_on_error=False,
-                              tags=RUN_ID)
+        return dg.materialize(
+            assets,
+            selection=[by_key[s] for s in selection],
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
+            run_config=run_config,
+            raise_on_error=False,
+            tags=RUN_ID,
+        )
 
     def train(model, fold, min_auc):
         config = {"ops": {f"checkpoints__{model}": {"config": {**FAST, "min_val_auc": min_auc}}}}
@@ -86,8 +93,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert artifacts.promoted(fold0).id == passing[0]
     assert all((load_file(str(fold0 / "model.safetensors"))[k] == v).all() for k, v in weights.items())
 
-    report = run(["ensemble_report"], "ES.FUT",
-                 {"ops": {"ensemble_report": {"config": {"models": ["mamba2", "kan", "tft"]}}}})
+    report = run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["mamba2", "kan", "tft"]}}}})
     assert report.success
     meta = report.get_asset_materialization_events()[0].materialization.metadata
     used = [r.data for r in meta["used"].value.records]
@@ -106,8 +112,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert rows["mamba2"]["dsr_n"] >= 1 and "sessions" in rows["mamba2"]
     headline = meta["headline"].value.splitlines()
     assert headline[0] == "| model | sessions | Sharpe | 95% CI | DSR | max DD | PnL |"
-    assert [line.split(" | ")[0] for line in headline[2:]] == ["| mamba2", "| **equal_weight**",
-                                                                "| **validation_weighted**"]
+    assert [line.split(" | ")[0] for line in headline[2:]] == ["| mamba2", "| **equal_weight**", "| **validation_weighted**"]
     assert len(meta["headline"].value) < 1000, "Dagster shows Markdown of under 1,000 characters on the page itself"
     assert plotted(meta) == {"sharpe [ES.FUT]", "dsr [ES.FUT]"}
 

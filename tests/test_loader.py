@@ -166,7 +166,8 @@ def test_the_sampler_is_deterministic_distinct_and_never_crosses_a_file(tiny_sid
     everything = WindowLoader(files, seq_len=64, n_max_sequences=10**9, seed=0)
     f, s = everything.draw(5)
     assert sorted(zip(f.tolist(), s.tolist(), strict=True)) == sorted(
-        (i, a) for i, sc in enumerate(files) for a in _anchors(sc, 64))
+        (i, a) for i, sc in enumerate(files) for a in _anchors(sc, 64)
+    )
 
 
 def test_the_buffer_holds_what_an_epoch_reads(tiny_sidecars):
@@ -224,8 +225,13 @@ def test_take_rows_reads_exactly_the_rows_asked(tiny_sidecars):
 
     sc = tiny_sidecars["book"][0]
     rng = np.random.default_rng(0)
-    picks = [np.arange(10, 200), np.sort(rng.choice(sc.rows, 500, replace=False)), np.array([sc.rows - 1]),
-             np.array([], dtype=np.int64), np.r_[0:5, 7, 9:12, sc.rows - 3 : sc.rows]]
+    picks = [
+        np.arange(10, 200),
+        np.sort(rng.choice(sc.rows, 500, replace=False)),
+        np.array([sc.rows - 1]),
+        np.array([], dtype=np.int64),
+        np.r_[0:5, 7, 9:12, sc.rows - 3 : sc.rows],
+    ]
     for name in ("features", "dt", "labels", "ts", "instrument_id"):
         for rows in picks:
             got = take_rows(sc, name, rows)

@@ -207,6 +207,7 @@ def test_causal_depthwise_conv_equals_the_padded_conv1d_values_and_gradients():
     shifted = causal_depthwise_conv(x, conv.weight, conv.bias)
     torch.testing.assert_close(shifted, reference)
     inputs = [x, conv.weight, conv.bias]
-    for a, b in zip(torch.autograd.grad((reference**2).sum(), inputs), torch.autograd.grad((shifted**2).sum(), inputs),
-                    strict=True):
+    for a, b in zip(
+        torch.autograd.grad((reference**2).sum(), inputs), torch.autograd.grad((shifted**2).sum(), inputs), strict=True
+    ):
         torch.testing.assert_close(b, a)

@@ -37,8 +37,15 @@ def fake_batch(b: int = 3, k: int = 7, h: int = 3, seed: int = 0) -> WindowBatch
     labels[:, -2:, -1] = float("nan")  # the longest horizon runs past the file end
     long_, short = move - cost, -move - cost
     long_[labels.isnan()], short[labels.isnan()] = float("nan"), float("nan")
-    return WindowBatch(x=torch.randn(b, k, 5, generator=g), dt=torch.ones(b, k), labels=labels, outcome_long=long_,
-                       outcome_short=short, file_index=torch.zeros(b, dtype=torch.long), start=torch.zeros(b, dtype=torch.long))
+    return WindowBatch(
+        x=torch.randn(b, k, 5, generator=g),
+        dt=torch.ones(b, k),
+        labels=labels,
+        outcome_long=long_,
+        outcome_short=short,
+        file_index=torch.zeros(b, dtype=torch.long),
+        start=torch.zeros(b, dtype=torch.long),
+    )
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])

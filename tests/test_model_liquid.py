@@ -65,7 +65,6 @@ def test_learns_the_planted_bar_signal(tiny_sidecars):
     assert aucs[0] > 0.55, aucs
 
 
-
 FUSED_EQUALS_NCPS = textwrap.dedent("""
     import torch
     from alpha_core.models.liquid import LiquidConfig, LiquidModel
@@ -96,8 +95,7 @@ FUSED_EQUALS_NCPS = textwrap.dedent("""
 def test_fused_kernels_equal_ncps_in_the_triton_interpreter():
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernels are defined: a fresh interpreter
-    done = subprocess.run([sys.executable, "-c", FUSED_EQUALS_NCPS], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", FUSED_EQUALS_NCPS], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
 
 
@@ -120,8 +118,9 @@ def test_cuda_equals_ncps_on_the_cpu():
     (got * weights.cuda()).sum().backward()
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
     for name, grad in grads.items():
-        torch.testing.assert_close(dict(model.named_parameters())[name].grad.cpu(), grad, rtol=1e-3, atol=1e-4,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            dict(model.named_parameters())[name].grad.cpu(), grad, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
+        )
     with torch.no_grad():
         whole = model(x.cuda())
         liquid.SENSORY_ELEMENTS, saved = 64 * 13 * 32 * 5, liquid.SENSORY_ELEMENTS  # chunks of 5 rows

@@ -46,8 +46,12 @@ def _scalar_kind(annotation) -> type | None:
     return annotation if annotation in (int, float) else None
 
 
-NUMERIC_FIELDS = [(cls, name, kind) for cls in REQUIRED for name, field in cls.model_fields.items()
-                  if (kind := _scalar_kind(field.annotation)) is not None]
+NUMERIC_FIELDS = [
+    (cls, name, kind)
+    for cls in REQUIRED
+    for name, field in cls.model_fields.items()
+    if (kind := _scalar_kind(field.annotation)) is not None
+]
 
 
 def _build(cls: type[BaseModel], **values) -> BaseModel:
@@ -81,22 +85,46 @@ def test_every_number_refuses_nan_inf_and_huge_values_naming_its_key(cls):
     assert accepted == [] and unnamed == []
 
 
-@pytest.mark.parametrize("cls, name, value", [
-    (SupervisedTrainConfig, "lr", 0.0), (SupervisedTrainConfig, "lr", -1.0), (SupervisedTrainConfig, "batch_size", 0),
-    (SupervisedTrainConfig, "batch_size", -1), (SupervisedTrainConfig, "seq_len", 0),
-    (SupervisedTrainConfig, "lr_min_factor", -3.0), (SupervisedTrainConfig, "lr_min_factor", 1.5),
-    (SupervisedTrainConfig, "weight_decay", -0.1), (SupervisedTrainConfig, "early_stop_patience", -1),
-    (SupervisedTrainConfig, "n_train_seqs", 0), (SupervisedTrainConfig, "epochs", 0),
-    (TrainConfig, "lr_cfc", 0.0), (TrainConfig, "lr_mamba2", 2.0), (TrainConfig, "batch_size", -5),
-    (TrainConfig, "seq_len", 1), (TrainConfig, "n_val_seqs", 0), (TrainConfig, "lr_min_factor", -3.0),
-    (TrainConfig, "cv_n_folds", 0), (TrainConfig, "cv_train_window", -1), (TrainConfig, "outcome_label_cost", -0.5),
-    (HyperoptConfig, "trials", 0), (HyperoptConfig, "workers", 0), (EvalConfig, "band", 0.5),
-    (EvalConfig, "band", -0.01), (EvalConfig, "cost_ticks", -1.0), (EvalConfig, "horizon", -1),
-    (RLTrainConfig, "n_envs", 0), (RLTrainConfig, "cost_per_turnover", -1.0),
-    (AGENT_CONFIGS["ppo"], "gamma", 0.0), (AGENT_CONFIGS["dqn"], "gamma", 1.5), (AGENT_CONFIGS["ppo"], "learning_rate", 0.0),
-    (REGISTRY["tft"].config_class(), "dropout", 1.0), (REGISTRY["tlob"].config_class(), "d_model", 0),
-    (REGISTRY["xlstm"].config_class(), "dropout", -0.1), (REGISTRY["mamba2"].config_class(), "n_layers", 0),
-])
+@pytest.mark.parametrize(
+    "cls, name, value",
+    [
+        (SupervisedTrainConfig, "lr", 0.0),
+        (SupervisedTrainConfig, "lr", -1.0),
+        (SupervisedTrainConfig, "batch_size", 0),
+        (SupervisedTrainConfig, "batch_size", -1),
+        (SupervisedTrainConfig, "seq_len", 0),
+        (SupervisedTrainConfig, "lr_min_factor", -3.0),
+        (SupervisedTrainConfig, "lr_min_factor", 1.5),
+        (SupervisedTrainConfig, "weight_decay", -0.1),
+        (SupervisedTrainConfig, "early_stop_patience", -1),
+        (SupervisedTrainConfig, "n_train_seqs", 0),
+        (SupervisedTrainConfig, "epochs", 0),
+        (TrainConfig, "lr_cfc", 0.0),
+        (TrainConfig, "lr_mamba2", 2.0),
+        (TrainConfig, "batch_size", -5),
+        (TrainConfig, "seq_len", 1),
+        (TrainConfig, "n_val_seqs", 0),
+        (TrainConfig, "lr_min_factor", -3.0),
+        (TrainConfig, "cv_n_folds", 0),
+        (TrainConfig, "cv_train_window", -1),
+        (TrainConfig, "outcome_label_cost", -0.5),
+        (HyperoptConfig, "trials", 0),
+        (HyperoptConfig, "workers", 0),
+        (EvalConfig, "band", 0.5),
+        (EvalConfig, "band", -0.01),
+        (EvalConfig, "cost_ticks", -1.0),
+        (EvalConfig, "horizon", -1),
+        (RLTrainConfig, "n_envs", 0),
+        (RLTrainConfig, "cost_per_turnover", -1.0),
+        (AGENT_CONFIGS["ppo"], "gamma", 0.0),
+        (AGENT_CONFIGS["dqn"], "gamma", 1.5),
+        (AGENT_CONFIGS["ppo"], "learning_rate", 0.0),
+        (REGISTRY["tft"].config_class(), "dropout", 1.0),
+        (REGISTRY["tlob"].config_class(), "d_model", 0),
+        (REGISTRY["xlstm"].config_class(), "dropout", -0.1),
+        (REGISTRY["mamba2"].config_class(), "n_layers", 0),
+    ],
+)
 def test_out_of_range_values_are_refused_naming_the_key(cls, name, value):
     with pytest.raises((ValidationError, PlanError)) as err:
         _build(cls, **{name: value})
@@ -133,46 +161,85 @@ def _alpha(capsys, argv) -> tuple[int, str]:
     return code, "".join(line for line in err.splitlines(keepends=True) if ": warning: " not in line)
 
 
-@pytest.mark.parametrize("command, flags, key", [
-    ("train", ["--lr-cfc", "nan"], "lr_cfc"),
-    ("train", ["--lr-cfc", "-1"], "lr_cfc"),
-    ("train", ["--lr-mamba2", "1e308"], "lr_mamba2"),
-    ("train", ["--batch-size", "0"], "batch_size"),
-    ("train", ["--batch-size", "-1"], "batch_size"),
-    ("train", ["--lr-min-factor", "-3"], "lr_min_factor"),
-    ("train", ["--epochs", "0"], "epochs"),
-    ("train-supervised", ["--lr", "nan"], "lr"),
-    ("train-supervised", ["--lr", "-1"], "lr"),
-    ("train-supervised", ["--lr", "1e308"], "lr"),
-    ("train-supervised", ["--batch-size", "-4"], "batch_size"),
-    ("train-supervised", ["--n-train-seqs", "0"], "n_train_seqs"),
-    ("train-supervised", ["--param", "lr=NaN"], "lr"),
-    ("train-supervised", ["--param", "dropout=1.0"], "dropout"),
-    ("train-rl", ["--cost-per-turnover", "inf"], "cost_per_turnover"),
-    ("train-rl", ["--n-envs", "0"], "n_envs"),
-    ("train-rl", ["--param", "learning_rate=1e308"], "learning_rate"),
-    ("train-rl", ["--param", "gamma=0"], "gamma"),
-    ("hyperopt", ["--trials", "0"], "trials"),
-    ("hyperopt", ["--workers", "-1"], "workers"),
-    ("hyperopt", ["--batch-size", "-1"], "batch_size"),
-    ("evaluate", ["--band", "0.5"], "band"),
-    ("evaluate", ["--cost-ticks", "nan"], "cost_ticks"),
-    ("evaluate", ["--horizon", "-1"], "horizon"),
-    ("evaluate", ["--min-val-auc", "1.5"], "min_val_auc"),
-    ("evaluate", ["--min-val-sharpe", "nan"], "min_val_sharpe"),
-])
+@pytest.mark.parametrize(
+    "command, flags, key",
+    [
+        ("train", ["--lr-cfc", "nan"], "lr_cfc"),
+        ("train", ["--lr-cfc", "-1"], "lr_cfc"),
+        ("train", ["--lr-mamba2", "1e308"], "lr_mamba2"),
+        ("train", ["--batch-size", "0"], "batch_size"),
+        ("train", ["--batch-size", "-1"], "batch_size"),
+        ("train", ["--lr-min-factor", "-3"], "lr_min_factor"),
+        ("train", ["--epochs", "0"], "epochs"),
+        ("train-supervised", ["--lr", "nan"], "lr"),
+        ("train-supervised", ["--lr", "-1"], "lr"),
+        ("train-supervised", ["--lr", "1e308"], "lr"),
+        ("train-supervised", ["--batch-size", "-4"], "batch_size"),
+        ("train-supervised", ["--n-train-seqs", "0"], "n_train_seqs"),
+        ("train-supervised", ["--param", "lr=NaN"], "lr"),
+        ("train-supervised", ["--param", "dropout=1.0"], "dropout"),
+        ("train-rl", ["--cost-per-turnover", "inf"], "cost_per_turnover"),
+        ("train-rl", ["--n-envs", "0"], "n_envs"),
+        ("train-rl", ["--param", "learning_rate=1e308"], "learning_rate"),
+        ("train-rl", ["--param", "gamma=0"], "gamma"),
+        ("hyperopt", ["--trials", "0"], "trials"),
+        ("hyperopt", ["--workers", "-1"], "workers"),
+        ("hyperopt", ["--batch-size", "-1"], "batch_size"),
+        ("evaluate", ["--band", "0.5"], "band"),
+        ("evaluate", ["--cost-ticks", "nan"], "cost_ticks"),
+        ("evaluate", ["--horizon", "-1"], "horizon"),
+        ("evaluate", ["--min-val-auc", "1.5"], "min_val_auc"),
+        ("evaluate", ["--min-val-sharpe", "nan"], "min_val_sharpe"),
+    ],
+)
 def test_hostile_flags_exit_2_naming_the_key_before_any_output(capsys, tmp_path, es, cache, command, flags, key):
     out = tmp_path / "out"
     argv = {
         "train": ["train", "--mbp10-data-dir", str(es / "mbp-10"), "--predecoded-dir", str(cache), "--out", str(out)],
-        "train-supervised": ["train-supervised", "--model", "tft", "--data-dir", str(es), "--output-dir", str(out),
-                             "--predecoded-dir", str(cache)],
-        "train-rl": ["train-rl", "--model", "ppo", "--data-dir", str(es), "--output-dir", str(out),
-                     "--predecoded-dir", str(cache)],
-        "hyperopt": ["hyperopt", "--model", "tft", "--data-dir", str(es), "--output", str(out / "results.json"),
-                     "--predecoded-dir", str(cache)],
-        "evaluate": ["evaluate", "--models-dir", str(tmp_path), "--data-dir", str(es.parent), "--output",
-                     str(out / "report.json"), "--predecoded-dir", str(cache)],
+        "train-supervised": [
+            "train-supervised",
+            "--model",
+            "tft",
+            "--data-dir",
+            str(es),
+            "--output-dir",
+            str(out),
+            "--predecoded-dir",
+            str(cache),
+        ],
+        "train-rl": [
+            "train-rl",
+            "--model",
+            "ppo",
+            "--data-dir",
+            str(es),
+            "--output-dir",
+            str(out),
+            "--predecoded-dir",
+            str(cache),
+        ],
+        "hyperopt": [
+            "hyperopt",
+            "--model",
+            "tft",
+            "--data-dir",
+            str(es),
+            "--output",
+            str(out / "results.json"),
+            "--predecoded-dir",
+            str(cache),
+        ],
+        "evaluate": [
+            "evaluate",
+            "--models-dir",
+            str(tmp_path),
+            "--data-dir",
+            str(es.parent),
+            "--output",
+            str(out / "report.json"),
+            "--predecoded-dir",
+            str(cache),
+        ],
     }[command]
     code, err = _alpha(capsys, [*argv, *flags, "--device", "cpu"])
     assert code == 2, err
@@ -180,40 +247,71 @@ def test_hostile_flags_exit_2_naming_the_key_before_any_output(capsys, tmp_path,
     assert "Traceback" not in err and not out.exists()
 
 
-@pytest.mark.parametrize("command, params, key", [
-    ("train-supervised", {"lr": math.nan}, "lr"),
-    ("train-supervised", {"lr": -1}, "lr"),
-    ("train-supervised", {"lr": 1e308}, "lr"),
-    ("train-supervised", {"batch_size": 0}, "batch_size"),
-    ("train-supervised", {"batch_size": -1}, "batch_size"),  # once an endless loop
-    ("train-supervised", {"lr_min_factor": -3}, "lr_min_factor"),
-    ("train-supervised", {"best_params": {"d_model": 0}}, "d_model"),
-    ("train-supervised", {"n_heads": 1e308}, "n_heads"),
-    ("train-rl", {"learning_rate": math.nan}, "learning_rate"),
-    ("train-rl", {"gamma": -1}, "gamma"),
-    ("train-rl", {"batch_size": 0}, "batch_size"),
-])
+@pytest.mark.parametrize(
+    "command, params, key",
+    [
+        ("train-supervised", {"lr": math.nan}, "lr"),
+        ("train-supervised", {"lr": -1}, "lr"),
+        ("train-supervised", {"lr": 1e308}, "lr"),
+        ("train-supervised", {"batch_size": 0}, "batch_size"),
+        ("train-supervised", {"batch_size": -1}, "batch_size"),  # once an endless loop
+        ("train-supervised", {"lr_min_factor": -3}, "lr_min_factor"),
+        ("train-supervised", {"best_params": {"d_model": 0}}, "d_model"),
+        ("train-supervised", {"n_heads": 1e308}, "n_heads"),
+        ("train-rl", {"learning_rate": math.nan}, "learning_rate"),
+        ("train-rl", {"gamma": -1}, "gamma"),
+        ("train-rl", {"batch_size": 0}, "batch_size"),
+    ],
+)
 def test_hostile_params_files_exit_2_naming_the_key(capsys, tmp_path, es, cache, command, params, key):
     params_file, out = tmp_path / "params.json", tmp_path / "out"
     params_file.write_text(json.dumps(params))  # NaN is written as the JSON extension `NaN`
     model = "tft" if command == "train-supervised" else "ppo"
-    code, err = _alpha(capsys, [command, "--model", model, "--data-dir", str(es), "--output-dir", str(out),
-                                "--predecoded-dir", str(cache), "--params-file", str(params_file), "--device", "cpu",
-                                "--epochs", "1"])
+    code, err = _alpha(
+        capsys,
+        [
+            command,
+            "--model",
+            model,
+            "--data-dir",
+            str(es),
+            "--output-dir",
+            str(out),
+            "--predecoded-dir",
+            str(cache),
+            "--params-file",
+            str(params_file),
+            "--device",
+            "cpu",
+            "--epochs",
+            "1",
+        ],
+    )
     assert code == 2, err
     assert str(params_file) in err and key in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not out.exists()
 
 
-@pytest.mark.parametrize("command, flags, message", [
-    ("train-supervised", ["--model", "tft", "--batch-size", "2000000000", "--seq-len", "64"],
-     "batch_size x seq_len x n_features = 2000000000 x 64 x"),
-    ("train-rl", ["--model", "ppo", "--n-envs", "1000000000", "--window", "64"],
-     "n_envs x window x n_features = 1000000000 x 64 x"),
-])
+@pytest.mark.parametrize(
+    "command, flags, message",
+    [
+        (
+            "train-supervised",
+            ["--model", "tft", "--batch-size", "2000000000", "--seq-len", "64"],
+            "batch_size x seq_len x n_features = 2000000000 x 64 x",
+        ),
+        (
+            "train-rl",
+            ["--model", "ppo", "--n-envs", "1000000000", "--window", "64"],
+            "n_envs x window x n_features = 1000000000 x 64 x",
+        ),
+    ],
+)
 def test_a_batch_that_cannot_fit_in_memory_is_refused(capsys, tmp_path, es, cache, command, flags, message):
     out = tmp_path / "out"
-    code, err = _alpha(capsys, [command, *flags, "--data-dir", str(es), "--output-dir", str(out), "--predecoded-dir",
-                                str(cache), "--device", "cpu"])
+    code, err = _alpha(
+        capsys,
+        [command, *flags, "--data-dir", str(es), "--output-dir", str(out), "--predecoded-dir", str(cache), "--device", "cpu"],
+    )
     assert code == 2 and message in err and "elements in one batch (limit 2**31)" in err, err
     assert not out.exists()

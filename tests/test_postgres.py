@@ -43,13 +43,31 @@ def postgres():
         shutil.chown(data, "postgres", "postgres")
         as_pg = ["runuser", "-u", "postgres", "--"]
     port = free_port()
-    subprocess.run([*as_pg, str(bin_ / "initdb"), "-D", str(data), "-U", "alpha", "--auth=trust"], check=True,
-                   capture_output=True)
-    subprocess.run([*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
-                    "-o", f"-p {port} -c listen_addresses=127.0.0.1 -k {data}", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_pg, str(bin_ / "initdb"), "-D", str(data), "-U", "alpha", "--auth=trust"], check=True, capture_output=True
+    )
+    subprocess.run(
+        [
+            *as_pg,
+            str(bin_ / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-l",
+            str(data / "log"),
+            "-o",
+            f"-p {port} -c listen_addresses=127.0.0.1 -k {data}",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
-        subprocess.run([*as_pg, str(bin_ / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "alpha", "dagster"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*as_pg, str(bin_ / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "alpha", "dagster"],
+            check=True,
+            capture_output=True,
+        )
         yield port
     finally:
         subprocess.run([*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
@@ -60,8 +78,12 @@ def test_materialization_against_the_production_storage_settings(postgres, tiny_
     production = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
     home = tmp_path / "home"
     home.mkdir()
-    for key, value in {"DAGSTER_PG_USERNAME": "alpha", "DAGSTER_PG_PASSWORD": "unused", "DAGSTER_PG_HOST": "127.0.0.1",
-                       "DAGSTER_PG_DB": "dagster"}.items():
+    for key, value in {
+        "DAGSTER_PG_USERNAME": "alpha",
+        "DAGSTER_PG_PASSWORD": "unused",
+        "DAGSTER_PG_HOST": "127.0.0.1",
+        "DAGSTER_PG_DB": "dagster",
+    }.items():
         monkeypatch.setenv(key, value)
     production["storage"]["postgres"]["postgres_db"]["port"] = postgres  # the throwaway server's port
     # the production storage section (the K8sRunLauncher needs a cluster; runs here are in-process)
@@ -69,10 +91,14 @@ def test_materialization_against_the_production_storage_settings(postgres, tiny_
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-        result = dg.materialize([book_sidecars, bar_sidecars, fold_plans], partition_key="ES.FUT", instance=instance,
-                                resources={"data": DataRoot(root=str(tiny_data)),
-                                           "storage": StorageRoot(root=str(tmp_path / "storage"))})
+        result = dg.materialize(
+            [book_sidecars, bar_sidecars, fold_plans],
+            partition_key="ES.FUT",
+            instance=instance,
+            resources={"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(tmp_path / "storage"))},
+        )
         assert result.success
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("fold_plans"), asset_partitions=["ES.FUT"]), limit=1).records
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("fold_plans"), asset_partitions=["ES.FUT"]), limit=1
+        ).records
         assert records and records[0].run_id == result.run_id

@@ -66,8 +66,7 @@ def test_prices_a_hundred_times_too_high_are_refused(samples, tmp_path, name):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("version, structs", [(1, SCHEMA_STRUCT_MAP_V1), (2, SCHEMA_STRUCT_MAP_V2),
-                                              (3, SCHEMA_STRUCT_MAP)])
+@pytest.mark.parametrize("version, structs", [(1, SCHEMA_STRUCT_MAP_V1), (2, SCHEMA_STRUCT_MAP_V2), (3, SCHEMA_STRUCT_MAP)])
 def test_record_layouts_are_databentos_for_every_schema_and_version(samples, version, structs):
     """We name record layouts without importing `databento` (see `dbn.py`): they must stay the ones it uses."""
     info = read_info(samples / MBP10_FILES[0])
@@ -87,9 +86,11 @@ def test_predecode_does_not_import_databento_pandas_polars_or_torch(samples, tmp
     data.mkdir()
     shutil.copy(samples / MBP10_FILES[0], data)
     heavy = ["databento", "pandas", "polars", "torch", "aiohttp", "dagster", "matplotlib"]
-    script = (f"import json, sys; from alpha_core.cli import main; rc = main(['predecode', '--data-dir', {str(data)!r}, "
-              f"'--output-dir', {str(tmp_path / 'pd')!r}]); "
-              f"print(json.dumps([m for m in {heavy!r} if m in sys.modules])); sys.exit(rc)")
+    script = (
+        f"import json, sys; from alpha_core.cli import main; rc = main(['predecode', '--data-dir', {str(data)!r}, "
+        f"'--output-dir', {str(tmp_path / 'pd')!r}]); "
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules])); sys.exit(rc)"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     built, loaded = out.stdout.strip().splitlines()

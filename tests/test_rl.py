@@ -128,8 +128,17 @@ def test_batched_step_equals_hand_stepping():
 def test_reward_arithmetic_on_hand_made_prices():
     price = np.array([100.0, 101.0, 99.0, 99.0, 102.0, 100.0])
     # bars at 15:58 and 15:59 CST on Tue 2024-01-09, then from 17:00 CST (the next session)
-    ts = np.array(["2024-01-09T21:58", "2024-01-09T21:59", "2024-01-09T23:00", "2024-01-09T23:01", "2024-01-09T23:02",
-                   "2024-01-09T23:03"], dtype="datetime64[ns]").astype(np.int64)
+    ts = np.array(
+        [
+            "2024-01-09T21:58",
+            "2024-01-09T21:59",
+            "2024-01-09T23:00",
+            "2024-01-09T23:01",
+            "2024-01-09T23:02",
+            "2024-01-09T23:03",
+        ],
+        dtype="datetime64[ns]",
+    ).astype(np.int64)
     series = MarketSeries(np.zeros((6, 1), np.float32), price, tick_size=0.5, ts=ts)
     # window 1, 5 acting bars: the only valid episode is bars 0..4
     env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=2), seed=0)
@@ -145,8 +154,9 @@ def test_reward_arithmetic_on_hand_made_prices():
             assert obs[0, -1] == a - 1  # the position is the observation's last entry
     assert infos[0]["episode_return"] == pytest.approx(sum(expected))
 
-    log_env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=1,
-                                                reward_unit="log"), seed=0)
+    log_env = TradingVecEnv(
+        [series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=1, reward_unit="log"), seed=0
+    )
     log_env.reset()
     got = [float(log_env.step(np.array([a]))[1][0]) for a in actions]
     pos_prev, want = 0.0, []
@@ -365,8 +375,9 @@ def test_validation_on_some_sessions_costs_the_sessions_not_the_file(trained, mo
 
     seen = []
     honest = agents._greedy_actions
-    monkeypatch.setattr(agents, "_greedy_actions", lambda agent, market, rows: seen.append(len(rows))
-                        or honest(agent, market, rows))
+    monkeypatch.setattr(
+        agents, "_greedy_actions", lambda agent, market, rows: seen.append(len(rows)) or honest(agent, market, rows)
+    )
     for sessions in (6, 30):
         series = toy_series(sessions * 1380, 8)
         seen.clear()

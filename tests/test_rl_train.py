@@ -19,16 +19,46 @@ def bars_dir(tiny_data):
 def test_train_rl_writes_each_fold_with_the_best_policy(bars_dir, tmp_path, capsys):
     params = tmp_path / "results.json"
     params.write_text(json.dumps({"best_params": {"gamma": 0.5, "learning_rate": 0.002}}))
-    argv = ["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "ppo"),
-            "--params-file", str(params), "--param", "learning_rate=0.0005", "--epochs", "2",
-            "--timesteps-per-epoch", "1024", "--cv-n-folds", "2", "--cv-train-window", "2", "--n-envs", "4",
-            "--predecoded-dir", str(tmp_path / "pd"), "--device", "cpu"]
+    argv = [
+        "train-rl",
+        "--model",
+        "ppo",
+        "--data-dir",
+        str(bars_dir),
+        "--output-dir",
+        str(tmp_path / "ppo"),
+        "--params-file",
+        str(params),
+        "--param",
+        "learning_rate=0.0005",
+        "--epochs",
+        "2",
+        "--timesteps-per-epoch",
+        "1024",
+        "--cv-n-folds",
+        "2",
+        "--cv-train-window",
+        "2",
+        "--n-envs",
+        "4",
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     for k in (0, 1):
         fold = tmp_path / "ppo" / f"fold-{k}"
         written = {p.name for p in fold.iterdir() if not p.name.startswith("events.out.tfevents")}  # + TensorBoard
-        assert written == {"model.safetensors", "norm_stats.json", "agent_config.json", "env_config.json", "params.json",
-                           "summary.json", "manifest.json"}
+        assert written == {
+            "model.safetensors",
+            "norm_stats.json",
+            "agent_config.json",
+            "env_config.json",
+            "params.json",
+            "summary.json",
+            "manifest.json",
+        }
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["epochs"] == 2 and len(summary["val_sharpe_per_epoch"]) == 2
         assert summary["val_sharpe"] == max(summary["val_sharpe_per_epoch"])
@@ -50,9 +80,25 @@ def test_rl_params_file_errors_name_the_key(bars_dir, tmp_path):
 
 def test_rl_hyperopt_scores_trials_by_validation_sharpe(bars_dir, tmp_path):
     out = tmp_path / "results.json"
-    argv = ["hyperopt", "--model", "dqn", "--trials", "2", "--epochs", "1", "--timesteps-per-epoch", "600",
-            "--data-dir", str(bars_dir), "--output", str(out), "--predecoded-dir", str(tmp_path / "pd"),
-            "--device", "cpu"]
+    argv = [
+        "hyperopt",
+        "--model",
+        "dqn",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--timesteps-per-epoch",
+        "600",
+        "--data-dir",
+        str(bars_dir),
+        "--output",
+        str(out),
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     results = json.loads(out.read_text())
     assert results["metric"].startswith("validation Sharpe") and len(results["trials"]) == 2

@@ -58,11 +58,25 @@ def test_alpha_run_is_one_backfill_in_parallel_up_to_max_parallel(tiny_data, tmp
     shutil.copytree(tiny_data / "ES.FUT", data / "ES.FUT")
     storage = tmp_path / "storage"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
-    env |= {"DAGSTER_HOME": str(home), "ALPHA_DATA_DIR": str(data), "ALPHA_STORAGE_ROOT": str(storage),
-            "SYMBOLS": "ES.FUT,ZN.FUT", "MODELS": "kan", "PHASE": "train", "EPOCHS": "1", "MAX_PARALLEL": "2",
-            "RUN_ID": RUN_ID}
-    out = subprocess.run([sys.executable, "-m", "alpha_core.cli", "run", "--train-config", json.dumps(SMALL)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    env |= {
+        "DAGSTER_HOME": str(home),
+        "ALPHA_DATA_DIR": str(data),
+        "ALPHA_STORAGE_ROOT": str(storage),
+        "SYMBOLS": "ES.FUT,ZN.FUT",
+        "MODELS": "kan",
+        "PHASE": "train",
+        "EPOCHS": "1",
+        "MAX_PARALLEL": "2",
+        "RUN_ID": RUN_ID,
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "alpha_core.cli", "run", "--train-config", json.dumps(SMALL)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = out.stdout + out.stderr[-3000:]
     assert out.returncode == 1, log  # ZN.FUT failed
     assert "Traceback" not in out.stderr, log
@@ -81,8 +95,7 @@ def test_alpha_run_is_one_backfill_in_parallel_up_to_max_parallel(tiny_data, tmp
     assert backfill.tags == {"alpha/run_id": RUN_ID, "alpha/trigger": "alpha-run"}
     assert backfill.run_config["ops"]["checkpoints__kan"]["config"] == {"epochs": 1, **SMALL}
     runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
-    assert len(runs) == 5 and all(r.tags["alpha/run_id"] == RUN_ID and r.tags["alpha/trigger"] == "alpha-run"
-                                  for r in runs)
+    assert len(runs) == 5 and all(r.tags["alpha/run_id"] == RUN_ID and r.tags["alpha/trigger"] == "alpha-run" for r in runs)
     training = [r for r in runs if r.asset_selection == {dg.AssetKey(["checkpoints", "kan"])}]
     assert sorted(r.tags["dagster/partition"] for r in training) == symbol_fold_keys("ES.FUT")  # none for ZN
     assert instance.event_log_storage.get_concurrency_info("gpu").slot_count == 2
@@ -100,40 +113,89 @@ def test_alpha_run_is_one_backfill_in_parallel_up_to_max_parallel(tiny_data, tmp
 def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
     base = [sys.executable, "-m", "alpha_core.cli", "run", "--dry-run"]
-    ok = subprocess.run(base + ["--symbols", "ES.FUT", "--models", "kan,tft", "--phase", "full", "--run-id", "r1",
-                                "--epochs", "3", "--hyperopt-trials", "4", "--max-parallel", "5"],
-                        cwd=tmp_path, env=env | {"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        base
+        + [
+            "--symbols",
+            "ES.FUT",
+            "--models",
+            "kan,tft",
+            "--phase",
+            "full",
+            "--run-id",
+            "r1",
+            "--epochs",
+            "3",
+            "--hyperopt-trials",
+            "4",
+            "--max-parallel",
+            "5",
+        ],
+        cwd=tmp_path,
+        env=env | {"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr[-3000:]
-    plan = json.loads(ok.stdout[ok.stdout.index("{"):])
+    plan = json.loads(ok.stdout[ok.stdout.index("{") :])
     assert plan["tags"] == {"alpha/run_id": "r1", "alpha/trigger": "alpha-run"} and plan["max_parallel"] == 5
     targets = {t["asset"]: t["partitions"] for t in plan["targets"]}
-    assert targets == {"book_sidecars": ["ES.FUT"], "bar_sidecars": ["ES.FUT"], "fold_plans": ["ES.FUT"],
-                       "hyperopt/tft": ["ES.FUT"], "checkpoints/kan": symbol_fold_keys("ES.FUT"),
-                       "checkpoints/tft": symbol_fold_keys("ES.FUT"), "ensemble_report": ["ES.FUT"]}
-    assert plan["run_config"]["ops"] == {"hyperopt__tft": {"config": {"trials": 4}},
-                                         "checkpoints__kan": {"config": {"epochs": 3}},
-                                         "checkpoints__tft": {"config": {"epochs": 3}},
-                                         "ensemble_report": {"config": {"models": ["kan", "tft"]}}}
+    assert targets == {
+        "book_sidecars": ["ES.FUT"],
+        "bar_sidecars": ["ES.FUT"],
+        "fold_plans": ["ES.FUT"],
+        "hyperopt/tft": ["ES.FUT"],
+        "checkpoints/kan": symbol_fold_keys("ES.FUT"),
+        "checkpoints/tft": symbol_fold_keys("ES.FUT"),
+        "ensemble_report": ["ES.FUT"],
+    }
+    assert plan["run_config"]["ops"] == {
+        "hyperopt__tft": {"config": {"trials": 4}},
+        "checkpoints__kan": {"config": {"epochs": 3}},
+        "checkpoints__tft": {"config": {"epochs": 3}},
+        "ensemble_report": {"config": {"models": ["kan", "tft"]}},
+    }
     assert list(tmp_path.iterdir()) == [], "a dry run writes nothing"
 
-    bad = subprocess.run(base + ["--symbols", "ES.FUT,XX.FUT"], cwd=tmp_path, env=env | {"PYTHONPATH": str(REPO)},
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        base + ["--symbols", "ES.FUT,XX.FUT"],
+        cwd=tmp_path,
+        env=env | {"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "XX.FUT" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"symbols": ["ES.FUT", "XX.FUT"]}, "SYMBOLS: unknown symbol XX.FUT"), ({"symbols": []}, "SYMBOLS is empty"),
-    ({"models": "nope"}, "nope"), ({"phase": "deploy"}, "PHASE must be one of"), ({"run_id": "../x"}, "RUN_ID"),
-    ({"max_parallel": 0}, "MAX_PARALLEL must be >= 1"), ({"epochs": 0}, "EPOCHS must be >= 1"),
-    ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),
-    ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"symbols": ["ES.FUT", "XX.FUT"]}, "SYMBOLS: unknown symbol XX.FUT"),
+        ({"symbols": []}, "SYMBOLS is empty"),
+        ({"models": "nope"}, "nope"),
+        ({"phase": "deploy"}, "PHASE must be one of"),
+        ({"run_id": "../x"}, "RUN_ID"),
+        ({"max_parallel": 0}, "MAX_PARALLEL must be >= 1"),
+        ({"epochs": 0}, "EPOCHS must be >= 1"),
+        ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),
+        ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
+    ],
+)
 def test_every_trigger_variable_is_validated_before_anything_is_launched(change, message):
     from alpha_assets import run
     from alpha_core.errors import PlanError
 
-    request = {"symbols": ["ES.FUT"], "models": "kan,tft", "phase": "full", "epochs": 1, "trials": 1, "run_id": "r1",
-               "max_parallel": 2} | change
+    request = {
+        "symbols": ["ES.FUT"],
+        "models": "kan,tft",
+        "phase": "full",
+        "epochs": 1,
+        "trials": 1,
+        "run_id": "r1",
+        "max_parallel": 2,
+    } | change
     with pytest.raises(PlanError, match=message):
         run.plan(**request)
 

@@ -24,9 +24,16 @@ def lineage(tiny_data, tmp_path_factory):
 
     def run(asset, partition, config=None, tags=None):
         op = asset.replace("/", "__")
-        return dg.materialize(assets, selection=[by_key[asset]], partition_key=partition, instance=instance,
-                              resources=resources, raise_on_error=False, tags=tags or {"alpha/run_id": "checked"},
-                              run_config={"ops": {op: {"config": config}}} if config is not None else None)
+        return dg.materialize(
+            assets,
+            selection=[by_key[asset]],
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+            tags=tags or {"alpha/run_id": "checked"},
+            run_config={"ops": {op: {"config": config}}} if config is not None else None,
+        )
 
     for asset in ("book_sidecars", "bar_sidecars", "fold_plans"):
         assert run(asset, "ES.FUT").success
@@ -39,18 +46,21 @@ def _failure(result) -> str:
     return failure.step_failure_data.error.message
 
 
-@pytest.mark.parametrize("asset, config, field", [
-    ("checkpoints/kan", {**FAST, "epochs": 0}, "epochs"),
-    ("checkpoints/kan", {**FAST, "seq_len": -5}, "seq_len"),
-    ("checkpoints/kan", {**FAST, "min_val_auc": float("nan")}, "min_val_auc"),
-    ("checkpoints/kan", {**FAST, "device": "tpu"}, "device"),
-    ("checkpoints/ppo", {"epochs": 1, "timesteps_per_epoch": 0}, "timesteps_per_epoch"),
-    ("checkpoints/ppo", {"epochs": 1, "min_val_sharpe": float("-inf")}, "min_val_sharpe"),
-    ("checkpoints/perception", {**FAST, "precision": "fp8"}, "precision"),
-    ("hyperopt/tft", {"trials": 0}, "trials"),
-    ("bar_sidecars", {"horizons": list(range(1, 3001))}, "horizons"),
-    ("book_sidecars", {"outcome_label_cost": float("nan")}, "outcome_label_cost"),
-])
+@pytest.mark.parametrize(
+    "asset, config, field",
+    [
+        ("checkpoints/kan", {**FAST, "epochs": 0}, "epochs"),
+        ("checkpoints/kan", {**FAST, "seq_len": -5}, "seq_len"),
+        ("checkpoints/kan", {**FAST, "min_val_auc": float("nan")}, "min_val_auc"),
+        ("checkpoints/kan", {**FAST, "device": "tpu"}, "device"),
+        ("checkpoints/ppo", {"epochs": 1, "timesteps_per_epoch": 0}, "timesteps_per_epoch"),
+        ("checkpoints/ppo", {"epochs": 1, "min_val_sharpe": float("-inf")}, "min_val_sharpe"),
+        ("checkpoints/perception", {**FAST, "precision": "fp8"}, "precision"),
+        ("hyperopt/tft", {"trials": 0}, "trials"),
+        ("bar_sidecars", {"horizons": list(range(1, 3001))}, "horizons"),
+        ("book_sidecars", {"outcome_label_cost": float("nan")}, "outcome_label_cost"),
+    ],
+)
 def test_a_bad_run_config_value_fails_once_in_one_line_naming_it(lineage, asset, config, field):
     run, _, storage = lineage
     partition = symbol_fold_key("ES.FUT", 0) if asset.startswith("checkpoints/") else "ES.FUT"

@@ -27,9 +27,15 @@ def failures(tiny_data, tmp_path_factory) -> dict[str, str]:
     storage = tmp_path_factory.mktemp("storage")
 
     def run(selection, partition, config=None):
-        return dg.materialize(assets, selection=[by_key[s] for s in selection], partition_key=partition,
-                              instance=instance, run_config=config, raise_on_error=False,
-                              resources={"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(storage))})
+        return dg.materialize(
+            assets,
+            selection=[by_key[s] for s in selection],
+            partition_key=partition,
+            instance=instance,
+            run_config=config,
+            raise_on_error=False,
+            resources={"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(storage))},
+        )
 
     assert run(["book_sidecars", "bar_sidecars", "fold_plans"], "ES.FUT").success
     config = {"ops": {"checkpoints__tft": {"config": {**TINY_TRAIN, "min_val_auc": 0.99}}}}
@@ -40,8 +46,11 @@ def failures(tiny_data, tmp_path_factory) -> dict[str, str]:
     mixed = run(["checkpoints/tft", "checkpoints/kan"], symbol_fold_key("ES.FUT", 2), config=config)
     assert not gate.success and not no_data.success and not mixed.success
     backfill = LocalBackfill(instance, "unused")
-    return {"gate": backfill.failure(gate.run_id), "data": backfill.failure(no_data.run_id),
-            "mixed": backfill.failure(mixed.run_id)}
+    return {
+        "gate": backfill.failure(gate.run_id),
+        "data": backfill.failure(no_data.run_id),
+        "mixed": backfill.failure(mixed.run_id),
+    }
 
 
 class FinishedBackfill:
@@ -56,8 +65,10 @@ class FinishedBackfill:
         return "COMPLETED_SUCCESS"
 
     def runs(self) -> list[RunState]:
-        return [RunState("a" * 32, "SUCCESS", "ES.FUT", ("ensemble_report",)),
-                RunState("b" * 32, "FAILURE", "ES.FUT|1", ("checkpoints/tft",))]
+        return [
+            RunState("a" * 32, "SUCCESS", "ES.FUT", ("ensemble_report",)),
+            RunState("b" * 32, "FAILURE", "ES.FUT|1", ("checkpoints/tft",)),
+        ]
 
     def failure(self, run_id: str) -> str:
         return self._failure
@@ -81,7 +92,6 @@ def test_a_missed_gate_is_reported_when_allowed_but_a_crash_still_fails(failures
     assert line.split()[2] == "FAILED", line
     assert failures["data"].startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in failures["data"]
     assert "alpha_core" not in failures["data"], failures["data"]  # the message as the CLI prints it
-
 
 
 def test_a_missed_gate_does_not_excuse_another_failure_in_its_run(failures):

@@ -250,8 +250,7 @@ def test_an_unchanged_source_is_reused_without_reading_it(tmp_path):
 def _mapped(directory) -> list[str]:
     """Files under `directory` that this process has memory-mapped now."""
     root = str(directory)
-    return sorted({line.split(maxsplit=5)[5] for line in Path("/proc/self/maps").read_text().splitlines()
-                   if root in line})
+    return sorted({line.split(maxsplit=5)[5] for line in Path("/proc/self/maps").read_text().splitlines() if root in line})
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")

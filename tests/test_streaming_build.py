@@ -41,8 +41,9 @@ def holed_book(tiny_data, tmp_path_factory):
     records["bid_sz_00"][empty] = 0
     records["bid_ct_00"][empty] = 0
     out = tmp_path_factory.mktemp("holed") / "ES.FUT_holed.dbn.zst"
-    out.write_bytes(zstandard.ZstdCompressor(level=3).compress(raw[: 8 + int.from_bytes(raw[4:8], "little")]
-                                                                + records.tobytes()))
+    out.write_bytes(
+        zstandard.ZstdCompressor(level=3).compress(raw[: 8 + int.from_bytes(raw[4:8], "little")] + records.tobytes())
+    )
     return out
 
 
@@ -143,11 +144,14 @@ def test_close_trade_clock_matches_the_bars(tiny_data, tmp_path):
 
         records = db.DBNStore.from_file(mbp).to_ndarray()
         trades = records[records["action"] == b"T"]
-        price_of = {(int(t), int(i)): int(p) for t, i, p in zip(trades["ts_event"], trades["instrument_id"],
-                                                                 trades["price"], strict=True)}
+        price_of = {
+            (int(t), int(i)): int(p)
+            for t, i, p in zip(trades["ts_event"], trades["instrument_id"], trades["price"], strict=True)
+        }
         bars = db.DBNStore.from_file(bars_path).to_ndarray()
-        close_of = {(int(t), int(i)): int(c) for t, i, c in zip(bars["ts_event"], bars["instrument_id"],
-                                                                bars["close"], strict=True)}
+        close_of = {
+            (int(t), int(i)): int(c) for t, i, c in zip(bars["ts_event"], bars["instrument_id"], bars["close"], strict=True)
+        }
         for m, (t, i) in close_ts.items():
             assert close_of[(m, i)] == price_of[(t, i)], (m, t, i)
 
@@ -155,8 +159,11 @@ def test_close_trade_clock_matches_the_bars(tiny_data, tmp_path):
         front = dict(zip(session_days(ts).tolist(), iid.tolist(), strict=False))
         bar_days = session_days(bars["ts_event"].astype(np.int64))
         first = min(close_ts)
-        expected = {int(t) for t, i, d in zip(bars["ts_event"], bars["instrument_id"], bar_days, strict=True)
-                    if front.get(int(d)) == int(i) and int(t) >= first and int(t) <= ts[-1]}
+        expected = {
+            int(t)
+            for t, i, d in zip(bars["ts_event"], bars["instrument_id"], bar_days, strict=True)
+            if front.get(int(d)) == int(i) and int(t) >= first and int(t) <= ts[-1]
+        }
         assert expected == set(close_ts)
         assert len(expected) > 100
 

@@ -51,8 +51,14 @@ def bars_dir(tiny_data):
 
 
 def run(bars_dir, tmp_path, params_file=None, explicit=None, **overrides):
-    cfg = SupervisedTrainConfig(model="tft", data_dir=bars_dir, output_dir=tmp_path / "out",
-                                predecoded_dir=tmp_path / "pd", device="cpu", **{**FAST, **overrides})
+    cfg = SupervisedTrainConfig(
+        model="tft",
+        data_dir=bars_dir,
+        output_dir=tmp_path / "out",
+        predecoded_dir=tmp_path / "pd",
+        device="cpu",
+        **{**FAST, **overrides},
+    )
     return train_supervised(cfg, params_file, explicit)
 
 
@@ -92,23 +98,56 @@ def test_bad_params_files_name_the_key(bars_dir, tmp_path, content, message):
 
 
 def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys):
-    argv = ["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "m"),
-            "--predecoded-dir", str(tmp_path / "pd"), "--epochs", "2", "--cv-n-folds", "2", "--cv-train-window", "2",
-            "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "128", "--n-val-seqs", "128",
-            "--param", "n_layers=1", "--device", "cpu"]
+    argv = [
+        "train-supervised",
+        "--model",
+        "mamba2",
+        "--data-dir",
+        str(bars_dir),
+        "--output-dir",
+        str(tmp_path / "m"),
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--epochs",
+        "2",
+        "--cv-n-folds",
+        "2",
+        "--cv-train-window",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "32",
+        "--n-train-seqs",
+        "128",
+        "--n-val-seqs",
+        "128",
+        "--param",
+        "n_layers=1",
+        "--device",
+        "cpu",
+    ]
     assert main(argv) == 0
     for k in (0, 1):
         fold = tmp_path / "m" / f"fold-{k}"
         names = {p.name for p in fold.iterdir()}
         assert {n for n in names if not n.startswith("events.out.tfevents.")} == {  # + one TensorBoard event file
-            "model.safetensors", "norm_stats.json", "model_config.json", "params.json", "train_config.json",
-            "summary.json", "manifest.json"} and len(names) == 8
+            "model.safetensors",
+            "norm_stats.json",
+            "model_config.json",
+            "params.json",
+            "train_config.json",
+            "summary.json",
+            "manifest.json",
+        } and len(names) == 8
         assert fold.is_symlink() and verify(fold, deep=True) == []  # a promoted, complete attempt
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["fold"] == k and summary["epochs"] == 2 and len(summary["val_auc"]) == 3
         assert summary["params"]["n_layers"] == 1
-    assert main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir),
-                 "--output-dir", str(tmp_path / "p")]) == 2
+    assert (
+        main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "p")])
+        == 2
+    )
     assert "is trained by `alpha train`" in capsys.readouterr().err
 
 

@@ -15,11 +15,25 @@ from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig
 
 SPEC_FIELDS = {
-    "epochs": int, "seq_len": int, "horizons": list, "final_train_loss": float, "final_val_loss": float,
-    "final_val_auc": list, "n_train_seqs_consumed": int, "n_val_seqs_consumed": int, "best_epoch": int,
-    "best_val_loss": float, "best_val_auc": list, "best_mean_auc_epoch": int, "best_mean_auc": float,
-    "best_mean_auc_per_horizon": list, "best_auc_h1000_epoch": int, "best_auc_h1000": float,
-    "best_auc_h1000_per_horizon": list, "early_stopped": bool, "best_h1000_ckpt_path": str,
+    "epochs": int,
+    "seq_len": int,
+    "horizons": list,
+    "final_train_loss": float,
+    "final_val_loss": float,
+    "final_val_auc": list,
+    "n_train_seqs_consumed": int,
+    "n_val_seqs_consumed": int,
+    "best_epoch": int,
+    "best_val_loss": float,
+    "best_val_auc": list,
+    "best_mean_auc_epoch": int,
+    "best_mean_auc": float,
+    "best_mean_auc_per_horizon": list,
+    "best_auc_h1000_epoch": int,
+    "best_auc_h1000": float,
+    "best_auc_h1000_per_horizon": list,
+    "early_stopped": bool,
+    "best_h1000_ckpt_path": str,
     "final_smooth_loss_per_horizon": list,
 }
 FAST = dict(epochs=1, batch_size=32, n_train_seqs=64, n_val_seqs=64, seq_len=8, lr_warmup_steps=2)
@@ -36,8 +50,18 @@ def config(book_dir, tmp_path, **overrides) -> TrainConfig:
 
 
 def test_learns_the_planted_signal_below_the_oracle(book_dir, tmp_path):
-    cfg = config(book_dir, tmp_path, epochs=2, batch_size=64, n_train_seqs=3000, n_val_seqs=2000, seq_len=32,
-                 lr_warmup_steps=20, early_stop_metric="none", cv_n_folds=1)  # 4 tiny files to learn from
+    cfg = config(
+        book_dir,
+        tmp_path,
+        epochs=2,
+        batch_size=64,
+        n_train_seqs=3000,
+        n_val_seqs=2000,
+        seq_len=32,
+        lr_warmup_steps=20,
+        early_stop_metric="none",
+        cv_n_folds=1,
+    )  # 4 tiny files to learn from
     trainer = PerceptionTrainer(cfg)
     summary = trainer.fit()
     auc_h10 = summary.best_mean_auc_per_horizon[0]
@@ -62,8 +86,18 @@ def test_summary_has_every_spec_field_and_checkpoints(book_dir, tmp_path):
         assert (out / name).exists()
     lines = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(4))  # 2 epochs x 64 seqs / batch 32
-    assert set(lines[0]) >= {"loss", "bce", "lambda", "bce_ema", "aux_huber_ema", "aux_acc_ema", "lr", "grad_norm",
-                             "aux_stop_grad_lifted", "buckets_tied"}
+    assert set(lines[0]) >= {
+        "loss",
+        "bce",
+        "lambda",
+        "bce_ema",
+        "aux_huber_ema",
+        "aux_acc_ema",
+        "lr",
+        "grad_norm",
+        "aux_stop_grad_lifted",
+        "buckets_tied",
+    }
     assert lines[0]["lr"]["mamba2"] == pytest.approx(0.5e-3) and lines[0]["lr"]["cfc"] == pytest.approx(1.5e-3)
 
 
@@ -110,15 +144,18 @@ def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
         graphs.append(gm.code)
         return gm.forward
 
-    trainers = [PerceptionTrainer(config(book_dir, tmp_path / str(fold), cv_n_folds=2, cv_train_window=2, cv_fold=fold))
-                for fold in (0, 1)]
+    trainers = [
+        PerceptionTrainer(config(book_dir, tmp_path / str(fold), cv_n_folds=2, cv_train_window=2, cv_fold=fold))
+        for fold in (0, 1)
+    ]
     assert trainers[0].time_scale != trainers[1].time_scale
     trainers[1].tick_size.fill_(0.0001)  # as for a product with another tick size
     for trainer in trainers:
         batch = trainer.train_loader.next_batch(2)
         torch._dynamo.reset()
-        torch.compile(trainer._forward_loss, backend=keep_code)(batch.x, batch.dt, batch.labels, batch.outcome_long,
-                                                                 batch.outcome_short)
+        torch.compile(trainer._forward_loss, backend=keep_code)(
+            batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short
+        )
     assert len(graphs) == 2 and graphs[0] == graphs[1]
 
 
@@ -126,21 +163,35 @@ def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
     "flags, message",
     [
         (["--batch-size", "0"], "batch_size must be >= 1"),
-        (["--early-stop-metric", "sharpe"],
-         "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none (got `sharpe`)"),
+        (
+            ["--early-stop-metric", "sharpe"],
+            "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none (got `sharpe`)",
+        ),
         (["--horizon-weights", "1.0,0.5"], "--horizon-weights expected 3 floats, got 2"),
         (["--horizon-weights", "1.0,x,1"], "horizon weight parse"),
         (["--cv-n-folds", "0"], "--cv-n-folds must be >= 1 (got 0)"),
         (["--cv-fold", "2", "--cv-n-folds", "2"], "--cv-fold 2 must be < --cv-n-folds 2"),
-        (["--cv-n-folds", "3", "--cv-train-window", "3"],
-         "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available"),
+        (
+            ["--cv-n-folds", "3", "--cv-train-window", "3"],
+            "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available",
+        ),
         (["--cv-n-folds", "5"], "5 files are too few for 5 walk-forward folds"),
         (["--cuda-graph"], "--cuda-graph and --compile are for cuda devices"),
     ],
 )
 def test_spec_validation_errors(book_dir, tmp_path, capsys, flags, message):
-    argv = ["train", "--mbp10-data-dir", str(book_dir), "--predecoded-dir", str(tmp_path / "pd"),
-            "--out", str(tmp_path / "out"), "--device", "cpu", *flags]
+    argv = [
+        "train",
+        "--mbp10-data-dir",
+        str(book_dir),
+        "--predecoded-dir",
+        str(tmp_path / "pd"),
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        *flags,
+    ]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
 
@@ -157,8 +208,9 @@ def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
 
 
 def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
-    cfg = config(book_dir, tmp_path, epochs=10, early_stop_patience=2, lr_cfc=1e-30, lr_mamba2=1e-30, lr_aux=1e-30,
-                 n_val_seqs=100_000)  # every val window every epoch: a frozen model (lr must be > 0: 1e-30 is below
+    cfg = config(
+        book_dir, tmp_path, epochs=10, early_stop_patience=2, lr_cfc=1e-30, lr_mamba2=1e-30, lr_aux=1e-30, n_val_seqs=100_000
+    )  # every val window every epoch: a frozen model (lr must be > 0: 1e-30 is below
     # float32 resolution, so no weight moves) scores the same AUC
     summary = PerceptionTrainer(cfg).fit()
     assert summary.early_stopped and summary.epochs == 3 and summary.best_mean_auc_epoch == 0
@@ -167,8 +219,7 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
 def test_aux_stop_gradient_lifts_on_a_constant_signal():
     """The original system's own synthetic check: constant outcomes -> aux Huber EMA converges, accuracy 1.0, lift fires."""
     torch.manual_seed(0)
-    model = PerceptionModel(PerceptionConfig(n_features=6, d_model=16, cfc_hidden=16, cfc_backbone=16,
-                                             aux_hidden=16))
+    model = PerceptionModel(PerceptionConfig(n_features=6, d_model=16, cfc_hidden=16, cfc_backbone=16, aux_hidden=16))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     b, k = 8, 12
     labels = torch.ones(b, k, 3)
@@ -209,9 +260,13 @@ def test_the_time_scale_is_np_median_of_the_training_spacing_streamed(tiny_sidec
         assert median_spacing(files, block=1000) == whole(files)
     sc = books[0]
     rng = np.random.default_rng(0)
-    for dt in (np.array([0, 3, 1, 2], np.float32), np.array([0, 3, 1, 2, 7], np.float32),
-               np.array([5, 0, -1, 0, np.nan], np.float32), rng.choice([0.25, 0.5, 1e-9, 3e4, -2], 999).astype(np.float32),
-               rng.exponential(0.05, 4001).astype(np.float32)):
+    for dt in (
+        np.array([0, 3, 1, 2], np.float32),
+        np.array([0, 3, 1, 2, 7], np.float32),
+        np.array([5, 0, -1, 0, np.nan], np.float32),
+        rng.choice([0.25, 0.5, 1e-9, 3e4, -2], 999).astype(np.float32),
+        rng.exponential(0.05, 4001).astype(np.float32),
+    ):
         assert median_spacing([with_dt(sc, dt)]) == whole([with_dt(sc, dt)])
     two = [with_dt(sc, np.array([9, 1, 2], np.float32)), with_dt(sc, np.array([9, 4], np.float32))]
     assert median_spacing(two) == whole(two) == 2.0  # each file's first row left out

@@ -20,21 +20,49 @@ from alpha_core.eval.report import load_report
 from alpha_core.gates import GateThresholds
 from alpha_core.train.tracking import Trackers
 
-SMALL = ["--epochs", "1", "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "96", "--n-val-seqs", "96",
-         "--device", "cpu"]
+SMALL = [
+    "--epochs",
+    "1",
+    "--seq-len",
+    "16",
+    "--batch-size",
+    "32",
+    "--n-train-seqs",
+    "96",
+    "--n-val-seqs",
+    "96",
+    "--device",
+    "cpu",
+]
 
 
 @pytest.fixture(scope="module")
 def bars(tiny_data, tmp_path_factory):
     pd = tmp_path_factory.mktemp("pd")
-    return tiny_data / "ES.FUT" / "ohlcv-1m", pd, [p.sidecar for p in predecode(tiny_data / "ES.FUT" / "ohlcv-1m", pd,
-                                                                                 "ES.FUT", "ohlcv-1m")]
+    return (
+        tiny_data / "ES.FUT" / "ohlcv-1m",
+        pd,
+        [p.sidecar for p in predecode(tiny_data / "ES.FUT" / "ohlcv-1m", pd, "ES.FUT", "ohlcv-1m")],
+    )
 
 
 def _hyperopt(model: str, bars_dir, pd, out, *extra: str) -> dict:
     rl = ["--timesteps-per-epoch", "256", "--epochs", "1", "--device", "cpu"]
-    argv = ["hyperopt", "--model", model, "--trials", "2", "--data-dir", str(bars_dir), "--output", str(out),
-            "--predecoded-dir", str(pd), *(rl if model in ("dqn", "ppo") else SMALL), *extra]
+    argv = [
+        "hyperopt",
+        "--model",
+        model,
+        "--trials",
+        "2",
+        "--data-dir",
+        str(bars_dir),
+        "--output",
+        str(out),
+        "--predecoded-dir",
+        str(pd),
+        *(rl if model in ("dqn", "ppo") else SMALL),
+        *extra,
+    ]
     assert main(argv) == 0
     return json.loads(out.read_text())
 
@@ -69,19 +97,54 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
     results = _hyperopt("mamba2", bars_dir, pd, results_path, "--trials", "3")
     assert all(t["val_sessions"] >= 1 for t in results["trials"])
     models = run / "models"
-    assert main(["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir",
-                 str(models / "mamba2" / "ES.FUT"), "--params-file", str(results_path), "--predecoded-dir", str(pd),
-                 *SMALL]) == 0
+    assert (
+        main(
+            [
+                "train-supervised",
+                "--model",
+                "mamba2",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(models / "mamba2" / "ES.FUT"),
+                "--params-file",
+                str(results_path),
+                "--predecoded-dir",
+                str(pd),
+                *SMALL,
+            ]
+        )
+        == 0
+    )
     out = run / "eval" / "ensemble_report.json"
-    assert main(["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out),
-                 "--predecoded-dir", str(pd), "--device", "cpu", "--min-val-auc", "0"]) == 0  # tiny models near chance
+    assert (
+        main(
+            [
+                "evaluate",
+                "--models-dir",
+                str(models),
+                "--data-dir",
+                str(tiny_data),
+                "--output",
+                str(out),
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--min-val-auc",
+                "0",
+            ]
+        )
+        == 0
+    )  # tiny models near chance
     sym = load_report(out).symbols["ES.FUT"]
     row = sym.models["mamba2"]
     assert [f.fold for f in row.folds] == [0, 1, 2]  # the pipeline's walk-forward plan, a test file in every fold
     assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
     assert row.hyperopt_results == [str(results_path.resolve())]
-    dispersion = metrics.trials_sharpe_dispersion([t["val_sharpe"] for t in results["trials"]],
-                                                  [t["val_sessions"] for t in results["trials"]])
+    dispersion = metrics.trials_sharpe_dispersion(
+        [t["val_sharpe"] for t in results["trials"]], [t["val_sessions"] for t in results["trials"]]
+    )
     assert row.trials_dispersion == dispersion
     for m in (row.oos, *(f.metrics for f in row.folds), *(e.oos for e in sym.ensembles.values())):
         assert m.dsr_n_trials == 9
@@ -92,8 +155,23 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
 
 
 def _train(bars_dir, pd, out, params, *extra):
-    return main(["train-supervised", "--model", "mamba2", "--data-dir", str(bars_dir), "--output-dir", str(out),
-                 "--params-file", str(params), "--predecoded-dir", str(pd), *SMALL, *extra])
+    return main(
+        [
+            "train-supervised",
+            "--model",
+            "mamba2",
+            "--data-dir",
+            str(bars_dir),
+            "--output-dir",
+            str(out),
+            "--params-file",
+            str(params),
+            "--predecoded-dir",
+            str(pd),
+            *SMALL,
+            *extra,
+        ]
+    )
 
 
 def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, tiny_data, tmp_path, capsys):
@@ -112,8 +190,16 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky, "--allow-hyperopt-leakage") == 0
     summary = json.loads((tmp_path / "m" / "mamba2" / "ES.FUT" / "fold-2" / "summary.json").read_text())
     assert summary["hyperopt_leakage"] == [f"fold 2: test file {test_file} was a hyperopt validation file"]
-    report = evaluate(EvalConfig(models_dir=tmp_path / "m", data_dir=tiny_data, output=tmp_path / "e" / "r.json",
-                                 predecoded_dir=pd, device="cpu", gate=GateThresholds(min_val_auc=0.0)))
+    report = evaluate(
+        EvalConfig(
+            models_dir=tmp_path / "m",
+            data_dir=tiny_data,
+            output=tmp_path / "e" / "r.json",
+            predecoded_dir=pd,
+            device="cpu",
+            gate=GateThresholds(min_val_auc=0.0),
+        )
+    )
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test file")
     assert {f.fold for f in report.symbols["ES.FUT"].models["mamba2"].folds} == {0, 1}
@@ -130,8 +216,27 @@ def test_a_nested_search_trains_only_its_own_fold_and_only_its_own_model(bars, t
     assert _train(bars_dir, pd, tmp_path / "all", nested) == 2
     assert "a nested search tuned for fold 1 cannot train fold 0" in capsys.readouterr().err
     assert _train(bars_dir, pd, tmp_path / "one", nested, "--cv-fold", "1") == 0
-    assert main(["train-supervised", "--model", "kan", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "k"),
-                 "--params-file", str(nested), "--predecoded-dir", str(pd), *SMALL, "--cv-fold", "1"]) == 2
+    assert (
+        main(
+            [
+                "train-supervised",
+                "--model",
+                "kan",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(tmp_path / "k"),
+                "--params-file",
+                str(nested),
+                "--predecoded-dir",
+                str(pd),
+                *SMALL,
+                "--cv-fold",
+                "1",
+            ]
+        )
+        == 2
+    )
     assert "hyperopt results of model 'mamba2' cannot train 'kan'" in capsys.readouterr().err
 
 
@@ -142,9 +247,35 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
     bars_dir, pd, sidecars = bars
     models = tmp_path / "models"
     sessions = ["--val-sessions-per-epoch", str(per_epoch)] if per_epoch else []
-    assert main(["train-rl", "--model", "ppo", "--data-dir", str(bars_dir), "--output-dir", str(models / "ppo" / "ES.FUT"),
-                 "--epochs", "2", "--timesteps-per-epoch", "512", "--n-envs", "4", "--predecoded-dir", str(pd),
-                 "--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0", *sessions]) == 0
+    assert (
+        main(
+            [
+                "train-rl",
+                "--model",
+                "ppo",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(models / "ppo" / "ES.FUT"),
+                "--epochs",
+                "2",
+                "--timesteps-per-epoch",
+                "512",
+                "--n-envs",
+                "4",
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--cv-n-folds",
+                "2",
+                "--cv-fold",
+                "0",
+                *sessions,
+            ]
+        )
+        == 0
+    )
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
     val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)

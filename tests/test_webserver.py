@@ -34,8 +34,16 @@ from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import DataRoot, StorageRoot
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -55,7 +63,9 @@ def render(url: str, profile: Path) -> str:
     """The page's DOM after its scripts ran, from Debian's headless Chromium (scripts/test-deps.sh installs it)."""
     out = subprocess.run(
         [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return out.stdout
 
@@ -67,8 +77,14 @@ UNTIL = """async (found) => {
 }"""
 
 
-def interact(url: str, script: str, profile: Path, timeout: float = 90, screenshot: Path | None = None,
-             size: tuple[int, int] = (1600, 1000)):
+def interact(
+    url: str,
+    script: str,
+    profile: Path,
+    timeout: float = 90,
+    screenshot: Path | None = None,
+    size: tuple[int, int] = (1600, 1000),
+):
     """Open `url` in headless Chromium at `size` and return what `script` returns: an async JS function of `until`,
     run in the loaded page, whose result comes back as JSON; then save the page as it is to `screenshot`.
 
@@ -82,9 +98,14 @@ def interact(url: str, script: str, profile: Path, timeout: float = 90, screensh
         os.dup2(read_end, 3)
         os.dup2(write_end, 4)
 
-    browser = subprocess.Popen([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe",
-                                "about:blank"], pass_fds=(3, 4), preexec_fn=child_fds, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = subprocess.Popen(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+        pass_fds=(3, 4),
+        preexec_fn=child_fds,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(to_chrome[0])
     os.close(from_chrome[1])
     pending, sent, deadline, events = b"", 0, time.monotonic() + timeout, []
@@ -103,8 +124,11 @@ def interact(url: str, script: str, profile: Path, timeout: float = 90, screensh
     def call(method: str, session: str | None = None, **params) -> dict:
         nonlocal sent
         sent += 1
-        os.write(to_chrome[1], json.dumps({"id": sent, "method": method, "params": params,
-                                           **({"sessionId": session} if session else {})}).encode() + b"\0")
+        os.write(
+            to_chrome[1],
+            json.dumps({"id": sent, "method": method, "params": params, **({"sessionId": session} if session else {})}).encode()
+            + b"\0",
+        )
         while (reply := receive()).get("id") != sent:
             events.append(reply)
         assert "error" not in reply, f"{method}: {reply['error']}"
@@ -114,13 +138,11 @@ def interact(url: str, script: str, profile: Path, timeout: float = 90, screensh
         target = call("Target.createTarget", url="about:blank")["targetId"]
         session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         call("Page.enable", session)
-        call("Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1], deviceScaleFactor=1,
-             mobile=False)
+        call("Emulation.setDeviceMetricsOverride", session, width=size[0], height=size[1], deviceScaleFactor=1, mobile=False)
         call("Page.navigate", session, url=url)
         while not any(event.get("method") == "Page.loadEventFired" for event in events):
             events.append(receive())
-        result = call("Runtime.evaluate", session, expression=f"({script})({UNTIL})", awaitPromise=True,
-                      returnByValue=True)
+        result = call("Runtime.evaluate", session, expression=f"({script})({UNTIL})", awaitPromise=True, returnByValue=True)
         assert "exceptionDetails" not in result, result["exceptionDetails"]
         if screenshot is not None:
             save_png(base64.b64decode(call("Page.captureScreenshot", session, format="png")["data"]), screenshot)
@@ -166,6 +188,7 @@ class Webserver:
 
     def wait_up(self) -> None:
         """Until the webserver answers and has loaded the code location."""
+
         def up():
             try:
                 return urllib.request.urlopen(f"{self.url}/server_info", timeout=2).status == 200
@@ -174,15 +197,26 @@ class Webserver:
                 return False
 
         wait_for(up, 180, "the webserver")
-        wait_for(lambda: self.graphql('{ assetNodeOrError(assetKey: {path: ["ensemble_report"]}) { __typename } }')
-                 ["assetNodeOrError"]["__typename"] == "AssetNode", 120, "the code location")
+        wait_for(
+            lambda: (
+                self.graphql('{ assetNodeOrError(assetKey: {path: ["ensemble_report"]}) { __typename } }')["assetNodeOrError"][
+                    "__typename"
+                ]
+                == "AssetNode"
+            ),
+            120,
+            "the code location",
+        )
 
     def graphql(self, query: str) -> dict:
         return self.graphql_vars(query, {})
 
     def graphql_vars(self, query: str, variables: dict) -> dict:
-        request = urllib.request.Request(f"{self.url}/graphql", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"query": query, "variables": variables}).encode())
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             body = json.loads(response.read())
         assert not body.get("errors"), body["errors"]
@@ -198,13 +232,22 @@ def dg_dev(tmp_path: Path, data: Path) -> Iterator[Webserver]:
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "ALPHA_DATA_DIR": str(data),
-           "ALPHA_STORAGE_ROOT": str(tmp_path / "storage")}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "ALPHA_DATA_DIR": str(data),
+        "ALPHA_STORAGE_ROOT": str(tmp_path / "storage"),
+    }
     log = tmp_path / "dg-dev.log"
     with log.open("w") as out:
-        process = subprocess.Popen([str(Path(sys.executable).with_name("dg")), "dev", "-p", str(port := free_port()),
-                                    "-h", "127.0.0.1"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dg")), "dev", "-p", str(port := free_port()), "-h", "127.0.0.1"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield Webserver(port, home, log, process)
     finally:
@@ -230,16 +273,14 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
 
         run_id = wait_for(submit, 120, "the code location")
         status = wait_for(
-            lambda: (s := client.get_run_status(run_id)) in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE)
-            and s,
+            lambda: (s := client.get_run_status(run_id)) in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE) and s,
             300,
             "the run",
         )
         assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
 
         # what CI does: `alpha run --remote` launches one backfill through GraphQL and follows it to the end
-        small = {"seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu",
-                 "min_val_auc": 0.0}
+        small = {"seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu", "min_val_auc": 0.0}
         plan = alpha_run.plan(["NQ.FUT"], "kan", "train", epochs=1, trials=1, run_id="ci-remote", train_config=small)
         assert alpha_run.launch_remote(plan, server.url, poll_s=1.0)
 
@@ -254,10 +295,14 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
         dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
     )
     # the backfill of `alpha run` rebuilt NQ.FUT's data after the UI's run, so the latest check is either run's
-    assert checks is not None and (checks.run_id == run_id
-                                   or dg.DagsterInstance.get().get_run_by_id(checks.run_id).tags["alpha/run_id"] == "ci-remote")
-    folds = sorted(p.name for p in (tmp_path / "storage" / "ci-remote" / "models" / "kan" / "NQ.FUT").iterdir()
-                   if p.name.startswith("fold-"))  # beside them: each fold's .fold-k.attempts
+    assert checks is not None and (
+        checks.run_id == run_id or dg.DagsterInstance.get().get_run_by_id(checks.run_id).tags["alpha/run_id"] == "ci-remote"
+    )
+    folds = sorted(
+        p.name
+        for p in (tmp_path / "storage" / "ci-remote" / "models" / "kan" / "NQ.FUT").iterdir()
+        if p.name.startswith("fold-")
+    )  # beside them: each fold's .fold-k.attempts
     assert folds == ["fold-0", "fold-1", "fold-2"]
 
 
@@ -342,8 +387,7 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
     with dg_dev(tmp_path, tiny_data) as server:
         server.wait_up()
         assert server.graphql("{ shouldShowNux }") == {"shouldShowNux": False}, "a sign-up dialog covers the UI"
-        base = alpha_run.plan(["ES.FUT"], "kan,tft", "train", epochs=None, trials=None, run_id="ui",
-                              train_config=TINY_TRAIN)
+        base = alpha_run.plan(["ES.FUT"], "kan,tft", "train", epochs=None, trials=None, run_id="ui", train_config=TINY_TRAIN)
         ops = base.run_config["ops"]
         ops["checkpoints__kan"]["config"]["min_val_auc"] = 0.0
         ops["checkpoints__tft"]["config"]["min_val_auc"] = 0.99  # cannot be met
@@ -354,8 +398,10 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         out = capsys.readouterr().out
         assert outcome and outcome.gate_misses == 3 and outcome.failures == 0, out
         gates = [line for line in out.splitlines() if line.split()[2:3] == ["GATE"]]
-        assert len(gates) == 3 and all("checkpoints/tft validation_gate: tft ES.FUT fold " in line
-                                       and "mean validation AUC" in line and "<= 0.99" in line for line in gates), out
+        assert len(gates) == 3 and all(
+            "checkpoints/tft validation_gate: tft ES.FUT fold " in line and "mean validation AUC" in line and "<= 0.99" in line
+            for line in gates
+        ), out
         training = re.search(r"^backfill (\w+) \(", out, re.M).group(1)
         report = re.search(r"^backfill (\w+): the report of ES\.FUT", out, re.M).group(1)
 
@@ -363,25 +409,38 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         feed = {e["id"]: e["runStatus"] for e in server.graphql(RUNS_FEED)["runsFeedOrError"]["results"]}
         assert feed[training] == "FAILURE" and feed[report] == "SUCCESS", feed
         backfill = server.graphql_vars(BACKFILL, {"id": training})["partitionBackfillOrError"]
-        counts = {"/".join(s["assetKey"]["path"]): (s["numPartitionsMaterialized"], s["numPartitionsFailed"])
-                  for s in backfill["assetBackfillData"]["assetBackfillStatuses"]}
+        counts = {
+            "/".join(s["assetKey"]["path"]): (s["numPartitionsMaterialized"], s["numPartitionsFailed"])
+            for s in backfill["assetBackfillData"]["assetBackfillStatuses"]
+        }
         assert backfill["status"] == "COMPLETED_FAILED"
         assert counts["checkpoints/tft"] == (0, 3) and counts["checkpoints/kan"] == (3, 0), counts
         assert counts["ensemble_report"] == (0, 1), "Dagster runs nothing below a failed partition"
         runs = server.graphql_vars(BACKFILL_RUNS, {"id": training})["runsOrError"]["results"]
         failed = {run["runId"]: {t["key"]: t["value"] for t in run["tags"]} for run in runs if run["status"] == "FAILURE"}
-        assert len(failed) == 3 and all(re.fullmatch(r"missed: AUC 0\.\d+ <= 0\.99", tags["alpha/gate/tft"])
-                                        for tags in failed.values()), failed
-        stats = {m: server.graphql_vars(PARTITIONS, {"path": ["checkpoints", m]})["assetNodeOrError"]["partitionStats"]
-                 for m in ("kan", "tft")}
+        assert len(failed) == 3 and all(
+            re.fullmatch(r"missed: AUC 0\.\d+ <= 0\.99", tags["alpha/gate/tft"]) for tags in failed.values()
+        ), failed
+        stats = {
+            m: server.graphql_vars(PARTITIONS, {"path": ["checkpoints", m]})["assetNodeOrError"]["partitionStats"]
+            for m in ("kan", "tft")
+        }
         assert (stats["tft"]["numFailed"], stats["tft"]["numMaterialized"]) == (3, 0), stats
         assert (stats["kan"]["numFailed"], stats["kan"]["numMaterialized"]) == (0, 3), stats
         fold1 = next(run_id for run_id, tags in failed.items() if tags["dagster/partition"] == "ES.FUT|1")
-        (error,) = [e["error"]["message"] for e in server.graphql_vars(STEP_FAILURES, {"id": fold1})["logsForRun"]["events"]
-                    if e.get("stepKey") == "checkpoints__tft"]
+        (error,) = [
+            e["error"]["message"]
+            for e in server.graphql_vars(STEP_FAILURES, {"id": fold1})["logsForRun"]["events"]
+            if e.get("stepKey") == "checkpoints__tft"
+        ]
         reason = error.splitlines()[0]
-        assert reason.startswith("dagster._core.definitions.events.Failure: tft ES.FUT fold 1 not promoted: "
-                                 "validation_gate missed, mean validation AUC") and "<= 0.99" in reason, error
+        assert (
+            reason.startswith(
+                "dagster._core.definitions.events.Failure: tft ES.FUT fold 1 not promoted: "
+                "validation_gate missed, mean validation AUC"
+            )
+            and "<= 0.99" in reason
+        ), error
         # what `alpha run --remote` prints for that run: the gate's metric and threshold, and the run's page
         printed = RemoteBackfill(server.url).failure(fold1)
         assert printed.startswith(GATE_REASON + "checkpoints/tft validation_gate: tft ES.FUT fold 1: "), printed
@@ -389,19 +448,23 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
 
         # the UI, as a person sees it at 1,600 x 1,000
         def page(path: str, name: str, script: str):
-            return interact(f"{server.url}{path}", script, tmp_path / f"chrome-{name}", timeout=120,
-                            screenshot=shots / f"{name}.png")
+            return interact(
+                f"{server.url}{path}", script, tmp_path / f"chrome-{name}", timeout=120, screenshot=shots / f"{name}.png"
+            )
 
         text = page("/runs", "runs_list", until_text(training, report, "Failure", "Success"))
         assert text.index(report) < text.index("Success") < text.index(training) < text.index("Failure"), text[:2000]
         text = page(f"/runs/b/{training}", "backfill", until_text("checkpoints / tft", "Failed"))
-        tft = text[text.index("checkpoints / tft"):].split("\n")
+        tft = text[text.index("checkpoints / tft") :].split("\n")
         assert tft[2:7] == ["100% completed", "3", "0", "0", "3"], tft[:8]  # targeted, in progress, succeeded, failed
         text = page(f"/runs/b/{training}?tab=runs", "backfill_runs", until_text("alpha/gate/tft: missed"))
         assert len(re.findall(r"alpha/gate/tft: missed: AUC 0\.\d+ <= 0\.99", text)) == 3, text[:3000]
         assert text.count("Failure") == 3 and text.count("Success") == 1, text[:3000]
-        text = page(f"/assets/checkpoints/tft?view=partitions&partition={quote('ES.FUT|1')}", "partitions",
-                    until_text("Failed (3)", "did not materialize"))
+        text = page(
+            f"/assets/checkpoints/tft?view=partitions&partition={quote('ES.FUT|1')}",
+            "partitions",
+            until_text("Failed (3)", "did not materialize"),
+        )
         assert "Materialized (0)" in text and f"Run {fold1[:8]} failed, and did not materialize this asset." in text
         text = page(f"/runs/{fold1}", "run_failure", until_text("not promoted"))
         assert "tft ES.FUT fold 1 not promoted: validation_gate missed, mean validation AUC" in text
@@ -418,13 +481,19 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         plot = page("/assets/ensemble_report", "report_equity", SHOW_PLOT.replace("KEY", "'equity'"))
         assert plot["src"] == "data:image/png;base64," and plot["width"] > 0, plot["page"]
         assert "ES.FUT: out-of-sample equity and drawdown by session" in plot["dialog"]
-        curves = page(f"/assets/checkpoints/kan?view=partitions&partition={quote('ES.FUT|1')}", "curves",
-                      SHOW_PLOT.replace("KEY", "'curves'"))
+        curves = page(
+            f"/assets/checkpoints/kan?view=partitions&partition={quote('ES.FUT|1')}",
+            "curves",
+            SHOW_PLOT.replace("KEY", "'curves'"),
+        )
         assert curves["src"] == "data:image/png;base64," and curves["width"] > 0, curves["page"]
         assert "kan ES.FUT fold 1: per-epoch curves" in curves["dialog"]
 
-        checks = interact(f"{server.url}/assets/checkpoints/tft?view=checks&checkDetail=validation_gate",
-                          CHECK_HISTORY, tmp_path / "chrome-checks")
+        checks = interact(
+            f"{server.url}/assets/checkpoints/tft?view=checks&checkDetail=validation_gate",
+            CHECK_HISTORY,
+            tmp_path / "chrome-checks",
+        )
         assert checks["rows"], f"no execution history of validation_gate: {checks['page']}"
         partition = checks["columns"].index("Partition")
         executions = {row[partition]: row for row in checks["rows"]}
@@ -434,14 +503,17 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         # any other failure prints its step and its own first line, not Dagster's wrapper
         monkeypatch.setenv("DAGSTER_HOME", str(server.home))
         with dg.DagsterInstance.get() as instance:
-            no_data = dg.materialize(list(defs.assets), selection=["bar_sidecars"], partition_key="ZN.FUT",
-                                     instance=instance, raise_on_error=False,
-                                     resources={"data": DataRoot(root=str(tiny_data)),
-                                                "storage": StorageRoot(root=str(tmp_path / "storage"))})
+            no_data = dg.materialize(
+                list(defs.assets),
+                selection=["bar_sidecars"],
+                partition_key="ZN.FUT",
+                instance=instance,
+                raise_on_error=False,
+                resources={"data": DataRoot(root=str(tiny_data)), "storage": StorageRoot(root=str(tmp_path / "storage"))},
+            )
         assert not no_data.success  # tiny_data holds ES.FUT and NQ.FUT
         printed = RemoteBackfill(server.url).failure(no_data.run_id)
         assert printed.startswith("bar_sidecars: ") and "no data directory for ZN.FUT" in printed, printed
         assert "alpha_core" not in printed and printed.endswith(f"/runs/{no_data.run_id})"), printed
-    for name in ("runs_list", "backfill", "backfill_runs", "partitions", "run_failure", "report", "report_equity",
-                 "curves"):
+    for name in ("runs_list", "backfill", "backfill_runs", "partitions", "run_failure", "report", "report_equity", "curves"):
         assert (shots / f"{name}.png").stat().st_size < 300_000, name

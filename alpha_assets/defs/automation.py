@@ -36,14 +36,23 @@ from alpha_core.data.dbn import DBN_SUFFIXES
 from alpha_core.models import registry
 
 automation_sensor = dg.AutomationConditionSensorDefinition(
-    "automation_conditions", target=dg.AssetSelection.all(), run_tags={TRIGGER_TAG: "automation"},
+    "automation_conditions",
+    target=dg.AssetSelection.all(),
+    run_tags={TRIGGER_TAG: "automation"},
     description="Evaluates the assets' automation conditions: fold plans after new sidecars, retraining and the "
-                f"report once per `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}) period")
+    f"report once per `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}) period",
+)
 
-symbol_data_job = dg.define_asset_job("symbol_data", selection=dg.AssetSelection.assets(
-    "book_sidecars", "bar_sidecars", "fold_plans"), description="A symbol's sidecars, then its fold plans")
-fold_training_job = dg.define_asset_job("fold_training", selection=dg.AssetSelection.key_prefixes("checkpoints"),
-                                        description="Every model's checkpoint of one symbol x fold")
+symbol_data_job = dg.define_asset_job(
+    "symbol_data",
+    selection=dg.AssetSelection.assets("book_sidecars", "bar_sidecars", "fold_plans"),
+    description="A symbol's sidecars, then its fold plans",
+)
+fold_training_job = dg.define_asset_job(
+    "fold_training",
+    selection=dg.AssetSelection.key_prefixes("checkpoints"),
+    description="Every model's checkpoint of one symbol x fold",
+)
 
 
 def dbn_files(data: DataRoot, symbol: str) -> list[str]:
@@ -53,8 +62,12 @@ def dbn_files(data: DataRoot, symbol: str) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.endswith(DBN_SUFFIXES))
 
 
-@dg.sensor(name="new_dbn_files", job=symbol_data_job, minimum_interval_seconds=300,
-           description="A symbol whose DBN folder gained files gets its sidecars and then its fold plans (one run)")
+@dg.sensor(
+    name="new_dbn_files",
+    job=symbol_data_job,
+    minimum_interval_seconds=300,
+    description="A symbol whose DBN folder gained files gets its sidecars and then its fold plans (one run)",
+)
 def new_dbn_files(context: dg.SensorEvaluationContext, data: DataRoot) -> dg.SensorResult | dg.SkipReason:
     seen = json.loads(context.cursor) if context.cursor else {}
     now = {symbol: dbn_files(data, symbol) for symbol in SYMBOLS}
@@ -84,18 +97,23 @@ def retrain_request(symbol: str, tick: dt.datetime, asset_graph) -> dg.RunReques
 
 
 def _retrain_sensor(symbol: str) -> dg.SensorDefinition:
-    @dg.sensor(name=f"retrain_{symbol.replace('.', '_').lower()}", minimum_interval_seconds=60,
-               description=f"Every `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}): retrain {symbol} end to end as one backfill "
-                           "(sidecars, fold plans, hyperopt, every fold's checkpoints, the report)")
+    @dg.sensor(
+        name=f"retrain_{symbol.replace('.', '_').lower()}",
+        minimum_interval_seconds=60,
+        description=f"Every `{RETRAIN_CRON}` ({RETRAIN_TIMEZONE}): retrain {symbol} end to end as one backfill "
+        "(sidecars, fold plans, hyperopt, every fold's checkpoints, the report)",
+    )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         tick = latest_tick(dt.datetime.now(dt.UTC))
         if context.cursor is None:  # turned on: start with the next tick, never retrain for past ones
-            return dg.SensorResult(skip_reason=f"first retrain after the next {RETRAIN_CRON} tick",
-                                   cursor=str(tick.timestamp()))
+            return dg.SensorResult(
+                skip_reason=f"first retrain after the next {RETRAIN_CRON} tick", cursor=str(tick.timestamp())
+            )
         if tick.timestamp() <= float(context.cursor):
             return dg.SkipReason(f"retrained for the {tick:%Y-%m-%d %H:%M %Z} tick")
-        return dg.SensorResult(run_requests=[retrain_request(symbol, tick, context.repository_def.asset_graph)],
-                               cursor=str(tick.timestamp()))
+        return dg.SensorResult(
+            run_requests=[retrain_request(symbol, tick, context.repository_def.asset_graph)], cursor=str(tick.timestamp())
+        )
 
     return _sensor
 

@@ -14,8 +14,9 @@ def clean_storage(context: dg.OpExecutionContext, storage: StorageRoot) -> dg.Ou
     removed = clean([Path(storage.root)])
     for removal in removed:
         context.log.info(f"removed {removal.path}: {removal.reason}")
-    return dg.Output(len(removed), metadata={"removed": len(removed),
-                                             "paths": dg.MetadataValue.json([str(r.path) for r in removed[:200]])})
+    return dg.Output(
+        len(removed), metadata={"removed": len(removed), "paths": dg.MetadataValue.json([str(r.path) for r in removed[:200]])}
+    )
 
 
 @dg.job(description="What crashed writers left on the storage volume, never what a live writer holds")
@@ -23,9 +24,12 @@ def storage_cleanup():
     clean_storage()
 
 
-cleanup_schedule = dg.ScheduleDefinition(job=storage_cleanup, cron_schedule="30 3 * * *",
-                                         execution_timezone="America/Chicago",
-                                         default_status=dg.DefaultScheduleStatus.RUNNING)
+cleanup_schedule = dg.ScheduleDefinition(
+    job=storage_cleanup,
+    cron_schedule="30 3 * * *",
+    execution_timezone="America/Chicago",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
 
 
 @dg.definitions

@@ -75,13 +75,22 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         code_version=FEATURE_VERSION,
         pool=CPU_POOL,
         owners=metadata.OWNERS,
-        metadata=metadata.code_references(("alpha_core.data.predecode", "predecode"),
-                                          ("alpha_core.data.checks", "sidecar_problems")),
-        check_specs=[dg.AssetCheckSpec(INTEGRITY, asset=name, blocking=True, partitions_def=symbol_partitions,
-                                       description=(
-            "Every sidecar of the symbol is sane (alpha_core.data.checks.sidecar_problems): timestamps in order, "
-            "an uncrossed book on its tick grid, finite features, labels NaN only where a horizon leaves the file. "
-            "A failure stops the fold plans and everything that trains on them."))],
+        metadata=metadata.code_references(
+            ("alpha_core.data.predecode", "predecode"), ("alpha_core.data.checks", "sidecar_problems")
+        ),
+        check_specs=[
+            dg.AssetCheckSpec(
+                INTEGRITY,
+                asset=name,
+                blocking=True,
+                partitions_def=symbol_partitions,
+                description=(
+                    "Every sidecar of the symbol is sane (alpha_core.data.checks.sidecar_problems): timestamps in order, "
+                    "an uncrossed book on its tick grid, finite features, labels NaN only where a horizon leaves the file. "
+                    "A failure stops the fold plans and everything that trains on them."
+                ),
+            )
+        ],
     )
     def _asset(
         context: dg.AssetExecutionContext, config: SidecarConfig, data: DataRoot, storage: StorageRoot
@@ -100,8 +109,11 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
         oracle = oracle_auc([i.sidecar for i in items])  # demo data only: the best achievable AUC
         return dg.MaterializeResult(
             metadata={
-                **({"oracle_auc": dg.MetadataValue.json(dict(zip(map(str, first.horizons), oracle, strict=True)))}
-                   if oracle else {}),
+                **(
+                    {"oracle_auc": dg.MetadataValue.json(dict(zip(map(str, first.horizons), oracle, strict=True)))}
+                    if oracle
+                    else {}
+                ),
                 "files": metadata.text(len(items)),
                 "rows": metadata.text(sum(i.sidecar.rows for i in items)),
                 "built": metadata.text(sum(i.status != "reused" for i in items)),
@@ -119,8 +131,7 @@ def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinit
                 dg.AssetCheckResult(
                     check_name=INTEGRITY,
                     passed=not problems,
-                    metadata={"problems": dg.MetadataValue.json(problems[:50]),
-                              "n_problems": metadata.text(len(problems))},
+                    metadata={"problems": dg.MetadataValue.json(problems[:50]), "n_problems": metadata.text(len(problems))},
                 )
             ],
         )
@@ -158,11 +169,19 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     automation_condition=FOLD_PLANS_AUTOMATION,
     owners=metadata.OWNERS,
     metadata=metadata.code_references(("alpha_core.data.folds", "plan_folds"), ("alpha_core.data.folds", "check_leakage")),
-    check_specs=[dg.AssetCheckSpec(LEAKAGE, asset="fold_plans", blocking=True, partitions_def=symbol_partitions,
-                                   description=(
-        "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
-        "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
-        "label_tail_problems)."))],
+    check_specs=[
+        dg.AssetCheckSpec(
+            LEAKAGE,
+            asset="fold_plans",
+            blocking=True,
+            partitions_def=symbol_partitions,
+            description=(
+                "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
+                "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
+                "label_tail_problems)."
+            ),
+        )
+    ],
     description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
 )
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
@@ -180,8 +199,10 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
     for kind, plan in plans.items():
         for f in plan["folds"]:
+
             def names(refs):
                 return ", ".join(r["name"] for r in refs) or "-"
+
             table.append(f"| {kind} | {f['fold']} | {names(f['train'])} | {names(f['val'])} | {names(f['test'])} |")
     return dg.MaterializeResult(
         metadata={

@@ -95,7 +95,8 @@ class ReportConfig(dg.Config):
 def materializations(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str, limit: int = 1) -> list[dict]:
     """The metadata of the newest materializations of one partition, newest first."""
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=limit, ascending=False).records
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=limit, ascending=False
+    ).records
     return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
 
 
@@ -160,21 +161,39 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
     spec, place = registry.get(name), placement(name)
     config_class = HyperoptAssetConfig if place.on_gpu else CPUHyperoptAssetConfig
 
-    @dg.asset(key=key, partitions_def=symbol_partitions, group_name="hyperopt", kinds={"nevergrad"},
-              deps=["bar_sidecars", "fold_plans"], pool=place.pool, op_tags=place.op_tags,
-              retry_policy=STEP_RETRY_POLICY,
-              automation_condition=TRAINING_AUTOMATION, owners=OWNERS,
-              metadata=metadata.code_references(("alpha_core.hyperopt.pso", "hyperopt"),
-                                                ("alpha_core.data.folds", "hyperopt_leakage")),
-              description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
-                          f"{spec.description}",
-              check_specs=[dg.AssetCheckSpec(HYPEROPT_CHECK, asset=key, blocking=True, partitions_def=symbol_partitions,
-                                             description=(
-                  "Every trial completed with a finite score, and no file the search trained or validated on is a "
-                  "test file of any fold (alpha_core.data.folds.hyperopt_leakage: the search never sees the data it "
-                  "is evaluated on)."))])
-    def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
-               storage: StorageRoot) -> dg.MaterializeResult:
+    @dg.asset(
+        key=key,
+        partitions_def=symbol_partitions,
+        group_name="hyperopt",
+        kinds={"nevergrad"},
+        deps=["bar_sidecars", "fold_plans"],
+        pool=place.pool,
+        op_tags=place.op_tags,
+        retry_policy=STEP_RETRY_POLICY,
+        automation_condition=TRAINING_AUTOMATION,
+        owners=OWNERS,
+        metadata=metadata.code_references(
+            ("alpha_core.hyperopt.pso", "hyperopt"), ("alpha_core.data.folds", "hyperopt_leakage")
+        ),
+        description=f"PSO hyperparameter search for {name}, on the files before the symbol's first test file. "
+        f"{spec.description}",
+        check_specs=[
+            dg.AssetCheckSpec(
+                HYPEROPT_CHECK,
+                asset=key,
+                blocking=True,
+                partitions_def=symbol_partitions,
+                description=(
+                    "Every trial completed with a finite score, and no file the search trained or validated on is a "
+                    "test file of any fold (alpha_core.data.folds.hyperopt_leakage: the search never sees the data it "
+                    "is evaluated on)."
+                ),
+            )
+        ],
+    )
+    def _asset(
+        context: dg.AssetExecutionContext, config: config_class, data: DataRoot, storage: StorageRoot
+    ) -> dg.MaterializeResult:
         from alpha_core.data.folds import FoldPlan, hyperopt_leakage
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
         from alpha_core.train.perception import resolve_device
@@ -184,30 +203,58 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         out = storage.run_dir(run_id(context)) / "hyperopt" / name / symbol / "results.json"
         started = time.perf_counter()
         with fail_without_retry(), leased_device(place, context):
-            results = hyperopt(HyperoptConfig(
-                model=name, data_dir=data.symbol_dir(symbol), output=out, predecoded_dir=storage.predecoded_dir(symbol),
-                symbol=symbol, cv_n_folds=plans["cv_n_folds"], cv_train_window=plans["train_window"],
-                **given(config, HyperoptConfig.model_fields)))
+            results = hyperopt(
+                HyperoptConfig(
+                    model=name,
+                    data_dir=data.symbol_dir(symbol),
+                    output=out,
+                    predecoded_dir=storage.predecoded_dir(symbol),
+                    symbol=symbol,
+                    cv_n_folds=plans["cv_n_folds"],
+                    cv_train_window=plans["train_window"],
+                    **given(config, HyperoptConfig.model_fields),
+                )
+            )
         scores = [t["score"] for t in results["trials"]]
-        problems = [f"trial {t['trial']}: score {t['score']} is not finite" for t in results["trials"]
-                    if not math.isfinite(t["score"])]
+        problems = [
+            f"trial {t['trial']}: score {t['score']} is not finite" for t in results["trials"] if not math.isfinite(t["score"])
+        ]
         wanted = results["settings"]["trials"]
         problems += [f"{len(scores)} of {wanted} trials completed"] if len(scores) != wanted else []
         problems += hyperopt_leakage(FoldPlan.model_validate(plans["plans"]["bars"]), results)
         best = metadata.series("best_score", symbol)
-        return dg.MaterializeResult(metadata=clean({
-            "wall_time_s": metadata.text(time.perf_counter() - started, 1),
-            "device": str(resolve_device(config.device)),
-            "path": dg.MetadataValue.path(str(out)), best: results["best_score"],
-            "best_params": dg.MetadataValue.json(results["best_params"]), "trials": metadata.text(len(scores)),
-            "trial_scores": metadata.table([{"trial": t["trial"], "score": t["score"], "val_sharpe": t["val_sharpe"]}
-                                            for t in results["trials"]]),
-            "train_files": dg.MetadataValue.json(results["train_files"]),
-            "val_files": dg.MetadataValue.json(results["val_files"]), "run_id": context.run.run_id,
-        }), check_results=[dg.AssetCheckResult(
-            check_name=HYPEROPT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
-            metadata=clean({"problems": dg.MetadataValue.json(problems[:50]), "trials": metadata.text(len(scores)),
-                            best: results["best_score"]}))])
+        return dg.MaterializeResult(
+            metadata=clean(
+                {
+                    "wall_time_s": metadata.text(time.perf_counter() - started, 1),
+                    "device": str(resolve_device(config.device)),
+                    "path": dg.MetadataValue.path(str(out)),
+                    best: results["best_score"],
+                    "best_params": dg.MetadataValue.json(results["best_params"]),
+                    "trials": metadata.text(len(scores)),
+                    "trial_scores": metadata.table(
+                        [{"trial": t["trial"], "score": t["score"], "val_sharpe": t["val_sharpe"]} for t in results["trials"]]
+                    ),
+                    "train_files": dg.MetadataValue.json(results["train_files"]),
+                    "val_files": dg.MetadataValue.json(results["val_files"]),
+                    "run_id": context.run.run_id,
+                }
+            ),
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name=HYPEROPT_CHECK,
+                    passed=not problems,
+                    description="; ".join(problems[:5]) or "ok",
+                    metadata=clean(
+                        {
+                            "problems": dg.MetadataValue.json(problems[:50]),
+                            "trials": metadata.text(len(scores)),
+                            best: results["best_score"],
+                        }
+                    ),
+                )
+            ],
+        )
 
     return _asset
 
@@ -218,26 +265,46 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
     key = dg.AssetKey(["checkpoints", name])
     deps = [dg.AssetDep("fold_plans", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))]
     if spec.search_space is not None:
-        deps.append(dg.AssetDep(dg.AssetKey(["hyperopt", name]),
-                                partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol")))
+        deps.append(
+            dg.AssetDep(dg.AssetKey(["hyperopt", name]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
+        )
 
-    core = {"supervised": ("alpha_core.train.supervised", "train_supervised"),
-            "rl": ("alpha_core.train.rl", "train_rl")}.get(spec.trainer, ("alpha_core.train.perception",
-                                                                         "PerceptionTrainer"))
+    core = {"supervised": ("alpha_core.train.supervised", "train_supervised"), "rl": ("alpha_core.train.rl", "train_rl")}.get(
+        spec.trainer, ("alpha_core.train.perception", "PerceptionTrainer")
+    )
 
-    @dg.asset(key=key, partitions_def=symbol_fold_partitions, group_name="training", deps=deps, pool=place.pool,
-              op_tags=place.op_tags, retry_policy=STEP_RETRY_POLICY, automation_condition=TRAINING_AUTOMATION,
-              owners=OWNERS, kinds={"pytorch", "safetensors"}, code_version=spec.code_version,
-              metadata=metadata.code_references(core, ("alpha_core.gates", "check_gate")),
-              description=f"{name}, one walk-forward fold: {spec.description} A partition that misses its "
-                          "validation gate is Failed (its attempt stays unpromoted); its reason is the run's error.",
-              check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset=key, blocking=True, partitions_def=symbol_fold_partitions,
-                                             description=(
-                  "The validation gate (alpha_core.gates.check_gate): mean validation AUC (supervised, book) or "
-                  "validation Sharpe (RL) above its minimum. A missed gate fails the step: the partition is Failed, "
-                  "the attempt is not promoted, and nothing downstream, now or later, uses it."))])
-    def _asset(context: dg.AssetExecutionContext, config: config_class, data: DataRoot,
-               storage: StorageRoot) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    @dg.asset(
+        key=key,
+        partitions_def=symbol_fold_partitions,
+        group_name="training",
+        deps=deps,
+        pool=place.pool,
+        op_tags=place.op_tags,
+        retry_policy=STEP_RETRY_POLICY,
+        automation_condition=TRAINING_AUTOMATION,
+        owners=OWNERS,
+        kinds={"pytorch", "safetensors"},
+        code_version=spec.code_version,
+        metadata=metadata.code_references(core, ("alpha_core.gates", "check_gate")),
+        description=f"{name}, one walk-forward fold: {spec.description} A partition that misses its "
+        "validation gate is Failed (its attempt stays unpromoted); its reason is the run's error.",
+        check_specs=[
+            dg.AssetCheckSpec(
+                GATE_CHECK,
+                asset=key,
+                blocking=True,
+                partitions_def=symbol_fold_partitions,
+                description=(
+                    "The validation gate (alpha_core.gates.check_gate): mean validation AUC (supervised, book) or "
+                    "validation Sharpe (RL) above its minimum. A missed gate fails the step: the partition is Failed, "
+                    "the attempt is not promoted, and nothing downstream, now or later, uses it."
+                ),
+            )
+        ],
+    )
+    def _asset(
+        context: dg.AssetExecutionContext, config: config_class, data: DataRoot, storage: StorageRoot
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         symbol, fold = split_symbol_fold(context.partition_key)
         plans = _plan_metadata(context, symbol)
         hyper = latest_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
@@ -248,8 +315,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         with fail_without_retry():
             thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
             retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
-            summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt,
-                                       retry)
+            summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt, retry)
         value, loss = gated_value(spec.trainer, summary.model_dump())
         gate = check_gate(spec.trainer, value, thresholds, loss)
         if gate.passed:
@@ -257,28 +323,47 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         partition = context.partition_key
         aucs = getattr(summary, "val_auc", None) or getattr(summary, "best_mean_auc_per_horizon", None)
         curves = epoch_curves(summary.epoch_metrics, f"{name} {symbol} fold {fold} (attempt {attempt.id[:8]})")
-        meta = clean({
-            "gate": gate.reason, "gate_passed": gate.passed, "path": dg.MetadataValue.path(str(attempt.path)),
-            "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
-            **({"curves": metadata.png(curves, f"{name} {symbol} fold {fold}: per-epoch curves")} if curves else {}),
-            "tensorboard": tensorboard(run_dir / "models", name, symbol, fold),
-            metadata.series(gate.metric, partition): value,
-            metadata.series("final_train_loss", partition): loss,
-            **{metadata.series(k, partition): v
-               for k, v in (metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}).items()},
-            **({"val_auc": dg.MetadataValue.json([metadata.number(a) for a in aucs])} if aucs else {}),
-            **({"epoch_metrics": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
-            "epochs": metadata.text(summary.epochs), "wall_time_s": metadata.text(summary.wall_time_s, 1),
-            "device": summary.device, "attempt": attempt.id, "run_id": context.run.run_id,
-            **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
-        })
+        meta = clean(
+            {
+                "gate": gate.reason,
+                "gate_passed": gate.passed,
+                "path": dg.MetadataValue.path(str(attempt.path)),
+                "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
+                **({"curves": metadata.png(curves, f"{name} {symbol} fold {fold}: per-epoch curves")} if curves else {}),
+                "tensorboard": tensorboard(run_dir / "models", name, symbol, fold),
+                metadata.series(gate.metric, partition): value,
+                metadata.series("final_train_loss", partition): loss,
+                **{
+                    metadata.series(k, partition): v
+                    for k, v in (metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}).items()
+                },
+                **({"val_auc": dg.MetadataValue.json([metadata.number(a) for a in aucs])} if aucs else {}),
+                **({"epoch_metrics": metadata.table(summary.epoch_metrics)} if summary.epoch_metrics else {}),
+                "epochs": metadata.text(summary.epochs),
+                "wall_time_s": metadata.text(summary.wall_time_s, 1),
+                "device": summary.device,
+                "attempt": attempt.id,
+                "run_id": context.run.run_id,
+                **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
+            }
+        )
         check = dg.AssetCheckResult(
-            check_name=GATE_CHECK, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
+            check_name=GATE_CHECK,
+            passed=gate.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
             description=f"{name} {symbol} fold {fold}: {gate.reason}",
-            metadata=clean({"metric": gate.metric, "value": metadata.text(gate.value),
-                            "threshold": metadata.text(gate.threshold), "reason": gate.reason,
-                            metadata.series(gate.metric, partition): value, "partition": partition,
-                            "attempt": attempt.id}))
+            metadata=clean(
+                {
+                    "metric": gate.metric,
+                    "value": metadata.text(gate.value),
+                    "threshold": metadata.text(gate.threshold),
+                    "reason": gate.reason,
+                    metadata.series(gate.metric, partition): value,
+                    "partition": partition,
+                    "attempt": attempt.id,
+                }
+            ),
+        )
         if gate.passed:
             yield dg.MaterializeResult(metadata=meta, check_results=[check])
             return
@@ -289,11 +374,18 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         yield check
         label = "Sharpe" if gate.metric == "val_sharpe" else "AUC"  # short: the runs list shows ~45 characters
         compared = f"{gate.value:.4g} {'>' if gate.value > gate.threshold else '<='} {gate.threshold:g}"
-        context.instance.add_run_tags(context.run.run_id, {f"{GATE_TAG}/{name}": f"missed: {label} {compared}" + (
-            ", not finite" if gate.reason.endswith("not finite") else "")})
-        raise dg.Failure(description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
-                         metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
-                         allow_retries=False)
+        context.instance.add_run_tags(
+            context.run.run_id,
+            {
+                f"{GATE_TAG}/{name}": f"missed: {label} {compared}"
+                + (", not finite" if gate.reason.endswith("not finite") else "")
+            },
+        )
+        raise dg.Failure(
+            description=f"{name} {symbol} fold {fold} not promoted: {GATE_CHECK} missed, {gate.reason}",
+            metadata={k: v for k, v in meta.items() if k not in ("gate_passed", "promoted_to")},
+            allow_retries=False,
+        )
 
     return _asset
 
@@ -303,7 +395,8 @@ def tensorboard(models_dir: Path, name: str, symbol: str, fold: int) -> dg.Metad
     one `--logdir` compares models and folds; the link filters the runs to this fold."""
     return dg.MetadataValue.md(
         f"`tensorboard --logdir {models_dir}`, then "
-        f"[{name}/{symbol}/fold-{fold}](http://localhost:6006/?runFilter={name}/{symbol}/.fold-{fold}#timeseries)")
+        f"[{name}/{symbol}/fold-{fold}](http://localhost:6006/?runFilter={name}/{symbol}/.fold-{fold}#timeseries)"
+    )
 
 
 def given(config: dg.Config, fields) -> dict:
@@ -313,51 +406,88 @@ def given(config: dg.Config, fields) -> dict:
 
 def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt, retry):
     """Train one fold as `attempt` (not promoted): its summary and horizons."""
-    common = {"cv_n_folds": plans["cv_n_folds"], "cv_train_window": plans["train_window"], "cv_fold": fold,
-              "allow_untested_folds": True}  # the fold plan asset already decided, and checked, the layout
+    common = {
+        "cv_n_folds": plans["cv_n_folds"],
+        "cv_train_window": plans["train_window"],
+        "cv_fold": fold,
+        "allow_untested_folds": True,
+    }  # the fold plan asset already decided, and checked, the layout
     out = attempt.dest.parent
     if spec.trainer == "supervised":
         from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-        cfg = SupervisedTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
-                                    predecoded_dir=storage.predecoded_dir(symbol), **common,
-                                    **given(config, SupervisedTrainConfig.model_fields))
+        cfg = SupervisedTrainConfig(
+            model=name,
+            data_dir=data.symbol_dir(symbol),
+            output_dir=out,
+            symbol=symbol,
+            predecoded_dir=storage.predecoded_dir(symbol),
+            **common,
+            **given(config, SupervisedTrainConfig.model_fields),
+        )
         (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
         return s, s.horizons
     if spec.trainer == "rl":
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
-        cfg = RLTrainConfig(model=name, data_dir=data.symbol_dir(symbol), output_dir=out, symbol=symbol,
-                            predecoded_dir=storage.predecoded_dir(symbol), **common,
-                            **given(config, RLTrainConfig.model_fields))
+        cfg = RLTrainConfig(
+            model=name,
+            data_dir=data.symbol_dir(symbol),
+            output_dir=out,
+            symbol=symbol,
+            predecoded_dir=storage.predecoded_dir(symbol),
+            **common,
+            **given(config, RLTrainConfig.model_fields),
+        )
         (s,) = train_rl(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
         return s, []
     from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
-    cfg = TrainConfig(mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10", predecoded_dir=storage.predecoded_dir(symbol),
-                      out=out, **common, **given(config, TrainConfig.model_fields))
+    cfg = TrainConfig(
+        mbp10_data_dir=data.symbol_dir(symbol) / "mbp-10",
+        predecoded_dir=storage.predecoded_dir(symbol),
+        out=out,
+        **common,
+        **given(config, TrainConfig.model_fields),
+    )
     s = PerceptionTrainer(cfg, attempt_id=attempt.id, retry=retry).fit(promote=False)
     return s, s.horizons
 
 
 @dg.asset(
-    partitions_def=symbol_partitions, group_name="evaluation", kinds={"matplotlib"}, code_version="3", pool=CPU_POOL,
-    automation_condition=REPORT_AUTOMATION, owners=OWNERS,
+    partitions_def=symbol_partitions,
+    group_name="evaluation",
+    kinds={"matplotlib"},
+    code_version="3",
+    pool=CPU_POOL,
+    automation_condition=REPORT_AUTOMATION,
+    owners=OWNERS,
     metadata=metadata.code_references(("alpha_core.eval.evaluate", "evaluate"), ("alpha_core.eval.report", "headline")),
-    deps=[dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
-          for m in MODELS],
+    deps=[
+        dg.AssetDep(dg.AssetKey(["checkpoints", m]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
+        for m in MODELS
+    ],
     description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate). "
-                "`headline`: per model and ensemble, the sessions, Sharpe, 95% CI, DSR, max drawdown and PnL (ticks, "
-                "net of cost); `equity`: equity and drawdown by session; `results`: every metric; `excluded`: each "
-                "model x fold left out, with its reason; `used`: the checkpoints evaluated; `sharpe` and `dsr`: the "
-                "equal-weight ensemble's, one series per symbol.",
-    check_specs=[dg.AssetCheckSpec(REPORT_CHECK, asset="ensemble_report", blocking=True, partitions_def=symbol_partitions,
-                                 description=(
-        "Every requested model x fold is in the report or under Excluded with its reason (never materialized, gate "
-        "failed, ...), and every row has a DSR."))],
+    "`headline`: per model and ensemble, the sessions, Sharpe, 95% CI, DSR, max drawdown and PnL (ticks, "
+    "net of cost); `equity`: equity and drawdown by session; `results`: every metric; `excluded`: each "
+    "model x fold left out, with its reason; `used`: the checkpoints evaluated; `sharpe` and `dsr`: the "
+    "equal-weight ensemble's, one series per symbol.",
+    check_specs=[
+        dg.AssetCheckSpec(
+            REPORT_CHECK,
+            asset="ensemble_report",
+            blocking=True,
+            partitions_def=symbol_partitions,
+            description=(
+                "Every requested model x fold is in the report or under Excluded with its reason (never materialized, gate "
+                "failed, ...), and every row has a DSR."
+            ),
+        )
+    ],
 )
-def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot,
-                    storage: StorageRoot) -> dg.MaterializeResult:
+def ensemble_report(
+    context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot, storage: StorageRoot
+) -> dg.MaterializeResult:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
     from alpha_core.eval.report import Excluded, headline
 
@@ -379,13 +509,23 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
             link.symlink_to(meta["path"], target_is_directory=True)
             used.append({"model": model, "fold": fold, "attempt": meta["attempt"], "run_id": meta["run_id"]})
     if not used:
-        raise dg.Failure(f"no checkpoint of {symbol} has passed its gate",
-                         metadata={"excluded": dg.MetadataValue.json([e.model_dump() for e in upstream_excluded])})
+        raise dg.Failure(
+            f"no checkpoint of {symbol} has passed its gate",
+            metadata={"excluded": dg.MetadataValue.json([e.model_dump() for e in upstream_excluded])},
+        )
     # gate=None: the view holds promoted attempts only, each gated at promotion by its own run's thresholds; the
     # hyperopt search behind each checkpoint (the DSR's N and V) is the one its summary records, as for the CLI
-    report = evaluate(EvalConfig(models_dir=view, data_dir=Path(data.root), output=out / "ensemble_report.json",
-                                 symbols=[symbol], predecoded_dir=Path(storage.root) / "predecoded",
-                                 upstream_excluded=upstream_excluded, gate=None))
+    report = evaluate(
+        EvalConfig(
+            models_dir=view,
+            data_dir=Path(data.root),
+            output=out / "ensemble_report.json",
+            symbols=[symbol],
+            predecoded_dir=Path(storage.root) / "predecoded",
+            upstream_excluded=upstream_excluded,
+            gate=None,
+        )
+    )
     sym = report.symbols[symbol]
     rows = {**sym.models, **{f"ensemble: {k}": v for k, v in sym.ensembles.items()}}
     accounted = {(u["model"], u["fold"]) for u in used} | {(e.model, e.fold) for e in report.excluded}
@@ -394,37 +534,66 @@ def ensemble_report(context: dg.AssetExecutionContext, config: ReportConfig, dat
     problems = [f"not accounted for: {m}" for m in missing] + [f"no DSR: {n}" for n in no_dsr]
     equal = sym.ensembles.get("equal_weight")
     figure = out / f"{symbol}_equity_drawdown.png"
-    return dg.MaterializeResult(metadata=clean({
-        # keys of at most 8 characters: Dagster sizes its key column to the longest, and the headline beside it
-        # must fit at 1,600 px
-        "headline": dg.MetadataValue.md(headline(sym)),
-        "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
-        if figure.is_file() else None,
-        metadata.series("sharpe", symbol): equal.oos.sharpe if equal else None,  # the equal-weight ensemble's
-        metadata.series("dsr", symbol): equal.oos.dsr if equal else None,
-        "results": metadata.table([{"row": name, "sessions": r.oos.n_sessions, "sharpe": r.oos.sharpe,
-                                    "sharpe_se": r.oos.sharpe_se, "ci_low": r.oos.sharpe_ci_low,
-                                    "ci_high": r.oos.sharpe_ci_high, "psr": r.oos.psr, "dsr": r.oos.dsr,
-                                    "dsr_n": r.oos.dsr_n_trials, "max_drawdown": r.oos.max_drawdown,
-                                    "turnover": r.oos.turnover, "total_pnl": r.oos.total_pnl}
-                                   for name, r in rows.items()]),
-        "excluded": metadata.table([e.model_dump() for e in report.excluded]),
-        "used": metadata.table(used),  # the checkpoints this report evaluated
-        "by_fold": metadata.inline_png(out / f"{symbol}_fold_sharpe.png", f"{symbol}: Sharpe per fold"),
-        "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
-        "curves": dg.MetadataValue.md(f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint "
-                                      "in this report"),
-        "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
-        "run_id": context.run.run_id,
-    }), check_results=[dg.AssetCheckResult(
-        check_name=REPORT_CHECK, passed=not problems, description="; ".join(problems[:5]) or "ok",
-        metadata={"problems": dg.MetadataValue.json(problems), "excluded": metadata.text(len(report.excluded)),
-                  "checkpoints": metadata.text(len(used))})])
+    return dg.MaterializeResult(
+        metadata=clean(
+            {
+                # keys of at most 8 characters: Dagster sizes its key column to the longest, and the headline beside it
+                # must fit at 1,600 px
+                "headline": dg.MetadataValue.md(headline(sym)),
+                "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
+                if figure.is_file()
+                else None,
+                metadata.series("sharpe", symbol): equal.oos.sharpe if equal else None,  # the equal-weight ensemble's
+                metadata.series("dsr", symbol): equal.oos.dsr if equal else None,
+                "results": metadata.table(
+                    [
+                        {
+                            "row": name,
+                            "sessions": r.oos.n_sessions,
+                            "sharpe": r.oos.sharpe,
+                            "sharpe_se": r.oos.sharpe_se,
+                            "ci_low": r.oos.sharpe_ci_low,
+                            "ci_high": r.oos.sharpe_ci_high,
+                            "psr": r.oos.psr,
+                            "dsr": r.oos.dsr,
+                            "dsr_n": r.oos.dsr_n_trials,
+                            "max_drawdown": r.oos.max_drawdown,
+                            "turnover": r.oos.turnover,
+                            "total_pnl": r.oos.total_pnl,
+                        }
+                        for name, r in rows.items()
+                    ]
+                ),
+                "excluded": metadata.table([e.model_dump() for e in report.excluded]),
+                "used": metadata.table(used),  # the checkpoints this report evaluated
+                "by_fold": metadata.inline_png(out / f"{symbol}_fold_sharpe.png", f"{symbol}: Sharpe per fold"),
+                "report": dg.MetadataValue.md((out / "ensemble_report.md").read_text()),
+                "curves": dg.MetadataValue.md(
+                    f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint in this report"
+                ),
+                "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
+                "run_id": context.run.run_id,
+            }
+        ),
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=REPORT_CHECK,
+                passed=not problems,
+                description="; ".join(problems[:5]) or "ok",
+                metadata={
+                    "problems": dg.MetadataValue.json(problems),
+                    "excluded": metadata.text(len(report.excluded)),
+                    "checkpoints": metadata.text(len(used)),
+                },
+            )
+        ],
+    )
 
 
 # code references (the UI's "Code" links): each asset's own function, after the alpha_core functions it calls
 hyperopt_assets = dg.with_source_code_references(
-    [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None])
+    [_hyperopt_asset(m) for m in MODELS if registry.get(m).search_space is not None]
+)
 checkpoint_assets = dg.with_source_code_references([_checkpoint_asset(m) for m in MODELS])
 (ensemble_report,) = dg.with_source_code_references([ensemble_report])
 
@@ -441,20 +610,34 @@ SPEC_COST_TABLE = """| Scenario (original system, H100 ~EUR 3/hr) | Jobs | Time 
 | Full ensemble, 4 symbols | 56 | ~2 hr (parallel) | ~EUR 65 |"""
 
 
-@dg.asset(group_name="evaluation", kinds={"json"}, deps=[ensemble_report], code_version="1", owners=OWNERS,
-          description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-, CPU-hours and EUR.")
+@dg.asset(
+    group_name="evaluation",
+    kinds={"json"},
+    deps=[ensemble_report],
+    code_version="1",
+    owners=OWNERS,
+    description="Across symbols: the reports' ensemble metrics and what the steps cost in GPU-, CPU-hours and EUR.",
+)
 def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: StorageRoot) -> dg.MaterializeResult:
     from alpha_core.atomic import atomic_write_json
 
     steps, symbols = [], {}
     for model in MODELS:
-        for key, partitions in ((dg.AssetKey(["checkpoints", model]), symbol_fold_partitions.get_partition_keys()),
-                                (dg.AssetKey(["hyperopt", model]), symbol_partitions.get_partition_keys())):
+        for key, partitions in (
+            (dg.AssetKey(["checkpoints", model]), symbol_fold_partitions.get_partition_keys()),
+            (dg.AssetKey(["hyperopt", model]), symbol_partitions.get_partition_keys()),
+        ):
             for partition in partitions:
                 meta = latest_metadata(context, key, partition)
                 if meta and "wall_time_s" in meta:
-                    steps.append({"asset": key.to_user_string(), "partition": partition, "device": meta["device"],
-                                  "wall_time_s": float(meta["wall_time_s"])})
+                    steps.append(
+                        {
+                            "asset": key.to_user_string(),
+                            "partition": partition,
+                            "device": meta["device"],
+                            "wall_time_s": float(meta["wall_time_s"]),
+                        }
+                    )
     for symbol in symbol_partitions.get_partition_keys():
         meta = latest_metadata(context, dg.AssetKey("ensemble_report"), symbol)
         if meta:
@@ -463,19 +646,34 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
     gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
     compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
     cpu_hours = compute_hours - gpu_hours
-    summary = {"symbols": symbols, "steps": len(steps), "gpu_hours": gpu_hours, "cpu_hours": cpu_hours,
-               "compute_hours": compute_hours, "eur_per_gpu_hour": config.eur_per_gpu_hour,
-               "eur_per_cpu_hour": config.eur_per_cpu_hour,
-               "cost_eur": gpu_hours * config.eur_per_gpu_hour + cpu_hours * config.eur_per_cpu_hour, "step_costs": steps}
-    path = atomic_write_json(storage.run_dir(run_id(context)) / "summary.json", summary)
-    table = (f"| this run | {len(steps)} | {compute_hours:.2f} h of steps ({gpu_hours:.2f} GPU-h, {cpu_hours:.2f} "
-             f"CPU-h) | EUR {summary['cost_eur']:.2f} |")
-    return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(str(path)), "gpu_hours": gpu_hours, "cpu_hours": cpu_hours,
+    summary = {
+        "symbols": symbols,
+        "steps": len(steps),
+        "gpu_hours": gpu_hours,
+        "cpu_hours": cpu_hours,
         "compute_hours": compute_hours,
-        "cost_eur": summary["cost_eur"], "steps": len(steps), "symbols": dg.MetadataValue.json(symbols),
-        "cost_table": dg.MetadataValue.md(SPEC_COST_TABLE + "\n" + table),
-    })
+        "eur_per_gpu_hour": config.eur_per_gpu_hour,
+        "eur_per_cpu_hour": config.eur_per_cpu_hour,
+        "cost_eur": gpu_hours * config.eur_per_gpu_hour + cpu_hours * config.eur_per_cpu_hour,
+        "step_costs": steps,
+    }
+    path = atomic_write_json(storage.run_dir(run_id(context)) / "summary.json", summary)
+    table = (
+        f"| this run | {len(steps)} | {compute_hours:.2f} h of steps ({gpu_hours:.2f} GPU-h, {cpu_hours:.2f} "
+        f"CPU-h) | EUR {summary['cost_eur']:.2f} |"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(path)),
+            "gpu_hours": gpu_hours,
+            "cpu_hours": cpu_hours,
+            "compute_hours": compute_hours,
+            "cost_eur": summary["cost_eur"],
+            "steps": len(steps),
+            "symbols": dg.MetadataValue.json(symbols),
+            "cost_table": dg.MetadataValue.md(SPEC_COST_TABLE + "\n" + table),
+        }
+    )
 
 
 (run_summary,) = dg.with_source_code_references([run_summary])

@@ -87,8 +87,9 @@ class WriteBack:
 class NpyAppender:
     """A `.npy` file of a known shape written row block by row block (the bytes `np.save` would write)."""
 
-    def __init__(self, fh: BinaryIO, path: Path, dtype: np.dtype, shape: tuple[int, ...],
-                 writeback: WriteBack | None = None) -> None:
+    def __init__(
+        self, fh: BinaryIO, path: Path, dtype: np.dtype, shape: tuple[int, ...], writeback: WriteBack | None = None
+    ) -> None:
         self.fh, self.path, self.dtype, self.shape = fh, path, np.dtype(dtype), shape
         self.rows = 0
         self.writeback, self.unflushed = writeback, 0
@@ -150,8 +151,10 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
     with ExitStack() as files:
         handles = {name: files.enter_context((out / f"{name}.npy").open("wb")) for name in specs}
         writeback = files.enter_context(WriteBack())  # left first: its flushes end before the files close
-        npy = {name: NpyAppender(handles[name], out / f"{name}.npy", dtype, shape, writeback)
-               for name, (dtype, shape) in specs.items()}
+        npy = {
+            name: NpyAppender(handles[name], out / f"{name}.npy", dtype, shape, writeback)
+            for name, (dtype, shape) in specs.items()
+        }
         for chunk in source.chunks():
             f = feats(chunk)
             ok = np.isfinite(f.values)
@@ -174,8 +177,7 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
         if short:
             raise AssertionError(f"{info.path}: {n} rows expected, written {short}")
     arrays = {name: (np.dtype(dtype).name, list(shape)) for name, (dtype, shape) in specs.items()}
-    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays,
-                 source.records)
+    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays, source.records)
 
 
 def _check_size(out: Path, info: DbnFile, rows: int, specs: dict[str, tuple]) -> None:
@@ -183,8 +185,10 @@ def _check_size(out: Path, info: DbnFile, rows: int, specs: dict[str, tuple]) ->
     need = sum(np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64)) for dtype, shape in specs.values())
     limit = input_bound(MAX_SIDECAR_BYTES)
     if need > limit:
-        raise DataError(info.path, f"its sidecar would take {need:,} bytes ({rows:,} rows), over the limit of "
-                                   f"{limit:,} (ALPHA_MAX_SIDECAR_BYTES)")
+        raise DataError(
+            info.path,
+            f"its sidecar would take {need:,} bytes ({rows:,} rows), over the limit of {limit:,} (ALPHA_MAX_SIDECAR_BYTES)",
+        )
     free = shutil.disk_usage(out).free
     if need > free:
         raise OSError(errno.ENOSPC, f"the sidecar of {info.name} needs {need:,} bytes, {free:,} are free")

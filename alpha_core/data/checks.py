@@ -44,7 +44,7 @@ def sidecar_problems(sc: Sidecar) -> list[str]:
     backwards = nonfinite = wide = None
     bad_book = 0
     for lo, _, a in _blocks(sc, ("ts", "features"), back=1):
-        ts, features = a["ts"], a["features"][min(lo, 1):]
+        ts, features = a["ts"], a["features"][min(lo, 1) :]
         if backwards is None and (np.diff(ts) < 0).any():
             backwards = max(lo - 1, 0) + int(np.argmax(np.diff(ts) < 0)) + 1
         spread = features[:, col]
@@ -74,8 +74,10 @@ def suspicious_rows(sc: Sidecar, wide: tuple[int, float] | bool | None = None) -
     problems = []
     invalid = sc.meta.dropped.get("snapshots_without_valid_top_of_book", 0)
     if invalid > MAX_INVALID_SHARE * (sc.rows + invalid):
-        problems.append(f"{name}: {invalid} of {sc.rows + invalid} front-month snapshots have no valid best bid and "
-                        f"ask (crossed, locked or one-sided: over {100 * MAX_INVALID_SHARE:.0f}%) and were dropped")
+        problems.append(
+            f"{name}: {invalid} of {sc.rows + invalid} front-month snapshots have no valid best bid and "
+            f"ask (crossed, locked or one-sided: over {100 * MAX_INVALID_SHARE:.0f}%) and were dropped"
+        )
     book = sc.meta.kind == BOOK
     col = sc.meta.feature_names.index("spread_ticks") if book else None
     sessions: dict[int, int] = {}
@@ -111,33 +113,42 @@ def suspicious_rows(sc: Sidecar, wide: tuple[int, float] | bool | None = None) -
             jump = (a0 + k + 1, float(rel[k]))
     if wide:
         i, spread = wide
-        problems.append(f"{name}: spread_ticks is {spread:.0f} at row {i}, {_when(sc, i)} "
-                        f"(wider than {MAX_SPREAD_TICKS} ticks)")
+        problems.append(
+            f"{name}: spread_ticks is {spread:.0f} at row {i}, {_when(sc, i)} (wider than {MAX_SPREAD_TICKS} ticks)"
+        )
     if jump is not None:
         i, rel = jump
-        problems.append(f"{name}: price jumps {100 * rel:.1f}% at row {i}, {_when(sc, i)}, within one contract "
-                        f"(more than {100 * MAX_JUMP:.0f}%)")
+        problems.append(
+            f"{name}: price jumps {100 * rel:.1f}% at row {i}, {_when(sc, i)}, within one contract "
+            f"(more than {100 * MAX_JUMP:.0f}%)"
+        )
     if brk is not None:
         i, gap = brk
-        problems.append(f"{name}: ts has no rows for {gap / NS_PER_DAY:.1f} days before row {i}, {_when(sc, i)} "
-                        "(sessions missing)")
+        problems.append(
+            f"{name}: ts has no rows for {gap / NS_PER_DAY:.1f} days before row {i}, {_when(sc, i)} (sessions missing)"
+        )
     long_gap = long_gap or _long_gap(gaps, sessions, before=None)
     if long_gap is not None:
         i, gap, day, allowed = long_gap
-        problems.append(f"{name}: ts has no rows for {gap / 60e9:.0f} min inside session {_day(day)} before row "
-                        f"{i}, {_when(sc, i)} (over {allowed / 60e9:.0f} min for its {sessions[day]} rows)")
+        problems.append(
+            f"{name}: ts has no rows for {gap / 60e9:.0f} min inside session {_day(day)} before row "
+            f"{i}, {_when(sc, i)} (over {allowed / 60e9:.0f} min for its {sessions[day]} rows)"
+        )
     inner = sorted(sessions)[1:-1]
     if inner:
         typical = float(np.median(list(sessions.values())))
         few = [d for d in inner if sessions[d] < FEW_ROWS_SHARE * typical]
         if few:
-            problems.append(f"{name}: session {_day(few[0])} has {sessions[few[0]]} rows, under "
-                            f"{100 * FEW_ROWS_SHARE:.0f}% of the median session ({typical:.0f} rows)")
+            problems.append(
+                f"{name}: session {_day(few[0])} has {sessions[few[0]]} rows, under "
+                f"{100 * FEW_ROWS_SHARE:.0f}% of the median session ({typical:.0f} rows)"
+            )
     return problems
 
 
-def _long_gap(gaps: dict[int, list[tuple[int, int]]], sessions: dict[int, int],
-              before: int | None) -> tuple[int, int, int, int] | None:
+def _long_gap(
+    gaps: dict[int, list[tuple[int, int]]], sessions: dict[int, int], before: int | None
+) -> tuple[int, int, int, int] | None:
     """The first gap longer than its session allows, among the sessions before `before` (all: None), whose row
     counts are final; their gaps are let go, so only the current session's are held."""
     for day in sorted(d for d in gaps if before is None or d < before):
@@ -200,6 +211,9 @@ def label_tail_problems(sc: Sidecar) -> list[str]:
             if arr_name not in wrong and off.any():
                 row, h = np.argwhere(off)[0]
                 wrong[arr_name] = (lo + int(row), int(h))
-    return [f"{sc.meta.source.name}: {arr_name} NaN pattern wrong at row {row}, horizon {sc.meta.horizons[h]}"
-            for arr_name in ("labels", "outcome_long", "outcome_short") if arr_name in wrong
-            for row, h in [wrong[arr_name]]]
+    return [
+        f"{sc.meta.source.name}: {arr_name} NaN pattern wrong at row {row}, horizon {sc.meta.horizons[h]}"
+        for arr_name in ("labels", "outcome_long", "outcome_short")
+        if arr_name in wrong
+        for row, h in [wrong[arr_name]]
+    ]

@@ -47,11 +47,26 @@ DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB of records per chunk (11k MBP-10, 75k OHL
 # schema -> record class of `databento_dbn` (its v1 / v2 modules for files of those versions), as
 # `databento.common.constants.SCHEMA_STRUCT_MAP*` map them; ohlcv-eod exists from DBN v3 on
 RECORD_CLASSES = {
-    "definition": "InstrumentDefMsg", "imbalance": "ImbalanceMsg", "mbo": "MBOMsg", "mbp-1": "MBP1Msg",
-    "mbp-10": "MBP10Msg", "ohlcv-1s": "OHLCVMsg", "ohlcv-1m": "OHLCVMsg", "ohlcv-1h": "OHLCVMsg",
-    "ohlcv-1d": "OHLCVMsg", "ohlcv-eod": "OHLCVMsg", "statistics": "StatMsg", "status": "StatusMsg",
-    "tbbo": "MBP1Msg", "trades": "TradeMsg", "cmbp-1": "CMBP1Msg", "cbbo-1s": "CBBOMsg", "cbbo-1m": "CBBOMsg",
-    "tcbbo": "CBBOMsg", "bbo-1s": "BBOMsg", "bbo-1m": "BBOMsg",
+    "definition": "InstrumentDefMsg",
+    "imbalance": "ImbalanceMsg",
+    "mbo": "MBOMsg",
+    "mbp-1": "MBP1Msg",
+    "mbp-10": "MBP10Msg",
+    "ohlcv-1s": "OHLCVMsg",
+    "ohlcv-1m": "OHLCVMsg",
+    "ohlcv-1h": "OHLCVMsg",
+    "ohlcv-1d": "OHLCVMsg",
+    "ohlcv-eod": "OHLCVMsg",
+    "statistics": "StatMsg",
+    "status": "StatusMsg",
+    "tbbo": "MBP1Msg",
+    "trades": "TradeMsg",
+    "cmbp-1": "CMBP1Msg",
+    "cbbo-1s": "CBBOMsg",
+    "cbbo-1m": "CBBOMsg",
+    "tcbbo": "CBBOMsg",
+    "bbo-1s": "BBOMsg",
+    "bbo-1m": "BBOMsg",
 }
 V3_ONLY_SCHEMAS = ("ohlcv-eod",)
 
@@ -202,13 +217,17 @@ class _Decoded:
     beyond `ALPHA_MAX_ZSTD_RATIO` after its first ZSTD_RATIO_FREE_BYTES: reads are bounded by what is asked,
     and a bomb stops within a few MB of its first compressed bytes."""
 
-    def __init__(self, source: DbnSource, raw: _SourceReader,
-                 read_size: int = zstandard.DECOMPRESSION_RECOMMENDED_INPUT_SIZE) -> None:
+    def __init__(
+        self, source: DbnSource, raw: _SourceReader, read_size: int = zstandard.DECOMPRESSION_RECOMMENDED_INPUT_SIZE
+    ) -> None:
         self.path, self.raw, self.out = source.path, raw, 0
         self.compressed = int.from_bytes(source.pread(4, 0), "little") == _ZSTD_MAGIC
         self.ratio = input_bound(MAX_ZSTD_RATIO)
-        self._stream = (zstandard.ZstdDecompressor().stream_reader(raw, read_size=read_size, read_across_frames=True)
-                        if self.compressed else raw)
+        self._stream = (
+            zstandard.ZstdDecompressor().stream_reader(raw, read_size=read_size, read_across_frames=True)
+            if self.compressed
+            else raw
+        )
         self.remaining = 0  # bytes after the metadata (set by `_payload`; the record count of a plain file)
         self.finish = raw.finish  # called at the end of a complete pass: records the digest of the bytes read
 
@@ -216,9 +235,12 @@ class _Decoded:
         data = self._stream.read(n)
         self.out += len(data)
         if self.compressed and self.out > ZSTD_RATIO_FREE_BYTES + self.ratio * self.raw.pos:
-            raise DataError(self.path, f"zstd stream decompresses to over {self.out:,} bytes from its first "
-                                       f"{self.raw.pos:,} bytes, more than {self.ratio}x (ALPHA_MAX_ZSTD_RATIO): "
-                                       "refused as a decompression bomb")
+            raise DataError(
+                self.path,
+                f"zstd stream decompresses to over {self.out:,} bytes from its first "
+                f"{self.raw.pos:,} bytes, more than {self.ratio}x (ALPHA_MAX_ZSTD_RATIO): "
+                "refused as a decompression bomb",
+            )
         return data
 
 
@@ -228,15 +250,20 @@ def _read_header(source: DbnSource, decoded: _Decoded) -> tuple[int, bytes, byte
     path = source.path
     head = _read_full(decoded, 8)
     if len(head) < 8 or head[:3] != b"DBN":
-        raise DataError(path, "not a valid DBN file: metadata header unreadable (no DBN header"
-                              f"{' after zstd decompression' if decoded.compressed else ''})")
+        raise DataError(
+            path,
+            "not a valid DBN file: metadata header unreadable (no DBN header"
+            f"{' after zstd decompression' if decoded.compressed else ''})",
+        )
     version, length = head[3], int.from_bytes(head[4:8], "little")
     if version not in (1, 2, 3):
         raise DataError(path, f"not a valid DBN file: DBN version {version} (byte 3 of the header) is not 1, 2 or 3")
     limit = input_bound(MAX_METADATA_BYTES)
     if length > limit:
-        raise DataError(path, f"metadata length is {length:,} bytes (header bytes 4-8), over the limit of "
-                              f"{limit:,} (ALPHA_MAX_METADATA_BYTES)")
+        raise DataError(
+            path,
+            f"metadata length is {length:,} bytes (header bytes 4-8), over the limit of {limit:,} (ALPHA_MAX_METADATA_BYTES)",
+        )
     body = _read_full(decoded, length)
     if len(body) != length:
         raise DataError(path, f"file is truncated inside its metadata ({len(body):,} of {length:,} bytes)")
@@ -288,15 +315,13 @@ def check_metadata_layout(path: Path, version: int, body: bytes) -> None:
     count = u32(pos, "mappings count")
     pos += 4
     if count * (cstr + 4) > n - pos:
-        raise fail(f"mappings declares {count:,} mappings (at least {cstr + 4} bytes each), only {n - pos:,} "
-                   "bytes remain")
+        raise fail(f"mappings declares {count:,} mappings (at least {cstr + 4} bytes each), only {n - pos:,} bytes remain")
     interval = 8 + cstr
     for i in range(count):
         intervals = u32(pos + cstr, f"mappings[{i}] interval count")
         pos += cstr + 4
         if intervals * interval > n - pos:
-            raise fail(f"mappings[{i}] declares {intervals:,} intervals of {interval} bytes, only {n - pos:,} "
-                       "bytes remain")
+            raise fail(f"mappings[{i}] declares {intervals:,} intervals of {interval} bytes, only {n - pos:,} bytes remain")
         pos += intervals * interval
 
 
@@ -334,17 +359,19 @@ def _read_info(source: DbnSource, keep: bool) -> DbnFile:
     try:  # the binding converts lazily: a date of year 0 fails here, not in the decoder
         schema, mapped = meta.schema, meta.mappings
         end = None if meta.end is None or int(meta.end) == dbn.UNDEF_TIMESTAMP else int(meta.end)
-        fields = dict(dataset=str(meta.dataset), version=int(meta.version), symbols=tuple(meta.symbols),
-                      stype_in=str(meta.stype_in) if meta.stype_in is not None else "mixed", start=int(meta.start))
+        fields = dict(
+            dataset=str(meta.dataset),
+            version=int(meta.version),
+            symbols=tuple(meta.symbols),
+            stype_in=str(meta.stype_in) if meta.stype_in is not None else "mixed",
+            start=int(meta.start),
+        )
     except (ValueError, TypeError, OverflowError) as exc:
         raise DataError(path, f"not a valid DBN file: metadata header unreadable ({_first_line(exc)})") from exc
     if schema is None:
         raise DataError(path, "metadata.schema is empty (mixed-schema files are not supported)")
     mappings = {
-        raw: tuple(
-            Interval(iv["start_date"], iv["end_date"], _instrument_id(path, raw, iv["symbol"]))
-            for iv in intervals
-        )
+        raw: tuple(Interval(iv["start_date"], iv["end_date"], _instrument_id(path, raw, iv["symbol"])) for iv in intervals)
         for raw, intervals in mapped.items()
     }
     info = DbnFile(
@@ -414,8 +441,7 @@ def record_dtype(info: DbnFile) -> np.dtype:
     return np.dtype(getattr(module, name)._dtypes)
 
 
-def iter_records(info: DbnFile, chunk_records: int | None = None,
-                 checks: RecordChecks | None = None) -> Iterator[np.ndarray]:
+def iter_records(info: DbnFile, chunk_records: int | None = None, checks: RecordChecks | None = None) -> Iterator[np.ndarray]:
     """Yield the file's records as structured-array chunks of at most `chunk_records` rows (default: about
     DEFAULT_CHUNK_BYTES).
 
@@ -430,17 +456,20 @@ def iter_records(info: DbnFile, chunk_records: int | None = None,
     try:
         with _payload(info) as reader:
             if not reader.compressed and (declared := reader.remaining // dtype.itemsize) > limit:
-                raise DataError(info.path, f"file holds {declared:,} records, more than the limit of {limit:,} "
-                                           "(ALPHA_MAX_RECORDS)")
+                raise DataError(
+                    info.path, f"file holds {declared:,} records, more than the limit of {limit:,} (ALPHA_MAX_RECORDS)"
+                )
             while buffer := _read_full(reader, want):
                 chunk = np.frombuffer(buffer, dtype=dtype, count=len(buffer) // dtype.itemsize)
                 checks(chunk)  # first: records of another layout are named as such, not as a cut-off file
                 if loose := len(buffer) % dtype.itemsize:
-                    raise DataError(info.path, f"file is truncated: {loose} bytes of an incomplete record "
-                                               f"after record {checks.count}")
+                    raise DataError(
+                        info.path, f"file is truncated: {loose} bytes of an incomplete record after record {checks.count}"
+                    )
                 if checks.count > limit:
-                    raise DataError(info.path, f"record {limit:,}: more records than the limit of {limit:,} "
-                                               "(ALPHA_MAX_RECORDS)")
+                    raise DataError(
+                        info.path, f"record {limit:,}: more records than the limit of {limit:,} (ALPHA_MAX_RECORDS)"
+                    )
                 yield chunk
                 if len(buffer) < want:
                     break
@@ -467,8 +496,7 @@ class _payload:
                 check_zstd_complete(source)
             _, head, body = _read_header(source, decoded)
             if info.header_sha256 and hashlib.sha256(head + body).hexdigest() != info.header_sha256:
-                raise DataError(info.path, "the file changed while it was read (its metadata is not the one "
-                                           "read before)")
+                raise DataError(info.path, "the file changed while it was read (its metadata is not the one read before)")
             decoded.remaining = source.size - 8 - len(body)
             return decoded
         except BaseException:

@@ -251,7 +251,7 @@ def _easter(year: int) -> dt.date:
     h = (19 * a + b - d - g + 15) % 30
     i, k = divmod(c, 4)
     m = (32 + 2 * e + 2 * i - h - k) % 7
-    n = (h + m - 7 * ((a + 11 * h + 22 * m) // 451) + 114)
+    n = h + m - 7 * ((a + 11 * h + 22 * m) // 451) + 114
     return dt.date(year, n // 31, n % 31 + 1)
 
 
@@ -260,8 +260,7 @@ def _holidays(year: int) -> set[dt.date]:
     closes or cuts these short; the demo drops the whole session rather than model early closes)."""
     nov1 = dt.date(year, 11, 1)
     thanksgiving = nov1 + dt.timedelta(days=(3 - nov1.weekday()) % 7 + 21)
-    return {dt.date(year, 1, 1), _easter(year) - dt.timedelta(days=2), dt.date(year, 7, 4), thanksgiving,
-            dt.date(year, 12, 25)}
+    return {dt.date(year, 1, 1), _easter(year) - dt.timedelta(days=2), dt.date(year, 7, 4), thanksgiving, dt.date(year, 12, 25)}
 
 
 def _quarter_sessions(year: int, qn: int) -> list[dt.date]:
@@ -295,9 +294,7 @@ def _rng(seed: int, prod: Product, year: int, qn: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn])
 
 
-def _session_times(
-    rng: np.random.Generator, days: list[dt.date], per_session: int
-) -> tuple[np.ndarray, np.ndarray, int, int]:
+def _session_times(rng: np.random.Generator, days: list[dt.date], per_session: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Strictly increasing event times (ns), their continuous session position (for the roll share), and the
     [start, end) of the whole file. RTH (08:30-15:00 CT) is denser than the overnight session."""
     counts = rng.integers(int(per_session * 0.95), int(per_session * 1.05) + 1, size=len(days))
@@ -363,9 +360,7 @@ def _contracts(prod: Product, year: int, qn: int) -> tuple[tuple[str, str, str],
     return (front, back, spread), ids
 
 
-def _simulate(
-    prod: Product, year: int, qn: int, sc: DemoScale, seed: int
-) -> tuple[_Quarter, np.random.Generator]:
+def _simulate(prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> tuple[_Quarter, np.random.Generator]:
     """The latent processes, event times and contract of each event; the generator goes on to the records."""
     rng = _rng(seed, prod, year, qn)
     names, ids = _contracts(prod, year, qn)
@@ -733,8 +728,7 @@ def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoSc
         first = int(np.searchsorted(q.t, _ct_ns(days[lo] - dt.timedelta(days=1), 17, 0)))
         start_ticks = int(q.mid[min(first, len(q.t) - 1)])
         book_rng = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 1])
-        qb = _run(prod, names, ids, days[lo : lo + n_book], roll_idx - lo, sc.book_events_per_session, book_rng,
-                  start_ticks)
+        qb = _run(prod, names, ids, days[lo : lo + n_book], roll_idx - lo, sc.book_events_per_session, book_rng, start_ticks)
         del q
         mbp = _build_records(qb, book_rng)
         mbp_path = base / "mbp-10" / f"{stem}.dbn.zst"

@@ -159,8 +159,9 @@ def _book_blocks(chunk: BookChunk, columns: dict[int, np.ndarray]) -> Iterator[t
             counts += book[2, i]
             counts += book[3, i]
         if counts.max(initial=0) >= _EXACT_F32_INT:  # order-dependent rounding: sum as numpy does over [m, 10] rows
-            counts = (np.ascontiguousarray(chunk.bid_ct[lo:hi]).sum(axis=1)
-                      + np.ascontiguousarray(chunk.ask_ct[lo:hi]).sum(axis=1))
+            counts = np.ascontiguousarray(chunk.bid_ct[lo:hi]).sum(axis=1) + np.ascontiguousarray(chunk.ask_ct[lo:hi]).sum(
+                axis=1
+            )
         _ratio_into(res[imb : imb + N_LEVELS], cum[0] - cum[1], cum[0] + cum[1])
         share = res[shares : shares + 4 * N_LEVELS].reshape(4, N_LEVELS, m)
         _ratio_into(share[:2], book[:2], depth)
@@ -243,7 +244,12 @@ class BarFeatures:
         ]
         values = np.stack([np.asarray(c, dtype=np.float32) for c in columns], axis=1)
         dt = ((bars.ts - _previous(bars.ts, ts_0)) / 1e9).astype(np.float32)
-        self._last = (int(bars.ts[-1]), int(bars.instrument_id[-1]), float(log_close[-1]), int(minutes[-1]),
-                      int(session_day[-1]))
+        self._last = (
+            int(bars.ts[-1]),
+            int(bars.instrument_id[-1]),
+            float(log_close[-1]),
+            int(minutes[-1]),
+            int(session_day[-1]),
+        )
         self._tail = np.stack([r, logv])[:, -BAR_WINDOW_TAIL:]
         return Features(BAR_FEATURES, values, bars.ts, close, FIXED, dt)

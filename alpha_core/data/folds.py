@@ -65,8 +65,9 @@ class UntestedFoldWarning(UserWarning):
     """A plan with a fold that has no test file: what that fold trains is never scored out of sample."""
 
 
-def plan_folds(files: list[FileRef], cv_n_folds: int = N_FOLDS, cv_train_window: int = 0,
-               allow_untested_folds: bool = False) -> FoldPlan:
+def plan_folds(
+    files: list[FileRef], cv_n_folds: int = N_FOLDS, cv_train_window: int = 0, allow_untested_folds: bool = False
+) -> FoldPlan:
     """Plan every fold; any layout that does not fit is a PlanError naming the numbers."""
     if cv_n_folds < 1:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cv_n_folds})")
@@ -78,19 +79,23 @@ def plan_folds(files: list[FileRef], cv_n_folds: int = N_FOLDS, cv_train_window:
         if n < 2:
             raise PlanError(f"need >= 2 files for single-fold temporal split, found {n}")
         folds = [Fold(fold=0, train=files[:-1], val=[files[-1]], test=[])]
-        warnings.warn("--cv-n-folds 1 is the single train/validation split: it has no test file, so nothing it "
-                      "trains is evaluated out of sample", UntestedFoldWarning, stacklevel=2)
+        warnings.warn(
+            "--cv-n-folds 1 is the single train/validation split: it has no test file, so nothing it "
+            "trains is evaluated out of sample",
+            UntestedFoldWarning,
+            stacklevel=2,
+        )
         return FoldPlan(cv_n_folds=1, cv_train_window=cv_train_window, window=n - 1, n_files=n, folds=folds)
     window = cv_train_window if cv_train_window > 0 else max(n - cv_n_folds - 1, 0)
     if window < 1:
-        raise PlanError(f"{n} files are too few for {cv_n_folds} walk-forward folds (each needs a training, a "
-                        f"validation and a test file: at least {cv_n_folds + 2} files); lower --cv-n-folds, or pass "
-                        f"--cv-n-folds 1 for a single train/validation split without a test file")
+        raise PlanError(
+            f"{n} files are too few for {cv_n_folds} walk-forward folds (each needs a training, a "
+            f"validation and a test file: at least {cv_n_folds + 2} files); lower --cv-n-folds, or pass "
+            f"--cv-n-folds 1 for a single train/validation split without a test file"
+        )
     last = cv_n_folds - 1
     if last + window + 1 > n:
-        raise PlanError(
-            f"CV layout overflows: cv_fold={last} + window={window} + 1 val file > {n} files available"
-        )
+        raise PlanError(f"CV layout overflows: cv_fold={last} + window={window} + 1 val file > {n} files available")
     untested = [k for k in range(cv_n_folds) if k + window + 1 >= n]
     if untested and not allow_untested_folds:
         raise PlanError(
@@ -99,8 +104,12 @@ def plan_folds(files: list[FileRef], cv_n_folds: int = N_FOLDS, cv_train_window:
             f"pass --allow-untested-folds)"
         )
     if untested:
-        warnings.warn(f"fold(s) {', '.join(map(str, untested))} have no test file ({n} files, {cv_n_folds} folds, "
-                      f"window {window}): they are trained but never evaluated", UntestedFoldWarning, stacklevel=2)
+        warnings.warn(
+            f"fold(s) {', '.join(map(str, untested))} have no test file ({n} files, {cv_n_folds} folds, "
+            f"window {window}): they are trained but never evaluated",
+            UntestedFoldWarning,
+            stacklevel=2,
+        )
     folds = []
     for k in range(cv_n_folds):
         val_idx = k + window
@@ -133,15 +142,17 @@ def hyperopt_files(plan: FoldPlan) -> tuple[list[FileRef], list[FileRef]]:
     earliest test file (all files when no fold has one), the last of them validating.
 
     Tuning once on this range and using the result in every fold never lets a test file choose a parameter."""
-    files = sorted({r.path: r for f in plan.folds for r in (*f.train, *f.val, *f.test)}.values(),
-                   key=lambda r: (r.start, r.path))
+    files = sorted(
+        {r.path: r for f in plan.folds for r in (*f.train, *f.val, *f.test)}.values(), key=lambda r: (r.start, r.path)
+    )
     tests = [r for f in plan.folds for r in f.test]
     if tests:
         first = min(r.start for r in tests)
         files = [r for r in files if r.end < first]
     if len(files) < 2:
-        raise PlanError(f"hyperopt needs >= 2 files before the first test file (one to train, one to validate), "
-                        f"found {len(files)}")
+        raise PlanError(
+            f"hyperopt needs >= 2 files before the first test file (one to train, one to validate), found {len(files)}"
+        )
     return files[:-1], files[-1:]
 
 
@@ -155,5 +166,10 @@ def hyperopt_leakage(plan: FoldPlan, results: dict) -> list[str]:
     missing = [f"{split}_files" for split, names in used.items() if not isinstance(names, list)]
     if missing:
         return [f"hyperopt results do not record {' and '.join(missing)}: the files they used cannot be checked"]
-    return [f"fold {fold.fold}: test file {ref.name} was a hyperopt {split} file"
-            for fold in plan.folds for ref in fold.test for split, names in used.items() if ref.name in names]
+    return [
+        f"fold {fold.fold}: test file {ref.name} was a hyperopt {split} file"
+        for fold in plan.folds
+        for ref in fold.test
+        for split, names in used.items()
+        if ref.name in names
+    ]

@@ -36,8 +36,10 @@ def session_days(ts_ns: np.ndarray) -> np.ndarray:
     ts = np.asarray(ts_ns, dtype=np.int64)
     hours, inverse = np.unique(ts // NS_PER_HOUR, return_inverse=True)
     tz = ZoneInfo(SESSION_TZ)
-    offsets = np.array([dt.datetime.fromtimestamp(int(h) * 3600, tz=tz).utcoffset().total_seconds() for h in hours],
-                       dtype=np.int64) * 1_000_000_000
+    offsets = (
+        np.array([dt.datetime.fromtimestamp(int(h) * 3600, tz=tz).utcoffset().total_seconds() for h in hours], dtype=np.int64)
+        * 1_000_000_000
+    )
     local = ts + offsets[inverse.reshape(-1)] + SESSION_OPEN_SHIFT_H * NS_PER_HOUR
     return (local // NS_PER_DAY).astype(np.int32)
 
@@ -68,8 +70,9 @@ def choose_front(
     sessions: np.ndarray, instrument_ids: np.ndarray, activity: np.ndarray, symbols: dict[int, str], ref_year: int
 ) -> FrontMonth:
     """Front contract per session from per-row activity (1 per record, or the bar volume)."""
-    pairs, inverse = np.unique(np.stack([sessions.astype(np.int64), instrument_ids.astype(np.int64)], axis=1),
-                               axis=0, return_inverse=True)
+    pairs, inverse = np.unique(
+        np.stack([sessions.astype(np.int64), instrument_ids.astype(np.int64)], axis=1), axis=0, return_inverse=True
+    )
     totals = np.bincount(inverse.reshape(-1), weights=np.asarray(activity, dtype=np.float64), minlength=len(pairs))
     expiry = {iid: parse_contract(sym).expiry_key(ref_year) for iid, sym in symbols.items()}
     by_session: dict[int, dict[int, float]] = {}

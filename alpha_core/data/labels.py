@@ -58,8 +58,9 @@ def future_rows_by_time(ts_ns: np.ndarray, horizon_minutes: int) -> np.ndarray:
     return idx
 
 
-def make_labels(price_fixed: np.ndarray, scale: float, future_rows: list[np.ndarray], cost: float,
-                no_move_is_unlabelled: bool = False) -> Labels:
+def make_labels(
+    price_fixed: np.ndarray, scale: float, future_rows: list[np.ndarray], cost: float, no_move_is_unlabelled: bool = False
+) -> Labels:
     """Labels of the rows 0..n-1 (n = len(future_rows[j])) from an integer fixed-point price
     (price = price_fixed / scale), so "higher" is exact; with `no_move_is_unlabelled` (bars) a zero move has no
     direction label (its outcome labels stay: a flat move still costs the round trip)."""

@@ -147,9 +147,7 @@ class WindowLoader:
 
         ranges = [(i, lo, hi) for i, sc in enumerate(self.sidecars) for lo, hi in valid_ranges(sc, seq_len)]
         if not ranges:
-            raise DataError(
-                self.sidecars[0].path, f"no labelled window of seq_len={seq_len} in {len(self.sidecars)} file(s)"
-            )
+            raise DataError(self.sidecars[0].path, f"no labelled window of seq_len={seq_len} in {len(self.sidecars)} file(s)")
         self._ranges = np.array(ranges, dtype=np.int64)  # [R, 3]: file, first start, end of starts
         self._cum = np.cumsum(self._ranges[:, 2] - self._ranges[:, 1])  # valid starts up to each range's end
         self.n_windows = min(self.n_max_sequences, int(self._cum[-1]))  # windows one epoch yields
@@ -161,11 +159,17 @@ class WindowLoader:
         capacity = int(rows.sum()) if self._whole else self.n_windows * seq_len
         dev = self.buffer_device
         first = self.sidecars[used[0]]
-        self._buf = {name: torch.empty((capacity, *first.meta.arrays[name].shape[1:]), device=dev,
-                                       dtype=getattr(torch, first.meta.arrays[name].dtype)) for name in ARRAYS}
+        self._buf = {
+            name: torch.empty(
+                (capacity, *first.meta.arrays[name].shape[1:]), device=dev, dtype=getattr(torch, first.meta.arrays[name].dtype)
+            )
+            for name in ARRAYS
+        }
         # [capacity - K + 1, K, ...] views of the buffer: window i is rows i..i+K-1
-        self._windows = {name: buf.as_strided((capacity - seq_len + 1, seq_len, *buf.shape[1:]),
-                                              (buf.stride(0), *buf.stride())) for name, buf in self._buf.items()}
+        self._windows = {
+            name: buf.as_strided((capacity - seq_len + 1, seq_len, *buf.shape[1:]), (buf.stride(0), *buf.stride()))
+            for name, buf in self._buf.items()
+        }
         self._first = torch.zeros(self.n_windows, dtype=torch.long, device=dev)  # each window's row in the buffer
         self._file = torch.zeros(self.n_windows, dtype=torch.long, device=dev)
         self._start = torch.zeros(self.n_windows, dtype=torch.long, device=dev)
@@ -257,8 +261,15 @@ class WindowLoader:
         out = {name: windows.index_select(0, first) for name, windows in self._windows.items()}
         if self._mean is not None:
             out["features"] = (out["features"] - self._mean) / self._std
-        return WindowBatch(x=out["features"], dt=out["dt"], labels=out["labels"], outcome_long=out["outcome_long"],
-                           outcome_short=out["outcome_short"], file_index=self._file[rows], start=self._start[rows])
+        return WindowBatch(
+            x=out["features"],
+            dt=out["dt"],
+            labels=out["labels"],
+            outcome_long=out["outcome_long"],
+            outcome_short=out["outcome_short"],
+            file_index=self._file[rows],
+            start=self._start[rows],
+        )
 
 
 class EpochOverrun(RuntimeError):
@@ -289,7 +300,8 @@ class EpochCursor:
         if self.taken >= self.batches_per_epoch:
             raise EpochOverrun(
                 f"batch {self.taken + 1} asked of an epoch of {self.batches_per_epoch} batches of {self.batch_size} "
-                f"({self.loader.n_windows} windows): rewind the cursor after the loader's reset")
+                f"({self.loader.n_windows} windows): rewind the cursor after the loader's reset"
+            )
         self.taken += 1
 
     def positions(self) -> torch.Tensor:

@@ -64,8 +64,9 @@ def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:
     return rows if len(have) and np.array_equal(have[rows], want) else None
 
 
-def oracle_auc(sidecars: list[Sidecar], scored: list[np.ndarray] | None = None,
-               rows: list[np.ndarray | None] | None = None) -> list[float] | None:
+def oracle_auc(
+    sidecars: list[Sidecar], scored: list[np.ndarray] | None = None, rows: list[np.ndarray | None] | None = None
+) -> list[float] | None:
     """Pooled AUC per horizon of the oracle against the sidecars' labels; None without oracle files.
 
     `rows` (sorted row indices per sidecar, None: every row) are the rows a model was scored on, and `scored` (one

@@ -72,8 +72,9 @@ def predecode(
     return items
 
 
-def record_refs(directory: str | Path, schema: str | None = None, symbol: str | None = None,
-                predecoded_dir: str | Path | None = None) -> dict[str, list[FileRef]]:
+def record_refs(
+    directory: str | Path, schema: str | None = None, symbol: str | None = None, predecoded_dir: str | Path | None = None
+) -> dict[str, list[FileRef]]:
     """Fold-plan entries per schema with every file's records' time range: from its sidecar's meta in
     `predecoded_dir` when one was built from the file as it is now (no decoding), else from a read of its
     timestamps.
@@ -87,8 +88,9 @@ def record_refs(directory: str | Path, schema: str | None = None, symbol: str | 
     ranges = {}
     for f in files:
         meta = known.get(str(f.path.resolve()))
-        ranges[f.path] = (RecordRange(meta.count, meta.first_ts, meta.last_ts) if meta is not None
-                          else scan(f, timestamps_only=True))
+        ranges[f.path] = (
+            RecordRange(meta.count, meta.first_ts, meta.last_ts) if meta is not None else scan(f, timestamps_only=True)
+        )
     check_overlaps(files, ranges)
     refs: dict[str, list[FileRef]] = {}
     for f in files:
@@ -107,9 +109,16 @@ class FoldData:
     test_names: list[str]
 
 
-def walk_forward(directory: str | Path, schema: str, predecoded_dir: str | Path, symbol: str | None,
-                 cv_n_folds: int, cv_train_window: int, cv_fold: int | None,
-                 allow_untested_folds: bool = False) -> list[FoldData]:
+def walk_forward(
+    directory: str | Path,
+    schema: str,
+    predecoded_dir: str | Path,
+    symbol: str | None,
+    cv_n_folds: int,
+    cv_train_window: int,
+    cv_fold: int | None,
+    allow_untested_folds: bool = False,
+) -> list[FoldData]:
     """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's files."""
     from alpha_core.data.folds import plan_folds
 
@@ -120,8 +129,10 @@ def walk_forward(directory: str | Path, schema: str, predecoded_dir: str | Path,
         raise PlanError(f"{directory}: {exc}") from exc
     by_path = {sc.meta.source.path: sc for sc in sidecars}
     folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
-    return [FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val],
-                     [r.name for r in f.test]) for f in folds]
+    return [
+        FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val], [r.name for r in f.test])
+        for f in folds
+    ]
 
 
 def default_predecoded_dir(explicit: Path | None, output_dir: Path) -> Path:

@@ -457,12 +457,12 @@ def read_bars(info: DbnFile, root: str) -> BarSource:
         bars = chunk[np.isin(chunk["instrument_id"], id_array)]
         ts = bars["ts_event"].astype(np.int64)
         order(ts)
-        activity.add(session_days(ts), bars["instrument_id"], np.stack([bars["volume"].astype(np.float64),
-                                                                          np.ones(len(bars))], 1))
+        activity.add(
+            session_days(ts), bars["instrument_id"], np.stack([bars["volume"].astype(np.float64), np.ones(len(bars))], 1)
+        )
     if order.seen == 0:
         raise DataError(info.path, f"no {root} outright bars in the file")
     front, on_front, iids, sums = _front_totals(activity, ids, _ref_year(info))
     rows = int(sums[on_front, 1].sum())
     dropped = {"bars_off_front_month": order.seen - rows}
-    return BarSource(info, ids, front, rows, _contract_rows(iids[on_front], sums[on_front, 1]), dropped,
-                     checks.result())
+    return BarSource(info, ids, front, rows, _contract_rows(iids[on_front], sums[on_front, 1]), dropped, checks.result())

@@ -62,8 +62,9 @@ class LabelConfig(Strict):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    horizons: tuple[Annotated[int, Field(gt=0, le=MAX_HORIZON)], ...] | None = Field(default=None, min_length=1,
-                                                                                       max_length=MAX_HORIZONS)
+    horizons: tuple[Annotated[int, Field(gt=0, le=MAX_HORIZON)], ...] | None = Field(
+        default=None, min_length=1, max_length=MAX_HORIZONS
+    )
     outcome_label_cost: float | None = Field(default=None, ge=0.0, le=MAX_FLOAT)
 
     def resolve(self, kind: str, prod: Product) -> tuple[tuple[int, ...], float]:
@@ -177,8 +178,10 @@ class Sidecar:
             try:
                 arr = np.load(self.path / f"{name}.npy", mmap_mode="r")
             except FileNotFoundError:
-                raise DataError(self.path, f"{name}.npy is gone: the sidecar was removed while in use (rebuilt by "
-                                           "another run with other settings?)") from None
+                raise DataError(
+                    self.path,
+                    f"{name}.npy is gone: the sidecar was removed while in use (rebuilt by another run with other settings?)",
+                ) from None
             self._mapped[name] = weakref.ref(arr)
         return arr
 
@@ -299,12 +302,12 @@ def ensure_sidecar(
 
 def _source_stat(source: DbnSource) -> dict[str, int]:
     st = source.stat
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino,
-            "device": st.st_dev}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "device": st.st_dev}
 
 
-def _unchanged(cache: Path, prefix: str, source: DbnSource, kind: str, prod: Product,
-               horizons: tuple[int, ...], cost: float) -> Sidecar | None:
+def _unchanged(
+    cache: Path, prefix: str, source: DbnSource, kind: str, prod: Product, horizons: tuple[int, ...], cost: float
+) -> Sidecar | None:
     """The sidecar of these settings whose meta names this file with its current stat (size, mtime and ctime,
     inode, device), verified like any load; None when there is none (then the content hash decides). ctime is
     part of it because a writer can set mtime back (`touch -r`, `cp -p`) but not ctime."""
@@ -339,8 +342,13 @@ def unchanged_record_ranges(cache: str | Path) -> dict[str, RecordsInfo]:
             st = os.stat(meta.source.path)
         except (OSError, ValidationError, ValueError):
             continue
-        now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino,
-               "device": st.st_dev}
+        now = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino,
+            "device": st.st_dev,
+        }
         if meta.feature_version == FEATURE_VERSION and {k: getattr(meta.source, k) for k in now} == now:
             found[meta.source.path] = meta.records
     return found
@@ -395,8 +403,10 @@ def _write(
     info.source.digests.clear()
     built = build_arrays(out, info, kind, prod, horizons, cost)
     if not info.source.digests or set(info.source.digests) != {sha}:
-        raise DataError(info.path, "the file changed while its sidecar was built (the bytes decoded do not hash "
-                                   f"to its sha256 {sha[:16]}...)")
+        raise DataError(
+            info.path,
+            f"the file changed while its sidecar was built (the bytes decoded do not hash to its sha256 {sha[:16]}...)",
+        )
     symbols = info.outright_ids(prod.root)
     meta = SidecarMeta(
         feature_version=FEATURE_VERSION,
@@ -414,8 +424,7 @@ def _write(
             dbn_version=info.version,
             metadata_symbols=list(info.symbols),
         ),
-        records=RecordsInfo(count=built.records.count, first_ts=built.records.first_ts,
-                            last_ts=built.records.last_ts),
+        records=RecordsInfo(count=built.records.count, first_ts=built.records.first_ts, last_ts=built.records.last_ts),
         feature_names=list(built.feature_names),
         horizons=list(horizons),
         horizon_unit=HORIZON_UNIT[kind],
@@ -426,8 +435,7 @@ def _write(
         first_time=_iso(built.first_ts),
         last_time=_iso(built.last_ts),
         contracts={symbols[i]: c for i, c in built.contracts.items()},
-        roll_dates=[RollInfo(session=r.session, from_contract=r.from_contract, to_contract=r.to_contract)
-                    for r in built.rolls],
+        roll_dates=[RollInfo(session=r.session, from_contract=r.from_contract, to_contract=r.to_contract) for r in built.rolls],
         dropped=built.dropped,
         arrays={name: ArraySpec(dtype=dtype, shape=shape) for name, (dtype, shape) in built.arrays.items()},
         alpha_version=alpha_core.__version__,
@@ -469,10 +477,18 @@ def load_sidecar(path: str | Path, expect_key: str | None = None) -> Sidecar:
                 data_bytes = os.fstat(fh.fileno()).st_size - fh.tell()
         except (OSError, ValueError) as exc:
             raise SidecarCorrupt(f"{path}: {name}.npy unreadable ({exc})") from exc
-        if spec is None or str(dtype) != spec.dtype or list(shape) != spec.shape or fortran or not shape \
-                or shape[0] != meta.rows:
+        if (
+            spec is None
+            or str(dtype) != spec.dtype
+            or list(shape) != spec.shape
+            or fortran
+            or not shape
+            or shape[0] != meta.rows
+        ):
             raise SidecarCorrupt(f"{path}: {name}.npy has {dtype}{list(shape)}, meta says {spec}")
         if data_bytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
-            raise SidecarCorrupt(f"{path}: {name}.npy holds {data_bytes} data bytes, {dtype}{list(shape)} needs "
-                                 f"{dtype.itemsize * int(np.prod(shape, dtype=np.int64))}")
+            raise SidecarCorrupt(
+                f"{path}: {name}.npy holds {data_bytes} data bytes, {dtype}{list(shape)} needs "
+                f"{dtype.itemsize * int(np.prod(shape, dtype=np.int64))}"
+            )
     return Sidecar(path, meta)

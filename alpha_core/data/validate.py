@@ -226,10 +226,14 @@ class RecordChecks:
         i = int(np.argmax(bad))
         length, rtype = int(header[i]) & 0xFF, int(header[i]) >> 8
         if length != self.length:
-            raise self.fail(i, f"length is {length} words ({4 * length} bytes), but metadata.schema {self.schema} "
-                               f"records are {self.length} words: the records are not {self.schema}")
-        raise self.fail(i, f"rtype is {rtype} ({_rtype_name(rtype)}), but metadata.schema {self.schema} records "
-                           f"have rtype {self.rtype}")
+            raise self.fail(
+                i,
+                f"length is {length} words ({4 * length} bytes), but metadata.schema {self.schema} "
+                f"records are {self.length} words: the records are not {self.schema}",
+            )
+        raise self.fail(
+            i, f"rtype is {rtype} ({_rtype_name(rtype)}), but metadata.schema {self.schema} records have rtype {self.rtype}"
+        )
 
     def _time(self, col: dict[str, np.ndarray], ts: np.ndarray, t_min: int, t_max: int) -> None:
         f = self.index_field
@@ -281,15 +285,20 @@ class RecordChecks:
                     k = int(pos[i])
                     lo = _date(int(self.id_lo[k]) + MAPPING_SLACK_DAYS)
                     hi = _date(int(self.id_hi[k]) - MAPPING_SLACK_DAYS)
-                    raise self.fail(i, f"instrument_id {int(iid[i])} ({self.id_raw[k]}) at {iso(int(ts[i]))} is "
-                                       f"outside its metadata.mappings dates [{lo}, {hi})")
+                    raise self.fail(
+                        i,
+                        f"instrument_id {int(iid[i])} ({self.id_raw[k]}) at {iso(int(ts[i]))} is "
+                        f"outside its metadata.mappings dates [{lo}, {hi})",
+                    )
         return pos
 
     def _prices(self, chunk: np.ndarray, col: dict[str, np.ndarray], pos: np.ndarray | None) -> None:
         checks = []  # (price field, where it must be real: a test of the flagged records, what it is)
         if self.levels:
-            checks += [(f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0,
-                        "at a level with size > 0") for side in ("bid", "ask")]
+            checks += [
+                (f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0, "at a level with size > 0")
+                for side in ("bid", "ask")
+            ]
         if self.trades:
             checks.append(("price", lambda idx: chunk["action"][idx] == b"T", "for a trade"))
         checks += [(f, None, "for a bar") for f in self.ohlc]
@@ -301,8 +310,11 @@ class RecordChecks:
         if first is not None:
             i, name, what = first
             value = int(col[name][i])
-            shown = "undefined (UNDEF_PRICE)" if value == UNDEF_PRICE else \
-                f"{_price(value)} ({'a zero price' if value == 0 else 'a negative price'})"
+            shown = (
+                "undefined (UNDEF_PRICE)"
+                if value == UNDEF_PRICE
+                else f"{_price(value)} ({'a zero price' if value == 0 else 'a negative price'})"
+            )
             raise self.fail(i, f"{name} is {shown} {what} of {self._raw(col, i)}")
         if len(self.ohlc) == 4:
             o, h, lo, c = (col[f] for f in ("open", "high", "low", "close"))
@@ -314,8 +326,9 @@ class RecordChecks:
                 bad = (v < lo) | (v > h)
                 if bad.any():
                     i = int(np.argmax(bad))
-                    raise self.fail(i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, "
-                                       f"high {_price(int(h[i]))}]")
+                    raise self.fail(
+                        i, f"{name} {_price(int(v[i]))} is outside [low {_price(int(lo[i]))}, high {_price(int(h[i]))}]"
+                    )
 
     def _product_prices(self, chunk: np.ndarray, col: dict[str, np.ndarray], pos: np.ndarray) -> None:
         """Outright prices inside their product's plausible range, the best bid and ask on its tick grid."""
@@ -323,8 +336,10 @@ class RecordChecks:
         first = None  # (record, field, what, off the grid)
         checks = []
         if self.levels:
-            checks += [(f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0, "at a level with "
-                        "size > 0", True) for side in ("bid", "ask")]
+            checks += [
+                (f"{side}_px_00", lambda idx, side=side: chunk[f"{side}_sz_00"][idx] > 0, "at a level with size > 0", True)
+                for side in ("bid", "ask")
+            ]
         if self.trades:
             checks.append(("price", lambda idx: chunk["action"][idx] == b"T", "for a trade", False))
         checks += [(f, None, "for a bar", False) for f in self.ohlc]
@@ -348,10 +363,16 @@ class RecordChecks:
         prod, value = self.id_product[k], int(col[name][i])
         lo_px, hi_px = prod.price_range
         if lo_px * PRICE_SCALE <= value <= hi_px * PRICE_SCALE:
-            raise self.fail(i, f"{name} is {_price(value)} {what} of {self.id_raw[k]}, not on the {prod.symbol} tick "
-                               f"grid ({prod.tick_size:g}): another product's prices, or other units?")
-        raise self.fail(i, f"{name} is {_price(value)} {what} of {self.id_raw[k]}, outside the plausible "
-                           f"{prod.symbol} range [{lo_px:g}, {hi_px:g}]: another product's prices, or other units?")
+            raise self.fail(
+                i,
+                f"{name} is {_price(value)} {what} of {self.id_raw[k]}, not on the {prod.symbol} tick "
+                f"grid ({prod.tick_size:g}): another product's prices, or other units?",
+            )
+        raise self.fail(
+            i,
+            f"{name} is {_price(value)} {what} of {self.id_raw[k]}, outside the plausible "
+            f"{prod.symbol} range [{lo_px:g}, {hi_px:g}]: another product's prices, or other units?",
+        )
 
     def _first_bad_price(self, px: np.ndarray, where, pos: np.ndarray | None) -> int | None:
         """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real.
@@ -405,14 +426,16 @@ def _rtype_name(rtype: int) -> str:
 
 # --- checks over a file set --------------------------------------------------------------------------------
 
+
 def check_metadata(info: DbnFile) -> None:
     """What the metadata says must hold together: a time range, and the dataset of every product it maps."""
     if info.end is not None and info.end <= info.start:
         raise DataError(info.path, f"metadata.end {iso(info.end)} is not after metadata.start {iso(info.start)}")
     for prod in known_products(info):
         if info.dataset != prod.dataset:
-            raise DataError(info.path, f"metadata.dataset is {info.dataset!r}, but {prod.symbol} data comes from "
-                                       f"{prod.dataset}")
+            raise DataError(
+                info.path, f"metadata.dataset is {info.dataset!r}, but {prod.symbol} data comes from {prod.dataset}"
+            )
 
 
 def known_products(info: DbnFile) -> list[Product]:
@@ -430,12 +453,16 @@ def check_products(directory: Path, files: list[DbnFile], symbol: Product | None
                 raise DataError(info.path, f"metadata maps no {symbol.symbol} contracts (products found: {found})")
             continue
         if not prods:
-            raise DataError(info.path, f"metadata maps no product alpha knows (symbols {list(info.symbols)}, "
-                                       f"known: {', '.join(PRODUCTS)})")
+            raise DataError(
+                info.path, f"metadata maps no product alpha knows (symbols {list(info.symbols)}, known: {', '.join(PRODUCTS)})"
+            )
         roots = {p.root for p in prods}
         if shared is not None and not shared & roots:
-            raise DataError(directory, f"files of different products: {files[0].name} maps "
-                                       f"{', '.join(sorted(shared))}, {info.name} maps {', '.join(sorted(roots))}")
+            raise DataError(
+                directory,
+                f"files of different products: {files[0].name} maps "
+                f"{', '.join(sorted(shared))}, {info.name} maps {', '.join(sorted(roots))}",
+            )
         shared = roots if shared is None else shared & roots
 
 
@@ -452,8 +479,9 @@ def check_duplicates(files: list[DbnFile]) -> None:
         for info in group:
             sha = file_sha256(info.path)
             if sha in seen:
-                raise DataError(info.path, f"same content (sha256 {sha[:16]}...) as {seen[sha].path}: "
-                                           "remove one of the two files")
+                raise DataError(
+                    info.path, f"same content (sha256 {sha[:16]}...) as {seen[sha].path}: remove one of the two files"
+                )
             seen[sha] = info
 
 
@@ -485,17 +513,23 @@ def check_strays(files: list[DbnFile]) -> None:
         if far:
             _, edge, gap, lo, hi = min(far, key=lambda x: (x[0], str(x[1].path)))
             side = "before" if edge is ordered[0] else "after"
-            raise DataError(edge.path, f"metadata range starts {iso(edge.start)}, {gap / NS_PER_DAY:,.0f} days {side} "
-                                       f"the folder's other {schema} files ({iso(lo)} .. {iso(hi)}): a file far "
-                                       "outside the folder's range (a sample, or another period?); move it out of "
-                                       "the folder")
+            raise DataError(
+                edge.path,
+                f"metadata range starts {iso(edge.start)}, {gap / NS_PER_DAY:,.0f} days {side} "
+                f"the folder's other {schema} files ({iso(lo)} .. {iso(hi)}): a file far "
+                "outside the folder's range (a sample, or another period?); move it out of "
+                "the folder",
+            )
         if len(group) >= 3:
             median = float(np.median(list(sizes.values())))
             for f in ordered:
                 if sizes[f.path] < TINY_SHARE * median:
-                    raise DataError(f.path, f"file is {sizes[f.path]:,} bytes, under {100 * TINY_SHARE:.0f}% of the "
-                                            f"median {schema} file here ({median:,.0f} bytes): a sample or a stray "
-                                            "file among full ones?; move it out of the folder")
+                    raise DataError(
+                        f.path,
+                        f"file is {sizes[f.path]:,} bytes, under {100 * TINY_SHARE:.0f}% of the "
+                        f"median {schema} file here ({median:,.0f} bytes): a sample or a stray "
+                        "file among full ones?; move it out of the folder",
+                    )
 
 
 def check_overlaps(files: list[DbnFile], ranges: dict[Path, RecordRange]) -> None:
@@ -508,8 +542,11 @@ def check_overlaps(files: list[DbnFile], ranges: dict[Path, RecordRange]) -> Non
         for a, b in zip(ordered, ordered[1:], strict=False):
             ra, rb = ranges[a.path], ranges[b.path]
             if rb.first_ts <= ra.last_ts:
-                raise DataError(b.path, f"records overlap {a.path} in time ({b.schema}): "
-                                        f"{iso(rb.first_ts)} .. {iso(min(ra.last_ts, rb.last_ts))} is in both files")
+                raise DataError(
+                    b.path,
+                    f"records overlap {a.path} in time ({b.schema}): "
+                    f"{iso(rb.first_ts)} .. {iso(min(ra.last_ts, rb.last_ts))} is in both files",
+                )
 
 
 def metadata_overlaps(files: list[DbnFile]) -> set[Path]:

@@ -75,8 +75,9 @@ from alpha_core.train.params import HyperoptRecord, load_params_file
 from alpha_core.train.perception import resolve_device
 
 
-def find_checkpoints(models_dir: Path, symbols: list[str] | None,
-                     gate: GateThresholds | None = None) -> tuple[list[Checkpoint], list[Excluded]]:
+def find_checkpoints(
+    models_dir: Path, symbols: list[str] | None, gate: GateThresholds | None = None
+) -> tuple[list[Checkpoint], list[Excluded]]:
     """The readable checkpoints under models_dir/<model>/<symbol>/fold-<k> that pass `gate`, and the others with
     the reason. Each is read from the attempt its fold folder shows now (a training that promotes another one
     meanwhile changes nothing this evaluation reads), and a row never mixes the folds of two CLI runs."""
@@ -86,13 +87,22 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
         if symbols and symbol not in symbols:
             continue
         if symbol not in PRODUCTS:
-            excluded.append(Excluded(model=model, symbol=symbol, fold=None, reason=(
-                f"{fold_dir.parent}: {symbol} is not a known symbol ({', '.join(PRODUCTS)})")))
+            excluded.append(
+                Excluded(
+                    model=model,
+                    symbol=symbol,
+                    fold=None,
+                    reason=(f"{fold_dir.parent}: {symbol} is not a known symbol ({', '.join(PRODUCTS)})"),
+                )
+            )
             continue
         suffix = fold_dir.name.split("-", 1)[1]
         if not suffix.isdigit():
-            excluded.append(Excluded(model=model, symbol=symbol, fold=None,
-                                     reason=f"{fold_dir}: not a checkpoint folder (expected fold-<k>)"))
+            excluded.append(
+                Excluded(
+                    model=model, symbol=symbol, fold=None, reason=f"{fold_dir}: not a checkpoint folder (expected fold-<k>)"
+                )
+            )
             continue
         fold = int(suffix)
         fold_dir = fold_dir.resolve()  # the attempt itself: read by its name from here on
@@ -115,8 +125,14 @@ def find_checkpoints(models_dir: Path, symbols: list[str] | None,
             try:
                 value, loss = gated_value(spec.trainer, summary)
             except (KeyError, TypeError, ValueError) as exc:
-                excluded.append(Excluded(model=model, symbol=symbol, fold=fold,
-                                         reason=f"unreadable: {summary_name} has no gated metric ({exc!r})"))
+                excluded.append(
+                    Excluded(
+                        model=model,
+                        symbol=symbol,
+                        fold=fold,
+                        reason=f"unreadable: {summary_name} has no gated metric ({exc!r})",
+                    )
+                )
                 continue
             result = check_gate(spec.trainer, value, gate, loss)
             if not result.passed:
@@ -148,9 +164,17 @@ def _one_run_per_row(found: list[Checkpoint], excluded: list[Excluded]) -> tuple
             if c.summary.get("unit") in (None, newest):
                 kept.append(c)
             else:
-                excluded.append(Excluded(model=c.model, symbol=c.symbol, fold=c.fold, reason=(
-                    f"from run {c.summary['unit']}, while the newest folds of this row are from run {newest}: a row "
-                    f"never mixes runs (train every fold again)")))
+                excluded.append(
+                    Excluded(
+                        model=c.model,
+                        symbol=c.symbol,
+                        fold=c.fold,
+                        reason=(
+                            f"from run {c.summary['unit']}, while the newest folds of this row are from run {newest}: a row "
+                            f"never mixes runs (train every fold again)"
+                        ),
+                    )
+                )
     return kept, excluded
 
 
@@ -218,8 +242,11 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
     if cfg.expected is not None:
         present = {(e.model, e.symbol, e.fold) for e in excluded} | {(c.model, c.symbol, c.fold) for c in checkpoints}
         for symbol in cfg.symbols or sorted({s for _, s, _ in present}):
-            excluded += [Excluded(model=m, symbol=symbol, fold=k, reason="never materialized")
-                         for m, k in cfg.expected if (m, symbol, k) not in present]
+            excluded += [
+                Excluded(model=m, symbol=symbol, fold=k, reason="never materialized")
+                for m, k in cfg.expected
+                if (m, symbol, k) not in present
+            ]
     symbols = {}
     for symbol, ckpts in sorted(by_symbol.items()):
         try:
@@ -231,13 +258,19 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
             raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
-        book_items = predecode(folder, predecoded / symbol, symbol, MBP10) if any(
-            c.trainer == "perception" for c in ckpts) else []
+        book_items = (
+            predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer == "perception" for c in ckpts) else []
+        )
         book = {i.sidecar.meta.source.name: i.sidecar for i in book_items}
         symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
-        created=dt.datetime.now(dt.UTC).isoformat(), models_dir=str(cfg.models_dir), horizon_index=cfg.horizon,
-        band=cfg.band, cost_ticks=cfg.cost_ticks, symbols=symbols, excluded=excluded,
+        created=dt.datetime.now(dt.UTC).isoformat(),
+        models_dir=str(cfg.models_dir),
+        horizon_index=cfg.horizon,
+        band=cfg.band,
+        cost_ticks=cfg.cost_ticks,
+        symbols=symbols,
+        excluded=excluded,
     )
     write_report(report, cfg.output)
     return report
@@ -257,8 +290,9 @@ class Scored:
     checkpoint: str | None = None  # the attempt folder its weights were read from
 
 
-def _predict_checked(model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig,
-                     entry: np.ndarray, scored: bool = True) -> Prediction:
+def _predict_checked(
+    model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig, entry: np.ndarray, scored: bool = True
+) -> Prediction:
     pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry)
     check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
     return pred
@@ -336,8 +370,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
             drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
             continue
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, labels, search=search,
-                                         checkpoint=str(ckpt.path)))
+        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path)))
         test_predictions[test_name][ckpt.model] = pred
         held[(test_name, ckpt.model)] = (ckpt, model, val_name)
 
@@ -382,8 +415,14 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                 decision = np.max([by_model[n].decision_ts for n in names], axis=0)
                 test = bars[test_file]
                 check_decision_clock(kind, test_file, np.asarray(test.ts), pos, decision, clock(test_file))
-                parts.append(Scored(len(parts), test_file, Prediction(pos, decision, None, None),
-                                    weights=dict(zip(names, weights.tolist(), strict=True))))
+                parts.append(
+                    Scored(
+                        len(parts),
+                        test_file,
+                        Prediction(pos, decision, None, None),
+                        weights=dict(zip(names, weights.tolist(), strict=True)),
+                    )
+                )
             ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs)
     return SymbolReport(models=models, ensembles=ensembles)
 
@@ -403,17 +442,28 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
     if dispersion is None:
         estimator = "null variance 1/(T-1): no hyperopt trials behind this row"
     else:
-        estimator = (f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
-                     f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
-                     f"(T_val = {min(sessions)}-{max(sessions)} sessions)")
+        estimator = (
+            f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
+            f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
+            f"(T_val = {min(sessions)}-{max(sessions)} sessions)"
+        )
     stats = dict(n_trials=n_trials * n_configs, trials_dispersion=dispersion)
     folds = []
     for part in sorted(parts, key=lambda p: p.fold):
         test = bars[part.test_file]
-        summary = metrics.summarize(np.asarray(test.ts), part.prediction.position, _next_move_ticks(test),
-                                    cfg.cost_ticks, **stats)
-        folds.append(FoldResult(fold=part.fold, test_file=part.test_file, checkpoint=part.checkpoint,
-                                metrics=Metrics(**summary), auc=_auc([part]), weights=part.weights))
+        summary = metrics.summarize(
+            np.asarray(test.ts), part.prediction.position, _next_move_ticks(test), cfg.cost_ticks, **stats
+        )
+        folds.append(
+            FoldResult(
+                fold=part.fold,
+                test_file=part.test_file,
+                checkpoint=part.checkpoint,
+                metrics=Metrics(**summary),
+                auc=_auc([part]),
+                weights=part.weights,
+            )
+        )
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
     ts = np.concatenate([np.asarray(bars[p.test_file].ts) for p in order])
     pos = np.concatenate([p.prediction.position for p in order])
@@ -421,10 +471,19 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
     oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)
-    return ModelResult(name=name, oos=Metrics(**oos), folds=folds, auc=_auc(order), n_trials=n_trials,
-                       n_configurations=n_configs, trials_dispersion=dispersion, dsr_estimator=estimator,
-                       hyperopt_results=[s.path for s in searches], equity_ts=ts[::step].tolist(),
-                       equity=np.cumsum(pnl)[::step].tolist())
+    return ModelResult(
+        name=name,
+        oos=Metrics(**oos),
+        folds=folds,
+        auc=_auc(order),
+        n_trials=n_trials,
+        n_configurations=n_configs,
+        trials_dispersion=dispersion,
+        dsr_estimator=estimator,
+        hyperopt_results=[s.path for s in searches],
+        equity_ts=ts[::step].tolist(),
+        equity=np.cumsum(pnl)[::step].tolist(),
+    )
 
 
 def auc_interval(probs: np.ndarray, labels: np.ndarray, z: float = 1.959964) -> tuple[list[float], list[float]]:
@@ -467,8 +526,15 @@ def _auc(parts: list[Scored]) -> AucComparison | None:
     oracle = oracle_auc(sidecars, masks, [p.prediction.rows for p in parts])
     meta = sidecars[0].meta
     return AucComparison(
-        scored_on="book" if meta.kind == BOOK else "bars", horizons=list(meta.horizons),
-        horizon_unit=HORIZON_UNIT[meta.kind], n_rows=np.concatenate(masks).sum(axis=0).astype(int).tolist(),
-        model=model, ci_low=low, ci_high=high, sample=AUC_SAMPLE if meta.kind == BOOK else None,
-        oracle=oracle, gap=None if oracle is None else [o - m for o, m in zip(oracle, model, strict=True)],
-        oracle_note=None if oracle is not None else "no generator oracle for these rows (real data)")
+        scored_on="book" if meta.kind == BOOK else "bars",
+        horizons=list(meta.horizons),
+        horizon_unit=HORIZON_UNIT[meta.kind],
+        n_rows=np.concatenate(masks).sum(axis=0).astype(int).tolist(),
+        model=model,
+        ci_low=low,
+        ci_high=high,
+        sample=AUC_SAMPLE if meta.kind == BOOK else None,
+        oracle=oracle,
+        gap=None if oracle is None else [o - m for o, m in zip(oracle, model, strict=True)],
+        oracle_note=None if oracle is not None else "no generator oracle for these rows (real data)",
+    )

@@ -174,8 +174,13 @@ def sharpe_standard_error(daily: Any, periods_per_year: float = 252) -> float:
     return float(math.sqrt(max(var, 0.0)) * math.sqrt(periods_per_year))
 
 
-def bootstrap_sharpe_interval(daily: Any, periods_per_year: float = 252, level: float = 0.95,
-                              n_resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def bootstrap_sharpe_interval(
+    daily: Any,
+    periods_per_year: float = 252,
+    level: float = 0.95,
+    n_resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
     """Percentile interval of the annualised `sharpe` over day-block bootstrap resamples.
 
     Each resample draws T whole sessions with replacement (a session's PnL keeps its intraday dependence);
@@ -456,8 +461,9 @@ def summarize(
     pnl = bar_pnl(pos, next_return, cost_per_unit)
     _, daily = daily_pnl(ts, pnl)
     ci_low, ci_high = bootstrap_sharpe_interval(daily, periods_per_year)
-    by_cost = {f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(pos, next_return, c))[1], periods_per_year)
-               for c in COST_SENSITIVITY_TICKS}
+    by_cost = {
+        f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(pos, next_return, c))[1], periods_per_year) for c in COST_SENSITIVITY_TICKS
+    }
     null = 1.0 / (len(daily) - 1) if len(daily) >= 2 else math.nan
     variance = null + (trials_dispersion or 0.0)
     return {

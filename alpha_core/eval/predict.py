@@ -191,8 +191,9 @@ def book_decision_times(read_rows: np.ndarray, book: Sidecar) -> np.ndarray:
     return out
 
 
-def check_decision_clock(model: str, file: str, bars_ts: np.ndarray, position: np.ndarray, decision_ts: np.ndarray,
-                         entry: np.ndarray) -> None:
+def check_decision_clock(
+    model: str, file: str, bars_ts: np.ndarray, position: np.ndarray, decision_ts: np.ndarray, entry: np.ndarray
+) -> None:
     """Raise `DecisionClockError` naming the model, file and first bar traded (a position held or changed) on a
     decision timestamped after its entry price."""
     position = np.asarray(position, dtype=np.float64)
@@ -206,7 +207,8 @@ def check_decision_clock(model: str, file: str, bars_ts: np.ndarray, position: n
 
         raise DecisionClockError(
             f"{model} on {file}: bar {i} ({iso(bars_ts[i])}) trades on data from {iso(decision_ts[i])}, after its entry "
-            f"price traded at {iso(entry[i])} ({len(late)} such bar(s))")
+            f"price traded at {iso(entry[i])} ({len(late)} such bar(s))"
+        )
 
 
 def cpu_workers() -> int:
@@ -238,8 +240,9 @@ def _batches(run: Callable[[int], torch.Tensor], starts: range, parallel: bool) 
         return list(pool.map(run, starts))
 
 
-def _padded(fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], index: torch.Tensor, size: int, parallel: bool,
-            pad: bool = True) -> tuple[torch.Tensor, ...]:
+def _padded(
+    fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], index: torch.Tensor, size: int, parallel: bool, pad: bool = True
+) -> tuple[torch.Tensor, ...]:
     """`fn` over `index` in chunks of `size`, each of its outputs concatenated (under inference mode). With `pad`
     the last chunk is filled up with its last index: matmul kernels can change with the batch size, and so could
     a result's last bits, so every result is computed in a chunk of the same size, whatever else is predicted
@@ -272,8 +275,15 @@ def _chunks(rows: np.ndarray, seq_len: int, batch: int):
         i = j
 
 
-def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: int, norm: NormStats,
-                  device: torch.device, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _window_probs(
+    model,
+    features: np.ndarray,
+    dt: np.ndarray | None,
+    seq_len: int,
+    norm: NormStats,
+    device: torch.device,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """`_probs_at` on whole arrays (or memory maps) of one file: the windows ending at `rows` (every full window
     when None)."""
     arrays = {"features": features, "dt": dt}
@@ -281,8 +291,15 @@ def _window_probs(model, features: np.ndarray, dt: np.ndarray | None, seq_len: i
     return _probs_at(model, lambda name, idx: np.asarray(arrays[name][idx]), dt is not None, seq_len, norm, device, rows)
 
 
-def _probs_at(model, fetch: Callable[[str, np.ndarray], np.ndarray], timed: bool, seq_len: int, norm: NormStats,
-              device: torch.device, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _probs_at(
+    model,
+    fetch: Callable[[str, np.ndarray], np.ndarray],
+    timed: bool,
+    seq_len: int,
+    norm: NormStats,
+    device: torch.device,
+    rows: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """(up-probability per horizon at the last position of the window ending at each of `rows` (sorted, each >=
     seq_len - 1): [len(rows), H]; the latest row each of those windows read: [len(rows)]).
 
@@ -314,8 +331,12 @@ def _probs_at(model, fetch: Callable[[str, np.ndarray], np.ndarray], timed: bool
             need = np.unique((ends[:, None] + lags).ravel())
         values = torch.from_numpy(fetch("features", need)).to(device).sub_(mean).div_(std)  # [len(need), F]
         if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
-            (values,) = _padded(lambda r, v=values: (model.position_wise(v[r][None])[0],),
-                                torch.arange(len(values), device=device), batch * seq_len, parallel)
+            (values,) = _padded(
+                lambda r, v=values: (model.position_wise(v[r][None])[0],),
+                torch.arange(len(values), device=device),
+                batch * seq_len,
+                parallel,
+            )
         times = torch.from_numpy(fetch("dt", need)).to(device) if timed else None
         where = torch.from_numpy(need).to(device)  # the file row of each fetched row
         steps = torch.arange(-seq_len + 1, 1, device=device)
@@ -374,8 +395,7 @@ def load(ckpt: Checkpoint, device: torch.device) -> Loaded:
     return Loaded(ckpt, device, norm, seq_len, net)
 
 
-def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the rows predicted: `rows` (every row when None) with a full window, sorted, each once; [n, H] the
     up-probabilities of the windows ending there; [n] the latest row each of those windows read), reading only
     those windows' rows of the file."""
@@ -383,8 +403,15 @@ def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None
     rows = np.arange(first, sc.rows) if rows is None else np.unique(rows[rows >= first])
     if len(rows) == 0:
         return rows, np.empty((0, len(sc.meta.horizons)), np.float32), np.empty(0, np.int64)
-    probs, read = _probs_at(model.net, lambda name, idx: take_rows(sc, name, idx), model.ckpt.trainer == "perception",
-                            model.window, model.norm, model.device, rows)
+    probs, read = _probs_at(
+        model.net,
+        lambda name, idx: take_rows(sc, name, idx),
+        model.ckpt.trainer == "perception",
+        model.window,
+        model.norm,
+        model.device,
+        rows,
+    )
     return rows, probs, read
 
 
@@ -430,8 +457,15 @@ def rl_positions(model: Loaded, bars: Sidecar) -> tuple[np.ndarray, np.ndarray]:
     return greedy_decisions(model.agent, [bars], env_cfg, model.norm)[0]
 
 
-def predict(model: Loaded, bars: Sidecar, book: Sidecar | None, horizon: int, band: float,
-            scored: bool = True, entry: np.ndarray | None = None) -> Prediction:
+def predict(
+    model: Loaded,
+    bars: Sidecar,
+    book: Sidecar | None,
+    horizon: int,
+    band: float,
+    scored: bool = True,
+    entry: np.ndarray | None = None,
+) -> Prediction:
     """The checkpoint's positions on one bar file, each with the time of the latest data it read (the book file
     is the same period's). `scored` False: positions only (no `probs`), so the book model predicts only the
     snapshots bars decide on; True adds its AUC sample (`auc_rows`). `entry`: `entry_ts(bars, book)`, when the
@@ -457,6 +491,7 @@ def predict(model: Loaded, bars: Sidecar, book: Sidecar | None, horizon: int, ba
     at = _index_of(got, rows)
     probs, read = at_rows(p, at, np.nan), at_rows(r, at, -1)
     pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
-    decision = decision_times(np.where(np.isfinite(probs[:, horizon]), read, -1),
-                              entry_ts(bars, book) if entry is None else entry)
+    decision = decision_times(
+        np.where(np.isfinite(probs[:, horizon]), read, -1), entry_ts(bars, book) if entry is None else entry
+    )
     return Prediction(pos, decision, probs, bars, rows)

@@ -144,8 +144,18 @@ def _fmt(value: float | int | None, none: str = "n/a") -> str:
 
 def _uncertainty(m: Metrics) -> list[str]:
     costs = " / ".join(_fmt(v) for v in m.sharpe_by_cost.values())
-    return [str(m.n_sessions), _fmt(m.sharpe), _fmt(m.sharpe_se), f"[{_fmt(m.sharpe_ci_low)}, {_fmt(m.sharpe_ci_high)}]",
-            costs, str(m.dsr_n_trials), _fmt(m.dsr_variance), _fmt(m.psr), _fmt(m.dsr), _fmt(m.dsr_null)]
+    return [
+        str(m.n_sessions),
+        _fmt(m.sharpe),
+        _fmt(m.sharpe_se),
+        f"[{_fmt(m.sharpe_ci_low)}, {_fmt(m.sharpe_ci_high)}]",
+        costs,
+        str(m.dsr_n_trials),
+        _fmt(m.dsr_variance),
+        _fmt(m.psr),
+        _fmt(m.dsr),
+        _fmt(m.dsr_null),
+    ]
 
 
 HEADLINE = ("model", "sessions", "Sharpe", "95% CI", "DSR", "max DD", "PnL")
@@ -164,14 +174,18 @@ def headline(sym: SymbolReport) -> str:
     lines = ["| " + " | ".join(HEADLINE) + " |", "|---|" + "---:|" * (len(HEADLINE) - 1)]
     for name, r in rows:
         m = r.oos
-        lines.append(f"| {name} | {m.n_sessions} | {num(m.sharpe, 2)} | [{num(m.sharpe_ci_low, 2)},"
-                     f"{num(m.sharpe_ci_high, 2)}] | {num(m.dsr, 2)} | {num(m.max_drawdown, 0)} | {num(m.total_pnl, 0)} |")
+        lines.append(
+            f"| {name} | {m.n_sessions} | {num(m.sharpe, 2)} | [{num(m.sharpe_ci_low, 2)},"
+            f"{num(m.sharpe_ci_high, 2)}] | {num(m.dsr, 2)} | {num(m.max_drawdown, 0)} | {num(m.total_pnl, 0)} |"
+        )
     return "\n".join(lines)
 
 
-READING = ("Sharpe: annualised, from each CME session's PnL net of cost. 95% CI: if it spans 0, the test sessions show "
-           "no edge. DSR: the chance the true Sharpe is above 0 once the search behind the row is counted; trust a "
-           "row at 0.95 or more. Excluded: checkpoints the report did not use, with the reason.")
+READING = (
+    "Sharpe: annualised, from each CME session's PnL net of cost. 95% CI: if it spans 0, the test sessions show "
+    "no edge. DSR: the chance the true Sharpe is above 0 once the search behind the row is counted; trust a "
+    "row at 0.95 or more. Excluded: checkpoints the report did not use, with the reason."
+)
 
 
 def summary(report: EnsembleReport, path: str | Path) -> str:
@@ -187,14 +201,18 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
         rows = [*sym.models.items(), *sym.ensembles.items()]
         sessions = max((r.oos.n_sessions for _, r in rows), default=0)
         folds = sorted({f.fold for _, r in rows for f in r.folds})
-        lines += [f"{symbol}: out of sample over {len(folds)} fold(s), {sessions} test sessions, "
-                  f"{report.cost_ticks:g} tick(s) of cost per unit traded",
-                  f"  {'model':<14} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}"]
+        lines += [
+            f"{symbol}: out of sample over {len(folds)} fold(s), {sessions} test sessions, "
+            f"{report.cost_ticks:g} tick(s) of cost per unit traded",
+            f"  {'model':<14} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}",
+        ]
         for name, r in rows:
             m = r.oos
             ci = f"[{num(m.sharpe_ci_low)}, {num(m.sharpe_ci_high)}]"
-            lines.append(f"  {name:<14} {num(m.sharpe):>7}  {ci:<17} {num(m.dsr):>5} {num(m.max_drawdown, 0):>8} "
-                         f"{num(m.total_pnl, 0):>9}")
+            lines.append(
+                f"  {name:<14} {num(m.sharpe):>7}  {ci:<17} {num(m.dsr):>5} {num(m.max_drawdown, 0):>8} "
+                f"{num(m.total_pnl, 0):>9}"
+            )
         if not rows:
             lines.append("  (no model could be evaluated)")
         by_model: dict[str, list[Excluded]] = {}
@@ -209,29 +227,53 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
 
 
 def markdown(report: EnsembleReport) -> str:
-    lines = [f"# Ensemble report ({report.created})", "",
-             f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
-             f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
-             f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
-             f"V: variance of N zero-skill daily Sharpe estimates, the null variance 1/(T-1) plus the dispersion of "
-             f"the trials' true Sharpe (net of their sampling noise); dsr@null: the DSR at the null variance.", ""]
+    lines = [
+        f"# Ensemble report ({report.created})",
+        "",
+        f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
+        f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
+        f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
+        f"V: variance of N zero-skill daily Sharpe estimates, the null variance 1/(T-1) plus the dispersion of "
+        f"the trials' true Sharpe (net of their sampling noise); dsr@null: the DSR at the null variance.",
+        "",
+    ]
     for symbol, sym in report.symbols.items():
         rows = [*sym.models.items(), *((f"**{k}**", v) for k, v in sym.ensembles.items())]
         costs = "Sharpe @ " + "/".join(next(iter(rows))[1].oos.sharpe_by_cost) + " ticks" if rows else "Sharpe @ cost"
         head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr", "dsr@null"]
-        lines += [f"## {symbol}", "", headline(sym), "", "### All metrics", "", "| " + " | ".join([*head, *COLUMNS]) + " |",
-                  "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS))]
+        lines += [
+            f"## {symbol}",
+            "",
+            headline(sym),
+            "",
+            "### All metrics",
+            "",
+            "| " + " | ".join([*head, *COLUMNS]) + " |",
+            "|---|" + "---:|" * (len(head) - 1 + len(COLUMNS)),
+        ]
         for name, result in rows:
-            lines.append(f"| {name} | " + " | ".join(_uncertainty(result.oos) + [
-                _fmt(getattr(result.oos, c), none="inf") for c in COLUMNS]) + " |")
-        lines += ["", "### Per fold", "", "| model | fold | test file | " + " | ".join(head[1:]) + " |",
-                  "|---|---:|---|" + "---:|" * (len(head) - 1)]
+            lines.append(
+                f"| {name} | "
+                + " | ".join(_uncertainty(result.oos) + [_fmt(getattr(result.oos, c), none="inf") for c in COLUMNS])
+                + " |"
+            )
+        lines += [
+            "",
+            "### Per fold",
+            "",
+            "| model | fold | test file | " + " | ".join(head[1:]) + " |",
+            "|---|---:|---|" + "---:|" * (len(head) - 1),
+        ]
         for name, result in rows:
             for f in result.folds:
                 lines.append(f"| {name} | {f.fold} | {f.test_file} | " + " | ".join(_uncertainty(f.metrics)) + " |")
-        lines += ["", "### AUC against the oracle (same rows, same horizons)", "",
-                  "| model | scored on | horizon | rows | model AUC | 95% CI | oracle AUC | gap |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "### AUC against the oracle (same rows, same horizons)",
+            "",
+            "| model | scored on | horizon | rows | model AUC | 95% CI | oracle AUC | gap |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for name, result in sym.models.items():
             a = result.auc
             if a is None:
@@ -241,8 +283,10 @@ def markdown(report: EnsembleReport) -> str:
                 oracle = _fmt(a.oracle[j]) if a.oracle else f"n/a ({a.oracle_note})"
                 gap = _fmt(a.gap[j]) if a.gap else "n/a"
                 ci = f"[{_fmt(a.ci_low[j])}, {_fmt(a.ci_high[j])}]" if a.ci_low else "n/a"
-                lines.append(f"| {name} | {a.scored_on} | {h} {a.horizon_unit} | {a.n_rows[j]:,} | {_fmt(a.model[j])} | "
-                             f"{ci} | {oracle} | {gap} |")
+                lines.append(
+                    f"| {name} | {a.scored_on} | {h} {a.horizon_unit} | {a.n_rows[j]:,} | {_fmt(a.model[j])} | "
+                    f"{ci} | {oracle} | {gap} |"
+                )
         lines.append("")
     if report.excluded:
         lines += ["## Excluded", "", "| model | symbol | fold | reason |", "|---|---|---:|---|"]
@@ -301,8 +345,15 @@ def _fold_marks(ax, starts: list[tuple[int, int]], labels: bool = True) -> None:
     for at, fold in starts:
         ax.axvline(at - 0.5, color="grey", linestyle=":", linewidth=0.8)
         if labels:
-            ax.annotate(f"fold {fold}", (at - 0.5, 0.0), xycoords=("data", "axes fraction"), fontsize=7,
-                        color="grey", xytext=(3, 3), textcoords="offset points")
+            ax.annotate(
+                f"fold {fold}",
+                (at - 0.5, 0.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                color="grey",
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
 
 
 def plot(report: EnsembleReport) -> dict[str, bytes]:
@@ -333,12 +384,26 @@ def plot(report: EnsembleReport) -> dict[str, bytes]:
         for i, name in enumerate(names):
             folds = curves[name].folds
             sharpes = np.array([f.metrics.sharpe for f in folds])
-            low = np.array([f.metrics.sharpe_ci_low if f.metrics.sharpe_ci_low is not None else s
-                            for f, s in zip(folds, sharpes, strict=True)])
-            high = np.array([f.metrics.sharpe_ci_high if f.metrics.sharpe_ci_high is not None else s
-                             for f, s in zip(folds, sharpes, strict=True)])
-            ax.bar(np.arange(len(sharpes)) + i / (len(names) + 1), sharpes, width=1 / (len(names) + 1), label=name,
-                   yerr=np.clip(np.vstack([sharpes - low, high - sharpes]), 0, None), capsize=2)
+            low = np.array(
+                [
+                    f.metrics.sharpe_ci_low if f.metrics.sharpe_ci_low is not None else s
+                    for f, s in zip(folds, sharpes, strict=True)
+                ]
+            )
+            high = np.array(
+                [
+                    f.metrics.sharpe_ci_high if f.metrics.sharpe_ci_high is not None else s
+                    for f, s in zip(folds, sharpes, strict=True)
+                ]
+            )
+            ax.bar(
+                np.arange(len(sharpes)) + i / (len(names) + 1),
+                sharpes,
+                width=1 / (len(names) + 1),
+                label=name,
+                yerr=np.clip(np.vstack([sharpes - low, high - sharpes]), 0, None),
+                capsize=2,
+            )
         ax.set(title=f"{symbol}: Sharpe per fold (bootstrap 95% interval)", xlabel="fold")
         ax.legend(fontsize=7)
         written[f"{symbol}_fold_sharpe.png"] = _png(fig)
@@ -361,12 +426,10 @@ def epoch_curves(epoch_metrics: list[dict], title: str) -> bytes | None:
     keys = [k for k in epoch_metrics[0] if k != "epoch"]
 
     def column(key: str) -> np.ndarray:
-        return np.array([row.get(key, np.nan) if row.get(key) is not None else np.nan for row in epoch_metrics],
-                        dtype=float)
+        return np.array([row.get(key, np.nan) if row.get(key) is not None else np.nan for row in epoch_metrics], dtype=float)
 
     losses = [k for k in keys if k.endswith("loss")]
-    scores = ([k for k in keys if k.startswith("val_auc")] or
-              [k for k in keys if k in ("val_sharpe", "val_mean_reward")])
+    scores = [k for k in keys if k.startswith("val_auc")] or [k for k in keys if k in ("val_sharpe", "val_mean_reward")]
     panels = [(losses, "loss"), (scores, "AUC" if any(k.startswith("val_auc") for k in scores) else "validation")]
     panels = [(ks, label) for ks, label in panels if ks]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.0), squeeze=False)

@@ -60,9 +60,14 @@ def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
     return out
 
 
-def pso_minimize(objective: Callable[[dict], float | tuple[float, dict]], space: dict[str, SearchParam], trials: int,
-                 workers: int = 1, seed: int = 0,
-                 on_trial: Callable[[dict], None] | None = None) -> tuple[dict, list[dict]]:
+def pso_minimize(
+    objective: Callable[[dict], float | tuple[float, dict]],
+    space: dict[str, SearchParam],
+    trials: int,
+    workers: int = 1,
+    seed: int = 0,
+    on_trial: Callable[[dict], None] | None = None,
+) -> tuple[dict, list[dict]]:
     """Minimise `objective(params)` with PSO in generations of `workers` concurrent evaluations.
 
     The objective returns the loss, or (loss, extra): extra's keys are recorded with the trial. `on_trial` gets
@@ -73,12 +78,20 @@ def pso_minimize(objective: Callable[[dict], float | tuple[float, dict]], space:
         while len(history) < trials:
             asked = [optimizer.ask() for _ in range(min(workers, trials - len(history)))]
             started = time.perf_counter()
-            outcomes = [out if isinstance(out, tuple) else (out, {})
-                        for out in pool.map(lambda c: objective(dict(c.value)), asked)]
+            outcomes = [
+                out if isinstance(out, tuple) else (out, {}) for out in pool.map(lambda c: objective(dict(c.value)), asked)
+            ]
             for candidate, (loss, extra) in zip(asked, outcomes, strict=True):
                 optimizer.tell(candidate, float(loss))
-                history.append({"trial": len(history), "params": _plain(candidate.value), "loss": float(loss),
-                                **extra, "wall_s": time.perf_counter() - started})
+                history.append(
+                    {
+                        "trial": len(history),
+                        "params": _plain(candidate.value),
+                        "loss": float(loss),
+                        **extra,
+                        "wall_s": time.perf_counter() - started,
+                    }
+                )
                 if on_trial is not None:
                     on_trial(history[-1])
     best = min(history, key=lambda h: h["loss"])
@@ -93,8 +106,10 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
     if spec.search_space is None:
-        raise PlanError(f"model {cfg.model!r} has no hyperopt search space (models with one: "
-                        f"{', '.join(n for n, s in registry.REGISTRY.items() if s.search_space)})")
+        raise PlanError(
+            f"model {cfg.model!r} has no hyperopt search space (models with one: "
+            f"{', '.join(n for n, s in registry.REGISTRY.items() if s.search_space)})"
+        )
     if spec.trainer == "perception":
         raise PlanError("the perception model is tuned through `alpha train` flags, not `alpha hyperopt`")
     split, plan = search_split(cfg, spec.input)
@@ -123,9 +138,11 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         score = -trial["loss"]
         if score > leader["score"]:
             leader.update(score=score, trial=trial["trial"])
-        progress.say(f"hyperopt {cfg.model} trial {trial['trial']} [{trial['trial'] + 1}/{cfg.trials}]: "
-                     f"{progress.params_text(trial['params'])} -> {score_name} {score:.4f} "
-                     f"(best {leader['score']:.4f}, trial {leader['trial']})")
+        progress.say(
+            f"hyperopt {cfg.model} trial {trial['trial']} [{trial['trial'] + 1}/{cfg.trials}]: "
+            f"{progress.params_text(trial['params'])} -> {score_name} {score:.4f} "
+            f"(best {leader['score']:.4f}, trial {leader['trial']})"
+        )
 
     with trials_bar:
         best, history = pso_minimize(counted, spec.search_space, cfg.trials, cfg.workers, cfg.seed, say_trial)
@@ -134,10 +151,19 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         "metric": ("validation Sharpe" if spec.trainer == "rl" else "validation mean AUC") + " (higher is better)",
         "best_params": best,
         "best_score": -min(h["loss"] for h in history),
-        "trials": [{"trial": h["trial"], "params": h["params"], "score": -h["loss"], "val_sharpe": h["val_sharpe"],
-                    "val_sessions": h["val_sessions"], "wall_s": h["wall_s"]} for h in history],
+        "trials": [
+            {
+                "trial": h["trial"],
+                "params": h["params"],
+                "score": -h["loss"],
+                "val_sharpe": h["val_sharpe"],
+                "val_sessions": h["val_sessions"],
+                "wall_s": h["wall_s"],
+            }
+            for h in history
+        ],
         "val_sharpe": "daily-session Sharpe of each trial's validation positions, annualised, "
-                      f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's), over val_sessions sessions",
+        f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's), over val_sessions sessions",
         "train_files": [sc.meta.source.name for sc in split.train],
         "val_files": [sc.meta.source.name for sc in split.val],
         "cv_fold": cfg.cv_fold,
@@ -176,10 +202,20 @@ def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tup
 
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
         train_cfg = SupervisedTrainConfig(
-            model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
-            symbol=cfg.symbol, epochs=cfg.epochs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-            n_train_seqs=cfg.n_train_seqs, n_val_seqs=cfg.n_val_seqs, seed=cfg.seed, device=cfg.device,
-            early_stop_metric="mean_auc")
+            model=cfg.model,
+            data_dir=cfg.data_dir,
+            output_dir=Path(tmp),
+            predecoded_dir=cfg.predecoded_dir,
+            symbol=cfg.symbol,
+            epochs=cfg.epochs,
+            seq_len=cfg.seq_len,
+            batch_size=cfg.batch_size,
+            n_train_seqs=cfg.n_train_seqs,
+            n_val_seqs=cfg.n_val_seqs,
+            seed=cfg.seed,
+            device=cfg.device,
+            early_stop_metric="mean_auc",
+        )
         (summary,) = train_supervised(train_cfg, explicit_params=params, folds=[split])
         ckpt = Checkpoint(cfg.model, cfg.symbol or "", 0, Path(tmp) / "fold-0", "supervised", summary.model_dump())
         val = split.val[-1]
@@ -193,8 +229,15 @@ def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float
 
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
         train_cfg = RLTrainConfig(
-            model=cfg.model, data_dir=cfg.data_dir, output_dir=Path(tmp), predecoded_dir=cfg.predecoded_dir,
-            symbol=cfg.symbol, epochs=cfg.epochs, timesteps_per_epoch=cfg.timesteps_per_epoch, seed=cfg.seed,
-            device=cfg.device)
+            model=cfg.model,
+            data_dir=cfg.data_dir,
+            output_dir=Path(tmp),
+            predecoded_dir=cfg.predecoded_dir,
+            symbol=cfg.symbol,
+            epochs=cfg.epochs,
+            timesteps_per_epoch=cfg.timesteps_per_epoch,
+            seed=cfg.seed,
+            device=cfg.device,
+        )
         (summary,) = train_rl(train_cfg, explicit_params=params, folds=[split])
         return float(summary.val_sharpe), summary.val_sessions

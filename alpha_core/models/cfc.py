@@ -165,8 +165,7 @@ class CfC(nn.Module):
         return torch.stack(outputs, dim=1), h
 
 
-def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequence[Tensor],
-                 fused: bool = False) -> list[Tensor]:
+def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequence[Tensor], fused: bool = False) -> list[Tensor]:
     """Run independent single-backbone-layer CfCs over sequences of one length in ONE loop.
 
     Their weights are assembled block-diagonally, so each step is one recurrent GEMM, one head GEMM and one
@@ -187,8 +186,13 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
         from alpha_core.models.cfc_triton import fused_cfc_scans
 
         heads = [c._head_params() for c in cells]
-        return fused_cfc_scans([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], ts,
-                               [c._recurrent_weight() for c in cells], [w for w, _ in heads], [b for _, b in heads])
+        return fused_cfc_scans(
+            [c.input_projection(x) for c, x in zip(cells, xs, strict=True)],
+            ts,
+            [c._recurrent_weight() for c in cells],
+            [w for w, _ in heads],
+            [b for _, b in heads],
+        )
     sizes = [c.hidden_size for c in cells]
     xproj = torch.cat([c.input_projection(x) for c, x in zip(cells, xs, strict=True)], dim=-1)
     ts = torch.cat([t.to(xproj.dtype) for t in ts], dim=-1)
@@ -226,8 +230,7 @@ class CfCScan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor,
-                keep: bool = True) -> Tensor:
+    def forward(ctx, xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, keep: bool = True) -> Tensor:
         dtype = xproj.dtype
         with torch.autocast(xproj.device.type, enabled=False):
             w_h_, w_heads_, b_heads_ = w_h.to(dtype), w_heads.to(dtype), b_heads.to(dtype)
@@ -262,8 +265,9 @@ class CfCScan(torch.autograd.Function):
                 gh = grad_out[:, t] + carry
                 d_g = gh * (f2[t] - f1[t])
                 d_pre = d_g * g[t] * (1.0 - g[t])
-                d_o_t = torch.cat([gh * (1.0 - g[t]) * (1.0 - f1[t] ** 2), gh * g[t] * (1.0 - f2[t] ** 2),
-                                   d_pre * ts[:, t], d_pre], dim=-1)
+                d_o_t = torch.cat(
+                    [gh * (1.0 - g[t]) * (1.0 - f1[t] ** 2), gh * g[t] * (1.0 - f2[t] ** 2), d_pre * ts[:, t], d_pre], dim=-1
+                )
                 d_a_t = (d_o_t @ w_heads) * (LECUN_A * LECUN_B) * (1.0 - u[t] ** 2)
                 carry = d_a_t @ w_h
                 d_o.append(d_o_t)

@@ -260,8 +260,11 @@ def backward_name(hidden: int, units: int, threads: int) -> str:
 
 def kernel_names(hidden: int, units: int, threads: int) -> tuple[str, str, str]:
     """Every kernel a layer of this size may launch, compiled together."""
-    return (forward_name(hidden, units, threads, True), forward_name(hidden, units, threads, False),
-            backward_name(hidden, units, threads))
+    return (
+        forward_name(hidden, units, threads, True),
+        forward_name(hidden, units, threads, False),
+        backward_name(hidden, units, threads),
+    )
 
 
 class RowScan:
@@ -280,10 +283,15 @@ class RowScan:
     def _launch(self, grid: tuple[int], args: tuple, meta: dict) -> None:
         hidden, units, threads = meta["H"], meta["U"], 32 * meta["num_warps"]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if (not RowScan.nvrtc_missing and tensors[0].is_cuda and supported(hidden, units, threads)
-                and all(t.dtype == torch.float32 for t in tensors)):
-            name = (backward_name(hidden, units, threads) if self.backward
-                    else forward_name(hidden, units, threads, meta["SAVE"]))
+        if (
+            not RowScan.nvrtc_missing
+            and tensors[0].is_cuda
+            and supported(hidden, units, threads)
+            and all(t.dtype == torch.float32 for t in tensors)
+        ):
+            name = (
+                backward_name(hidden, units, threads) if self.backward else forward_name(hidden, units, threads, meta["SAVE"])
+            )
             try:
                 kernel = nvrtc.load(SOURCE, kernel_names(hidden, units, threads), tensors[0].device)[name]
             except nvrtc.NvrtcUnavailable as exc:

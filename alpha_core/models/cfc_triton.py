@@ -53,8 +53,26 @@ def _tanh(x):
 
 
 @triton.jit
-def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
-                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr, SAVE: tl.constexpr):
+def _cfc_fwd_kernel(
+    xproj,
+    ts,
+    w_h,
+    w_heads,
+    b_heads,
+    out,
+    u_s,
+    f1_s,
+    f2_s,
+    g_s,
+    ta_s,
+    B,
+    L: tl.constexpr,
+    H: tl.constexpr,
+    U: tl.constexpr,
+    BB: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SAVE: tl.constexpr,
+):
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
     live = rows[:, None] < B
     hh = tl.arange(0, H)
@@ -96,8 +114,26 @@ def _cfc_fwd_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s,
 
 
 @triton.jit
-def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B, L: tl.constexpr,
-                    H: tl.constexpr, U: tl.constexpr, BB: tl.constexpr, PRECISION: tl.constexpr):
+def _cfc_bwd_kernel(
+    grad_out,
+    ts,
+    w_h,
+    w_heads,
+    u_s,
+    f1_s,
+    f2_s,
+    g_s,
+    ta_s,
+    d_xproj,
+    d_heads,
+    d_ts,
+    B,
+    L: tl.constexpr,
+    H: tl.constexpr,
+    U: tl.constexpr,
+    BB: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
     live = rows[:, None] < B
     hh = tl.arange(0, H)
@@ -141,8 +177,24 @@ def _cfc_bwd_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xp
 
 
 @triton.jit
-def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, g_s, ta_s, B, L: tl.constexpr,
-                        H: tl.constexpr, U: tl.constexpr, SAVE: tl.constexpr):
+def _cfc_fwd_row_kernel(
+    xproj,
+    ts,
+    w_h,
+    w_heads,
+    b_heads,
+    out,
+    u_s,
+    f1_s,
+    f2_s,
+    g_s,
+    ta_s,
+    B,
+    L: tl.constexpr,
+    H: tl.constexpr,
+    U: tl.constexpr,
+    SAVE: tl.constexpr,
+):
     """One row per program, weights in registers, and every tile [H, U]: the recurrent product reduces over
     axis 0 and the heads over axis 1, so each product's output is already laid out as the next one's input (no
     layout conversion through shared memory inside the loop)."""
@@ -184,8 +236,24 @@ def _cfc_fwd_row_kernel(xproj, ts, w_h, w_heads, b_heads, out, u_s, f1_s, f2_s, 
 
 
 @triton.jit
-def _cfc_bwd_row_kernel(grad_out, ts, w_h, w_heads, u_s, f1_s, f2_s, g_s, ta_s, d_xproj, d_heads, d_ts, B,
-                        L: tl.constexpr, H: tl.constexpr, U: tl.constexpr):
+def _cfc_bwd_row_kernel(
+    grad_out,
+    ts,
+    w_h,
+    w_heads,
+    u_s,
+    f1_s,
+    f2_s,
+    g_s,
+    ta_s,
+    d_xproj,
+    d_heads,
+    d_ts,
+    B,
+    L: tl.constexpr,
+    H: tl.constexpr,
+    U: tl.constexpr,
+):
     """The backward of `_cfc_fwd_row_kernel`, tiles [H, U]: the four head products are summed elementwise
     and reduced once."""
     row = tl.program_id(0).to(tl.int64)
@@ -241,8 +309,7 @@ KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns 
 # bench/bench_cfc_scan.py, forward + backward of both flagship trunks replayed from a CUDA graph: at batch 1,
 # cuda with 8 warps 0.224 ms (16 warps 0.261, Triton rows 0.451, 16-row tiles 0.50); at 64, 0.311 (rows 0.557);
 # at 4096, 32-row tiles 3.71 ms (16-row tiles 3.91).
-LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "cuda", 1, 8), (2048, "tiles", 16, 8),
-                                                        (None, "tiles", 32, 8)]
+LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "cuda", 1, 8), (2048, "tiles", 16, 8), (None, "tiles", 32, 8)]
 
 
 def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
@@ -303,15 +370,19 @@ N_OUT = 6  # tensors per layer out of the forward: the states, then what the bac
 
 
 @torch.library.custom_op("alpha::cfc_scans_fwd", mutates_args=())
-def cfc_scans_fwd(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
-                  b_heads: list[Tensor], save: bool) -> list[Tensor]:
+def cfc_scans_fwd(
+    xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor], b_heads: list[Tensor], save: bool
+) -> list[Tensor]:
     """Forward scans of independent layers, run concurrently: N_OUT tensors per layer (`_fwd_buffers`)."""
     outs, launches = [], []
     for x, t, wh, wk, bk in zip(xproj, ts, w_h, w_heads, b_heads, strict=True):
         bufs = _fwd_buffers(x, wh, save)
         kernel, grid, meta = _launch(x.shape[0], x.dtype, backward=False)
-        launches.append(partial(kernel[grid], x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1], H=wh.shape[1],
-                                U=x.shape[2], SAVE=save, **meta))
+        launches.append(
+            partial(
+                kernel[grid], x, t, wh, wk, bk, *bufs, x.shape[0], x.shape[1], H=wh.shape[1], U=x.shape[2], SAVE=save, **meta
+            )
+        )
         outs += bufs
     _concurrently(launches, xproj[0].device)
     return outs
@@ -323,8 +394,9 @@ def _(xproj, ts, w_h, w_heads, b_heads, save):
 
 
 @torch.library.custom_op("alpha::cfc_scans_bwd", mutates_args=())
-def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
-                  saved: list[Tensor]) -> list[Tensor]:
+def cfc_scans_bwd(
+    grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor], saved: list[Tensor]
+) -> list[Tensor]:
     """Backward scans, run concurrently; `saved` holds u, tanh ff1, tanh ff2, g, t_a per layer. Returns
     d_xproj, d_heads, d_ts per layer (`_bwd_buffers`)."""
     outs, launches = [], []
@@ -332,8 +404,26 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
         u, f1, f2, g, ta = (a.view(*go.shape[:2], -1) for a in saved[5 * i : 5 * i + 5])
         bufs = _bwd_buffers(u, wh.shape[1])
         kernel, grid, meta = _launch(u.shape[0], go.dtype, backward=True)
-        launches.append(partial(kernel[grid], go, t, wh, wk, u, f1, f2, g, ta, *bufs, u.shape[0], u.shape[1],
-                                H=wh.shape[1], U=u.shape[2], **meta))
+        launches.append(
+            partial(
+                kernel[grid],
+                go,
+                t,
+                wh,
+                wk,
+                u,
+                f1,
+                f2,
+                g,
+                ta,
+                *bufs,
+                u.shape[0],
+                u.shape[1],
+                H=wh.shape[1],
+                U=u.shape[2],
+                **meta,
+            )
+        )
         outs += bufs
     _concurrently(launches, grad_out[0].device)
     return outs
@@ -341,8 +431,11 @@ def cfc_scans_bwd(grad_out: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w
 
 @cfc_scans_bwd.register_fake
 def _(grad_out, ts, w_h, w_heads, saved):
-    return [b for i, (go, wh) in enumerate(zip(grad_out, w_h, strict=True))
-            for b in _bwd_buffers(saved[5 * i].view(*go.shape[:2], -1), wh.shape[1])]
+    return [
+        b
+        for i, (go, wh) in enumerate(zip(grad_out, w_h, strict=True))
+        for b in _bwd_buffers(saved[5 * i].view(*go.shape[:2], -1), wh.shape[1])
+    ]
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -357,8 +450,9 @@ def _backward(ctx, grads):
     saved = ctx.saved_tensors
     ts, w_h, w_heads, out = saved[:n], saved[n : 2 * n], saved[2 * n : 3 * n], saved[3 * n :]
     states = out[0::N_OUT]
-    grad_states = [torch.zeros_like(s) if grads[N_OUT * i] is None else grads[N_OUT * i].contiguous()
-                   for i, s in enumerate(states)]
+    grad_states = [
+        torch.zeros_like(s) if grads[N_OUT * i] is None else grads[N_OUT * i].contiguous() for i, s in enumerate(states)
+    ]
     rest = [t for i in range(n) for t in out[N_OUT * i + 1 : N_OUT * (i + 1)]]
     d = cfc_scans_bwd(grad_states, list(ts), list(w_h), list(w_heads), rest)
     result = [[], [], [], [], []]
@@ -378,8 +472,9 @@ def _backward(ctx, grads):
 cfc_scans_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def fused_cfc_scans(xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor],
-                    b_heads: list[Tensor]) -> list[Tensor]:
+def fused_cfc_scans(
+    xproj: list[Tensor], ts: list[Tensor], w_h: list[Tensor], w_heads: list[Tensor], b_heads: list[Tensor]
+) -> list[Tensor]:
     """`CfCScan.apply` for independent layers, each one kernel per direction, the layers concurrently.
     Per layer: xproj [B, L, U], ts [B, L, H] (may be a broadcast view), w_h [U, H], w_heads [4H, U], b_heads [4H]
     -> states [B, L, H]. Weights are used in fp32."""

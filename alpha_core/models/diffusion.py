@@ -76,8 +76,9 @@ class DiffusionConfig(BaseModel):
     eps_momentum: float = Field(0.05, gt=0, le=1)  # update weight of the running E[eps_theta^2] (analytic variance)
 
 
-def make_betas(n_steps: int, schedule: str, beta_start: float = 1e-4, beta_end: float = 0.02,
-               dtype: torch.dtype = torch.float64) -> Tensor:
+def make_betas(
+    n_steps: int, schedule: str, beta_start: float = 1e-4, beta_end: float = 0.02, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """Linear betas ``beta_start..beta_end`` scaled by 1000/T, or the cosine schedule ``abar(t) = cos^2(...)``."""
     if schedule == "linear":
         scale = 1000.0 / n_steps
@@ -145,8 +146,14 @@ class GaussianDiffusion(nn.Module):
         var = ratio.reshape(-1, *([1] * (eps_sq.dim() - 1))) * (1 - eps_sq)
         return var.clamp(0, max_var)
 
-    def sample(self, eps_fn: Callable[[Tensor, int], Tensor], y_init: Tensor, noise_fn: Callable[[], Tensor],
-               clip_x0: float | None = None, y0_var: Tensor | None = None) -> Tensor:
+    def sample(
+        self,
+        eps_fn: Callable[[Tensor, int], Tensor],
+        y_init: Tensor,
+        noise_fn: Callable[[], Tensor],
+        clip_x0: float | None = None,
+        y0_var: Tensor | None = None,
+    ) -> Tensor:
         """Ancestral sampling from y_{T-1} = y_init. ``eps_fn(y_t, t)`` predicts the noise, and ``noise_fn()``
         gives the fresh standard noise of one step. That noise broadcasts against y_t.
 
@@ -227,8 +234,7 @@ class DiffusionModel(nn.Module):
         """Causal context per position: x [B, K, F] -> [B, K, d_context]."""
         return self.encoder(x)[0]
 
-    def sample_moves(self, context: Tensor, n_samples: int | None = None,
-                     generator: torch.Generator | None = None) -> Tensor:
+    def sample_moves(self, context: Tensor, n_samples: int | None = None, generator: torch.Generator | None = None) -> Tensor:
         """Samples of the scaled moves [S, B, K, H] given a context [B, K, d_context]."""
         n = self.cfg.n_samples if n_samples is None else n_samples
         n_h = len(self.cfg.horizons)

@@ -37,8 +37,14 @@ class LiquidModel(nn.Module):
     def __init__(self, cfg: LiquidConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.ltc = LTC(cfg.n_features, cfg.units, return_sequences=True, batch_first=True,
-                       ode_unfolds=cfg.ode_unfolds, implicit_param_constraints=True)
+        self.ltc = LTC(
+            cfg.n_features,
+            cfg.units,
+            return_sequences=True,
+            batch_first=True,
+            ode_unfolds=cfg.ode_unfolds,
+            implicit_param_constraints=True,
+        )
         self.heads = nn.Linear(cfg.units, len(cfg.horizons))
 
     def forward(self, x: Tensor) -> Tensor:

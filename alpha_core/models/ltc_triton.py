@@ -31,8 +31,25 @@ NUM_WARPS = 2  # per program (one batch row); U = 32 is a [32, 32] tile: 16 elem
 
 
 @triton.jit
-def _ltc_fwd_kernel(ns, ds, w, sigma, mu, erev, cmt, gleak, glvl, out, vs, L: tl.constexpr, U: tl.constexpr,
-                    UP: tl.constexpr, UNF: tl.constexpr, EPS: tl.constexpr, SAVE: tl.constexpr):
+def _ltc_fwd_kernel(
+    ns,
+    ds,
+    w,
+    sigma,
+    mu,
+    erev,
+    cmt,
+    gleak,
+    glvl,
+    out,
+    vs,
+    L: tl.constexpr,
+    U: tl.constexpr,
+    UP: tl.constexpr,
+    UNF: tl.constexpr,
+    EPS: tl.constexpr,
+    SAVE: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, UP)
     j = tl.arange(0, UP)
@@ -62,8 +79,27 @@ def _ltc_fwd_kernel(ns, ds, w, sigma, mu, erev, cmt, gleak, glvl, out, vs, L: tl
 
 
 @triton.jit
-def _ltc_bwd_kernel(grad_out, out, vs, ds, w, sigma, mu, erev, cmt, gleak, d_ns, d_ds, part2, part1,
-                    L: tl.constexpr, U: tl.constexpr, UP: tl.constexpr, UNF: tl.constexpr, EPS: tl.constexpr):
+def _ltc_bwd_kernel(
+    grad_out,
+    out,
+    vs,
+    ds,
+    w,
+    sigma,
+    mu,
+    erev,
+    cmt,
+    gleak,
+    d_ns,
+    d_ds,
+    part2,
+    part1,
+    L: tl.constexpr,
+    U: tl.constexpr,
+    UP: tl.constexpr,
+    UNF: tl.constexpr,
+    EPS: tl.constexpr,
+):
     """Per row, bars and unfolds in reverse. part2 [rows, 4, U, U]: this row's sums of dL/dW, dL/derev, dz and
     dz v_i (z = sigma (v_i - mu)); part1 [rows, 3, U]: of dL/dcm_t, dL/d(gleak vleak) and dL/dgleak."""
     row = tl.program_id(0).to(tl.int64)
@@ -138,8 +174,26 @@ class LTCScan(torch.autograd.Function):
         out = torch.empty_like(ns)
         vs = ns.new_empty(batch, length, unfolds, units) if save else ns.new_empty(0)
         if batch:
-            _ltc_fwd_kernel[(batch,)](ns, ds, w, sigma, mu, erev, cmt, gleak, glvl, out, vs, length, units,
-                                      triton.next_power_of_2(units), unfolds, eps, save, num_warps=NUM_WARPS)
+            _ltc_fwd_kernel[(batch,)](
+                ns,
+                ds,
+                w,
+                sigma,
+                mu,
+                erev,
+                cmt,
+                gleak,
+                glvl,
+                out,
+                vs,
+                length,
+                units,
+                triton.next_power_of_2(units),
+                unfolds,
+                eps,
+                save,
+                num_warps=NUM_WARPS,
+            )
         if save:
             ctx.save_for_backward(out, vs, ds, w, sigma, mu, erev, cmt, gleak)
             ctx.unfolds, ctx.eps = unfolds, eps
@@ -153,9 +207,28 @@ class LTCScan(torch.autograd.Function):
         part2 = out.new_empty(batch, 4, units, units)
         part1 = out.new_empty(batch, 3, units)
         if batch:
-            _ltc_bwd_kernel[(batch,)](grad_out.float().contiguous(), out, vs, ds, w, sigma, mu, erev, cmt, gleak,
-                                      d_ns, d_ds, part2, part1, length, units, triton.next_power_of_2(units),
-                                      ctx.unfolds, ctx.eps, num_warps=NUM_WARPS)
+            _ltc_bwd_kernel[(batch,)](
+                grad_out.float().contiguous(),
+                out,
+                vs,
+                ds,
+                w,
+                sigma,
+                mu,
+                erev,
+                cmt,
+                gleak,
+                d_ns,
+                d_ds,
+                part2,
+                part1,
+                length,
+                units,
+                triton.next_power_of_2(units),
+                ctx.unfolds,
+                ctx.eps,
+                num_warps=NUM_WARPS,
+            )
         d_w, d_erev, dz, dzv = part2.sum(0).unbind(0)
         d_cmt, d_glvl, d_gleak = part1.sum(0).unbind(0)
         d_sigma = dzv - mu * dz  # sum of dz (v_i - mu_ij)

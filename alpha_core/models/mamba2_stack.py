@@ -30,8 +30,11 @@ class Mamba2StackModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.input_proj = nn.Linear(cfg.n_features, cfg.d_model)
-        self.backbone = Mamba2(Mamba2Config(d_model=cfg.d_model, d_state=cfg.d_state, d_head=cfg.d_head,
-                                            n_layers=cfg.n_layers, chunk_size=cfg.chunk_size))
+        self.backbone = Mamba2(
+            Mamba2Config(
+                d_model=cfg.d_model, d_state=cfg.d_state, d_head=cfg.d_head, n_layers=cfg.n_layers, chunk_size=cfg.chunk_size
+            )
+        )
         self.heads = nn.Linear(cfg.d_model, len(cfg.horizons))
 
     def forward(self, x: Tensor) -> Tensor:

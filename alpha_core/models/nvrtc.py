@@ -59,8 +59,13 @@ def _driver() -> ctypes.CDLL:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
         raise NvrtcUnavailable(f"no CUDA driver: {exc}") from exc
-    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    lib.cuLaunchKernel.argtypes = [
+        ctypes.c_void_p,
+        *[ctypes.c_uint] * 7,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_void_p,
+    ]
     lib.cuModuleLoadData.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
     lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
     return lib
@@ -143,8 +148,7 @@ class Kernel:
         params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         _make_current(self.context)
-        _check_driver(_driver().cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, 0, stream, params, None),
-                      "launch")
+        _check_driver(_driver().cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, 0, stream, params, None), "launch")
 
 
 _LOCK = threading.Lock()
@@ -166,8 +170,7 @@ def load(source: str, names: tuple[str, ...], device: torch.device) -> dict[str,
             kernels = {}
             for name in names:
                 function = ctypes.c_void_p()
-                _check_driver(_driver().cuModuleGetFunction(ctypes.byref(function), module, lowered[name].encode()),
-                              "function")
+                _check_driver(_driver().cuModuleGetFunction(ctypes.byref(function), module, lowered[name].encode()), "function")
                 kernels[name] = Kernel(function, torch.device("cuda", index))
             _LOADED[key] = kernels
         return _LOADED[key]

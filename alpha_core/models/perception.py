@@ -153,8 +153,9 @@ class PerceptionModel(nn.Module):
 
     # --- losses and controller updates -----------------------------------------------------------------
 
-    def loss(self, out: dict[str, Tensor], labels: Tensor, outcome_long: Tensor, outcome_short: Tensor,
-             tick_size: float | Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def loss(
+        self, out: dict[str, Tensor], labels: Tensor, outcome_long: Tensor, outcome_short: Tensor, tick_size: float | Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """Total loss and its detached parts per horizon (for the controllers, traces and validation)."""
         logits = out["logits"].float()
         mask = torch.isfinite(labels)
@@ -177,17 +178,18 @@ class PerceptionModel(nn.Module):
 
         total = (self.horizon_weights * bce_h).sum() + (self.smooth_lambda * smooth_h).sum()
         total = total + self.cfg.aux_weight * huber_h.mean()
-        parts = {"bce": bce_h.detach(), "smooth": smooth_h.detach(), "aux_huber": huber_h.detach(),
-                 "aux_acc": acc_h.detach()}
+        parts = {"bce": bce_h.detach(), "smooth": smooth_h.detach(), "aux_huber": huber_h.detach(), "aux_acc": acc_h.detach()}
         return total, parts
 
     @torch.no_grad()
     def update_controllers(self, parts: dict[str, Tensor]) -> None:
         """After each optimiser step: EMAs, lambdas, the aux lift, the bucket warm-up probe; then step += 1."""
         first = self.step == 0
-        for ema, value, decay in ((self.bce_ema, parts["bce"], BCE_EMA_DECAY),
-                                  (self.aux_huber_ema, parts["aux_huber"], AUX_EMA_DECAY),
-                                  (self.aux_acc_ema, parts["aux_acc"], AUX_EMA_DECAY)):
+        for ema, value, decay in (
+            (self.bce_ema, parts["bce"], BCE_EMA_DECAY),
+            (self.aux_huber_ema, parts["aux_huber"], AUX_EMA_DECAY),
+            (self.aux_acc_ema, parts["aux_acc"], AUX_EMA_DECAY),
+        ):
             ema.copy_(torch.where(first, value, decay * ema + (1 - decay) * value))
         lam = (self.bce_ema / self.bce_ema.mean().clamp_min(1e-8)).clamp(LAMBDA_MIN, LAMBDA_MAX)
         self.lambdas.copy_(lam / lam.mean())

@@ -166,8 +166,9 @@ class TransformerLayer(nn.Module):
             return t.view(*lead, n, h, w).transpose(-3, -2)
 
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), dropout_p=p,
-                                           is_causal=self.causal)
+        y = F.scaled_dot_product_attention(
+            heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), dropout_p=p, is_causal=self.causal
+        )
         return self.w0(y.transpose(-3, -2).reshape(*lead, n, h * w))
 
     def forward(self, x: Tensor) -> Tensor:

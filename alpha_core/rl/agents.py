@@ -88,8 +88,13 @@ class WindowEncoderExtractor(BaseFeaturesExtractor):
     `encoder` is a module (deep-copied per extractor, so DQN's online and target nets do not share it) or a
     zero-argument factory. Its output width is found by one dry forward pass."""
 
-    def __init__(self, observation_space: spaces.Box, window: int, n_features: int,
-                 encoder: torch.nn.Module | Callable[[], torch.nn.Module]) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Box,
+        window: int,
+        n_features: int,
+        encoder: torch.nn.Module | Callable[[], torch.nn.Module],
+    ) -> None:
         module = copy.deepcopy(encoder) if isinstance(encoder, torch.nn.Module) else encoder()
         if observation_space.shape != (window * n_features + 1,):
             raise ValueError(f"observation shape {observation_space.shape} != window*F+1 = {window * n_features + 1}")
@@ -115,9 +120,14 @@ class WindowEncoderExtractor(BaseFeaturesExtractor):
         return torch.cat([self._encode(self.encoder, x), observations[:, -1:]], dim=1)
 
 
-def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOConfig | None = None, seed: int = 0,
-                device: str | torch.device = "cpu",
-                encoder: torch.nn.Module | Callable[[], torch.nn.Module] | None = None) -> BaseAlgorithm:
+def build_agent(
+    name: Literal["dqn", "ppo"],
+    env: VecEnv,
+    cfg: DQNConfig | PPOConfig | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    encoder: torch.nn.Module | Callable[[], torch.nn.Module] | None = None,
+) -> BaseAlgorithm:
     """An SB3 DQN or PPO on `env` (a TradingVecEnv, possibly wrapped, e.g. in VecMonitor).
 
     The policy is an MLP (`cfg.net_arch`) over the flat observation, unless `encoder` is given (any module
@@ -136,18 +146,38 @@ def build_agent(name: Literal["dqn", "ppo"], env: VecEnv, cfg: DQNConfig | PPOCo
         window, n_features = env.get_attr("window")[0], env.get_attr("n_features")[0]
         policy_kwargs["features_extractor_class"] = WindowEncoderExtractor
         policy_kwargs["features_extractor_kwargs"] = {"window": window, "n_features": n_features, "encoder": encoder}
-    common = dict(learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed,
-                  device=device, verbose=0)
+    common = dict(
+        learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed, device=device, verbose=0
+    )
     if name == "dqn":
-        agent = DQN("MlpPolicy", env, buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts,
-                    batch_size=cfg.batch_size, train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps,
-                    target_update_interval=cfg.target_update_interval, exploration_fraction=cfg.exploration_fraction,
-                    exploration_initial_eps=cfg.exploration_initial_eps,
-                    exploration_final_eps=cfg.exploration_final_eps, **common)
+        agent = DQN(
+            "MlpPolicy",
+            env,
+            buffer_size=cfg.buffer_size,
+            learning_starts=cfg.learning_starts,
+            batch_size=cfg.batch_size,
+            train_freq=cfg.train_freq,
+            gradient_steps=cfg.gradient_steps,
+            target_update_interval=cfg.target_update_interval,
+            exploration_fraction=cfg.exploration_fraction,
+            exploration_initial_eps=cfg.exploration_initial_eps,
+            exploration_final_eps=cfg.exploration_final_eps,
+            **common,
+        )
     else:
-        agent = PPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
-                    gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef,
-                    max_grad_norm=cfg.max_grad_norm, **common)
+        agent = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=cfg.n_steps,
+            batch_size=cfg.batch_size,
+            n_epochs=cfg.n_epochs,
+            gae_lambda=cfg.gae_lambda,
+            clip_range=cfg.clip_range,
+            ent_coef=cfg.ent_coef,
+            vf_coef=cfg.vf_coef,
+            max_grad_norm=cfg.max_grad_norm,
+            **common,
+        )
     # SB3's default logger makes an empty /tmp/SB3-<time> folder per learn() call; ours reports progress itself
     agent.set_logger(Logger(folder=None, output_formats=[]))
     return agent
@@ -193,8 +223,9 @@ class EvalResult(BaseModel):
         return json.dumps(self.model_dump())
 
 
-def _market(data: TradingVecEnv | Sequence[Sidecar | MarketSeries], env_cfg: EnvConfig | None,
-            norm: NormStats | None) -> tuple[MarketData, EnvConfig]:
+def _market(
+    data: TradingVecEnv | Sequence[Sidecar | MarketSeries], env_cfg: EnvConfig | None, norm: NormStats | None
+) -> tuple[MarketData, EnvConfig]:
     base = getattr(data, "unwrapped", data)  # a VecMonitor-wrapped env counts too
     if isinstance(base, TradingVecEnv):
         return base.data, base.cfg
@@ -202,16 +233,24 @@ def _market(data: TradingVecEnv | Sequence[Sidecar | MarketSeries], env_cfg: Env
     return MarketData(data, cfg.window, norm, cfg.reward_unit), cfg
 
 
-def greedy_positions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
-                     env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
-                     segment_len: int | None = None) -> list[np.ndarray]:
+def greedy_positions(
+    agent: BaseAlgorithm,
+    data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+    env_cfg: EnvConfig | None = None,
+    norm: NormStats | None = None,
+    segment_len: int | None = None,
+) -> list[np.ndarray]:
     """The positions of `greedy_decisions`, one array per file."""
     return [positions for positions, _ in greedy_decisions(agent, data, env_cfg, norm, segment_len)]
 
 
-def greedy_decisions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
-                     env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
-                     segment_len: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+def greedy_decisions(
+    agent: BaseAlgorithm,
+    data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+    env_cfg: EnvConfig | None = None,
+    norm: NormStats | None = None,
+    segment_len: int | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per file: the greedy (deterministic) position of the policy at every bar, held over the next bar, and the
     latest row of the file that position depends on (-1 where it read nothing), for the evaluator's clock.
 
@@ -244,8 +283,10 @@ def greedy_decisions(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sideca
             action[bars[lo : lo + step]] = path
             read[bars[lo : lo + step]] = np.maximum.accumulate(read[bars[lo : lo + step]])
     held = ACTION_TO_POSITION[action]
-    return [(held[off : off + n], np.where(read[off : off + n] >= 0, read[off : off + n] - off, -1))
-            for off, n in zip(market.offsets, market.lengths, strict=True)]
+    return [
+        (held[off : off + n], np.where(read[off : off + n] >= 0, read[off : off + n] - off, -1))
+        for off, n in zip(market.offsets, market.lengths, strict=True)
+    ]
 
 
 def _greedy_actions(agent: BaseAlgorithm, market: MarketData, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,9 +306,13 @@ def _greedy_actions(agent: BaseAlgorithm, market: MarketData, rows: np.ndarray) 
     return out, read
 
 
-def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
-             env_cfg: EnvConfig | None = None, norm: NormStats | None = None,
-             segment_len: int | None = None) -> EvalResult:
+def evaluate(
+    agent: BaseAlgorithm,
+    data: TradingVecEnv | Sequence[Sidecar | MarketSeries],
+    env_cfg: EnvConfig | None = None,
+    norm: NormStats | None = None,
+    segment_len: int | None = None,
+) -> EvalResult:
     """Score the greedy policy on whole files with the evaluator's metric (see `EvalResult`).
 
     The files' bars, in time order, form one series (each file's last bar has no next move); every series
@@ -282,21 +327,35 @@ def evaluate(agent: BaseAlgorithm, data: TradingVecEnv | Sequence[Sidecar | Mark
     order = np.argsort([int(s.ts[0]) if len(s.ts) else 0 for s in market.series], kind="stable")
     ts = np.concatenate([np.asarray(market.series[i].ts, dtype=np.int64) for i in order])
     pos = np.concatenate([positions[i] for i in order])
-    moves = np.concatenate([np.append(np.diff(np.asarray(market.series[i].price, dtype=np.float64)), 0.0)
-                            / market.series[i].tick_size for i in order])
+    moves = np.concatenate(
+        [
+            np.append(np.diff(np.asarray(market.series[i].price, dtype=np.float64)), 0.0) / market.series[i].tick_size
+            for i in order
+        ]
+    )
     stats = summarize(ts, pos, moves, cfg.cost_per_turnover)
-    acting = np.concatenate([np.arange(off + cfg.window - 1, off + n - 1)
-                             for off, n in zip(market.offsets, market.lengths, strict=True)])
+    acting = np.concatenate(
+        [np.arange(off + cfg.window - 1, off + n - 1) for off, n in zip(market.offsets, market.lengths, strict=True)]
+    )
     if not len(acting):
         raise ValueError(f"no file is longer than window + 1 = {cfg.window + 1} bars")
     held = np.concatenate(positions)
     prev = np.concatenate([np.r_[0.0, p[:-1]] for p in positions])
     rewards = held[acting] * market.ret[acting] - cfg.cost_per_turnover * market.cost_scale[acting] * np.abs(
-        held[acting] - prev[acting])
-    return EvalResult(sharpe=stats["sharpe"], n_sessions=stats["n_sessions"], total_pnl=stats["total_pnl"],
-                      mean_reward=float(rewards.mean()), turnover=stats["turnover"],
-                      long_frac=float((held[acting] > 0).mean()), short_frac=float((held[acting] < 0).mean()),
-                      n_bars=len(acting), cost_ticks=cfg.cost_per_turnover, reward_unit=cfg.reward_unit)
+        held[acting] - prev[acting]
+    )
+    return EvalResult(
+        sharpe=stats["sharpe"],
+        n_sessions=stats["n_sessions"],
+        total_pnl=stats["total_pnl"],
+        mean_reward=float(rewards.mean()),
+        turnover=stats["turnover"],
+        long_frac=float((held[acting] > 0).mean()),
+        short_frac=float((held[acting] < 0).mean()),
+        n_bars=len(acting),
+        cost_ticks=cfg.cost_per_turnover,
+        reward_unit=cfg.reward_unit,
+    )
 
 
 Span = tuple[int, int, int]  # (file, first bar, end bar) of one session
@@ -321,8 +380,13 @@ def session_spans(data: Sequence[Sidecar | MarketSeries], n_sessions: int, seed:
     return [spans[i] for i in pick]
 
 
-def evaluate_sessions(agent: BaseAlgorithm, data: Sequence[Sidecar | MarketSeries], spans: Sequence[Span],
-                      env_cfg: EnvConfig | None = None, norm: NormStats | None = None) -> EvalResult:
+def evaluate_sessions(
+    agent: BaseAlgorithm,
+    data: Sequence[Sidecar | MarketSeries],
+    spans: Sequence[Span],
+    env_cfg: EnvConfig | None = None,
+    norm: NormStats | None = None,
+) -> EvalResult:
     """`evaluate` on some sessions only (`session_spans`): the evaluator's number on what it scores. Each session
     runs as the evaluator runs a file (from flat, its windows reading the bars before it; a bar after it gives its
     last bar the file's next move), and `sharpe` is `summarize`'s daily-session Sharpe over those sessions' bars.
@@ -335,8 +399,9 @@ def evaluate_sessions(agent: BaseAlgorithm, data: Sequence[Sidecar | MarketSerie
     for f, a, b in spans:
         s = series[f]
         lo, hi = max(0, a - cfg.window + 1), min(b + 1, len(s.price))
-        parts.append(MarketSeries(features=s.features[lo:hi], price=s.price[lo:hi], tick_size=s.tick_size,
-                                  name=s.name, ts=s.ts[lo:hi]))
+        parts.append(
+            MarketSeries(features=s.features[lo:hi], price=s.price[lo:hi], tick_size=s.tick_size, name=s.name, ts=s.ts[lo:hi])
+        )
         scored.append((a - lo, b - lo))
     market = MarketData(parts, cfg.window, norm, cfg.reward_unit)
     positions = greedy_positions(agent, parts, cfg, norm)
@@ -348,15 +413,24 @@ def evaluate_sessions(agent: BaseAlgorithm, data: Sequence[Sidecar | MarketSerie
         acting = np.arange(max(i, cfg.window - 1), min(j, len(p) - 1))  # acting bars with a next bar
         g = market.offsets[k] + acting
         prev = np.r_[0.0, p[:-1]]
-        rewards.append(p[acting] * market.ret[g]
-                       - cfg.cost_per_turnover * market.cost_scale[g] * np.abs(p[acting] - prev[acting]))
+        rewards.append(
+            p[acting] * market.ret[g] - cfg.cost_per_turnover * market.cost_scale[g] * np.abs(p[acting] - prev[acting])
+        )
         held.append(p[acting])
         acting_n += len(acting)
     if not acting_n:
         raise ValueError(f"no session is longer than window + 1 = {cfg.window + 1} bars")
     stats = summarize(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
     held_all = np.concatenate(held)
-    return EvalResult(sharpe=stats["sharpe"], n_sessions=stats["n_sessions"], total_pnl=stats["total_pnl"],
-                      mean_reward=float(np.concatenate(rewards).mean()), turnover=stats["turnover"],
-                      long_frac=float((held_all > 0).mean()), short_frac=float((held_all < 0).mean()),
-                      n_bars=acting_n, cost_ticks=cfg.cost_per_turnover, reward_unit=cfg.reward_unit)
+    return EvalResult(
+        sharpe=stats["sharpe"],
+        n_sessions=stats["n_sessions"],
+        total_pnl=stats["total_pnl"],
+        mean_reward=float(np.concatenate(rewards).mean()),
+        turnover=stats["turnover"],
+        long_frac=float((held_all > 0).mean()),
+        short_frac=float((held_all < 0).mean()),
+        n_bars=acting_n,
+        cost_ticks=cfg.cost_per_turnover,
+        reward_unit=cfg.reward_unit,
+    )

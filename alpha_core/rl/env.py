@@ -55,8 +55,9 @@ class EnvConfig(BaseModel):
 
     window: int = Field(32, ge=1, le=MAX_COUNT, description="bars of features in each observation")
     episode_len: int = Field(256, ge=1, le=MAX_COUNT, description="acting bars per episode")
-    cost_per_turnover: float = Field(DEFAULT_COST_TICKS, ge=0.0, le=MAX_FLOAT,
-                                     description="ticks charged per unit of |position change|")
+    cost_per_turnover: float = Field(
+        DEFAULT_COST_TICKS, ge=0.0, le=MAX_FLOAT, description="ticks charged per unit of |position change|"
+    )
     n_envs: int = Field(8, ge=1, le=MAX_COUNT, description="parallel episodes")
     reward_unit: Literal["ticks", "log"] = "ticks"
 
@@ -73,8 +74,7 @@ class MarketSeries:
 
     @classmethod
     def from_sidecar(cls, sc: Sidecar) -> MarketSeries:
-        return cls(features=sc.features, price=sc.price, tick_size=float(sc.meta.tick_size), name=sc.path.name,
-                   ts=sc.ts)
+        return cls(features=sc.features, price=sc.price, tick_size=float(sc.meta.tick_size), name=sc.path.name, ts=sc.ts)
 
 
 def as_series(data: Sequence[Sidecar | MarketSeries]) -> list[MarketSeries]:
@@ -84,8 +84,9 @@ def as_series(data: Sequence[Sidecar | MarketSeries]) -> list[MarketSeries]:
 class MarketData:
     """Every file's normalised features and next-bar returns, concatenated (file f owns rows offsets[f]..)."""
 
-    def __init__(self, data: Sequence[Sidecar | MarketSeries], window: int, norm: NormStats | None = None,
-                 reward_unit: str = "ticks") -> None:
+    def __init__(
+        self, data: Sequence[Sidecar | MarketSeries], window: int, norm: NormStats | None = None, reward_unit: str = "ticks"
+    ) -> None:
         series = as_series(data)
         if not series:
             raise DataError(None, "the trading environment needs at least one file")
@@ -137,8 +138,13 @@ def split_observation(obs, window: int, n_features: int):
 class TradingVecEnv(VecEnv):
     """`n_envs` independent trading episodes over bar sidecars, stepped together (see the module docstring)."""
 
-    def __init__(self, data: Sequence[Sidecar | MarketSeries], cfg: EnvConfig | None = None,
-                 norm: NormStats | None = None, seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        data: Sequence[Sidecar | MarketSeries],
+        cfg: EnvConfig | None = None,
+        norm: NormStats | None = None,
+        seed: int | None = 0,
+    ) -> None:
         """`norm`: statistics applied to the features (fit them on the training files with `fit_norm_stats`);
         None uses the features as they are."""
         self.cfg = cfg or EnvConfig()
@@ -251,8 +257,9 @@ class SingleTradingEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, data: Sequence[Sidecar | MarketSeries], cfg: EnvConfig | None = None,
-                 norm: NormStats | None = None) -> None:
+    def __init__(
+        self, data: Sequence[Sidecar | MarketSeries], cfg: EnvConfig | None = None, norm: NormStats | None = None
+    ) -> None:
         cfg = (cfg or EnvConfig()).model_copy(update={"n_envs": 1})
         self.vec = TradingVecEnv(data, cfg, norm, seed=None)
         self.observation_space = self.vec.observation_space

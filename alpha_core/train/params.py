@@ -68,8 +68,9 @@ def load_params_file(path: str | Path | None) -> ParamsFile:
         raise PlanError(f"{path}: not a JSON params file ({reason})") from exc
     if isinstance(data, dict) and "best_params" in data:  # a search's results (with its lineage), or params alone
         searched = any(key in data for key in ("trials", "train_files", "val_files", "model"))
-        return ParamsFile(_flat(data["best_params"], path, "best_params"), str(path),
-                          _hyperopt_record(data, path) if searched else None)
+        return ParamsFile(
+            _flat(data["best_params"], path, "best_params"), str(path), _hyperopt_record(data, path) if searched else None
+        )
     return ParamsFile(_flat(data, path, None), str(path))
 
 
@@ -94,20 +95,27 @@ def _hyperopt_record(results: dict, path: Path) -> HyperoptRecord:
         value = trial.get("val_sharpe") if isinstance(trial, dict) else None
         count = trial.get("val_sessions") if isinstance(trial, dict) else None
         if not isinstance(value, int | float) or isinstance(value, bool) or not isinstance(count, int) or count < 1:
-            raise PlanError(f"{path}: trials[{i}]: expected val_sharpe and val_sessions (results from an older alpha: "
-                            f"re-run hyperopt)")
+            raise PlanError(
+                f"{path}: trials[{i}]: expected val_sharpe and val_sessions (results from an older alpha: re-run hyperopt)"
+            )
         sharpes.append(float(value))
         sessions.append(count)
     try:
-        return HyperoptRecord(path=str(Path(path).resolve()), sha256=file_sha256(path), model=results.get("model"),
-                              cv_fold=results.get("cv_fold"), train_files=results.get("train_files"),
-                              val_files=results.get("val_files"), trial_sharpes=sharpes, trial_sessions=sessions)
+        return HyperoptRecord(
+            path=str(Path(path).resolve()),
+            sha256=file_sha256(path),
+            model=results.get("model"),
+            cv_fold=results.get("cv_fold"),
+            train_files=results.get("train_files"),
+            val_files=results.get("val_files"),
+            trial_sharpes=sharpes,
+            trial_sessions=sessions,
+        )
     except ValidationError as exc:
         raise PlanError(f"{path}: {describe_validation_error(exc)}") from exc
 
 
-def check_isolation(params: ParamsFile, model: str, fold: int, test_files: list[str],
-                    allow_leakage: bool = False) -> list[str]:
+def check_isolation(params: ParamsFile, model: str, fold: int, test_files: list[str], allow_leakage: bool = False) -> list[str]:
     """Refuse hyperopt params that must not train `model`'s fold `fold`; return the leaks `allow_leakage` let
     through (the summary records them). Plain params files carry no lineage and pass."""
     record = params.hyperopt
@@ -116,15 +124,23 @@ def check_isolation(params: ParamsFile, model: str, fold: int, test_files: list[
     if record.model != model:
         raise PlanError(f"{params.path}: hyperopt results of model {record.model!r} cannot train {model!r}")
     if record.cv_fold is not None and record.cv_fold != fold:
-        raise PlanError(f"{params.path}: a nested search tuned for fold {record.cv_fold} cannot train fold {fold} "
-                        f"(its files include earlier folds' test files; search each fold with --cv-fold, or once "
-                        f"per symbol without it)")
-    leaks = [f"fold {fold}: test file {name} was a hyperopt {split} file" for name in test_files
-             for split, names in (("training", record.train_files), ("validation", record.val_files)) if name in names]
+        raise PlanError(
+            f"{params.path}: a nested search tuned for fold {record.cv_fold} cannot train fold {fold} "
+            f"(its files include earlier folds' test files; search each fold with --cv-fold, or once "
+            f"per symbol without it)"
+        )
+    leaks = [
+        f"fold {fold}: test file {name} was a hyperopt {split} file"
+        for name in test_files
+        for split, names in (("training", record.train_files), ("validation", record.val_files))
+        if name in names
+    ]
     if leaks and not allow_leakage:
-        raise PlanError(f"{params.path}: {'; '.join(leaks)}: params searched on a test file would score it out of "
-                        f"sample (re-run hyperopt with the same fold plan, or pass --allow-hyperopt-leakage to train "
-                        f"anyway; the report then excludes the fold)")
+        raise PlanError(
+            f"{params.path}: {'; '.join(leaks)}: params searched on a test file would score it out of "
+            f"sample (re-run hyperopt with the same fold plan, or pass --allow-hyperopt-leakage to train "
+            f"anyway; the report then excludes the fold)"
+        )
     return leaks
 
 
@@ -143,8 +159,9 @@ def split_params(params: dict, model_config: type[BaseModel], source: str) -> tu
     return model, train
 
 
-def resolve(model_config: type[BaseModel], data_fields: dict, file_params: dict, explicit: dict,
-            params_source: str) -> tuple[BaseModel, dict, dict]:
+def resolve(
+    model_config: type[BaseModel], data_fields: dict, file_params: dict, explicit: dict, params_source: str
+) -> tuple[BaseModel, dict, dict]:
     """The model config (defaults < file < explicit), and the training values of the file and of the command
     line apart: each source is validated on its own, so a bad value in the file is an error even when the
     command line overrides it."""

@@ -56,8 +56,11 @@ SMALL_BATCH = 64  # up to this batch, compile without benchmarking elementwise k
 SUMMARY = "alpha_train_summary.json"
 STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "state.json"
 RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size")  # they change nothing trained
-CHECKPOINTS = {"val_loss": "model_best_val_loss.safetensors", "mean_auc": "model_best_mean_auc.safetensors",
-               "auc_h1000": "trunk_best_h1000.safetensors"}
+CHECKPOINTS = {
+    "val_loss": "model_best_val_loss.safetensors",
+    "mean_auc": "model_best_mean_auc.safetensors",
+    "auc_h1000": "trunk_best_h1000.safetensors",
+}
 
 
 class TrainSummary(BaseModel):
@@ -125,8 +128,7 @@ def validate(cfg: TrainConfig) -> None:
     """The original system's up-front checks, with its messages (the bounds of single values are the config's)."""
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(
-            "--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none "
-            f"(got `{cfg.early_stop_metric}`)"
+            f"--early-stop-metric must be one of: val_loss, mean_auc, auc_h1000, none (got `{cfg.early_stop_metric}`)"
         )
     if cfg.cv_n_folds < 1:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cfg.cv_n_folds})")
@@ -158,8 +160,7 @@ class PerceptionTrainer:
     """One attempt at training fold `cfg.cv_fold` (0 when unset; `train` runs every fold) into `cfg.out/fold-<k>`:
     a fresh one, the one `--resume` continues, or `attempt_id`'s."""
 
-    def __init__(self, cfg: TrainConfig, attempt_id: str | None = None, unit: str | None = None,
-                 retry: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, attempt_id: str | None = None, unit: str | None = None, retry: bool = False) -> None:
         validate(cfg)
         self.unit, self.retry = unit, retry
         self.cfg = cfg = cfg.model_copy(update={"cv_fold": cfg.cv_fold or 0})
@@ -186,8 +187,11 @@ class PerceptionTrainer:
         self.model.fused_scan = cfg.fused_scan
         groups = self.model.param_groups()
         self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
-        steps_per_epoch = (self.train_loader.n_windows // cfg.batch_size if cfg.cuda_graph
-                           else math.ceil(self.train_loader.n_windows / cfg.batch_size))
+        steps_per_epoch = (
+            self.train_loader.n_windows // cfg.batch_size
+            if cfg.cuda_graph
+            else math.ceil(self.train_loader.n_windows / cfg.batch_size)
+        )
         self.total_steps = cfg.epochs * steps_per_epoch
         self.optimizer = torch.optim.AdamW(
             [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
@@ -199,8 +203,9 @@ class PerceptionTrainer:
         # candidates for each elementwise kernel (a cold compile's share of a B=1 fold, bench/README.md)
         options = {"triton.autotune_pointwise": False} if cfg.batch_size <= SMALL_BATCH else None
         self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
-        self.update_controllers = (torch.compile(self.model.update_controllers, options=options) if cfg.compile
-                                   else self.model.update_controllers)
+        self.update_controllers = (
+            torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
+        )
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         self.trackers = Trackers()
         self.trace = StepTrace(self._inside_attempt(cfg.kernel_step_trace)) if cfg.kernel_step_trace else None
@@ -229,12 +234,9 @@ class PerceptionTrainer:
         labels = LabelConfig(outcome_label_cost=cfg.outcome_label_cost)
         sidecars = [p.sidecar for p in predecode(cfg.mbp10_data_dir, cfg.predecoded_dir, None, MBP10, labels)]
         if cfg.cv_n_folds == 1 and len(sidecars) < 2:
-            raise PlanError(
-                f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}"
-            )
+            raise PlanError(f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}")
         try:
-            plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window,
-                              cfg.allow_untested_folds)
+            plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds)
         except PlanError as exc:
             raise PlanError(f"{cfg.mbp10_data_dir}: {exc}") from exc
         fold = plan.fold(cfg.cv_fold)
@@ -247,17 +249,18 @@ class PerceptionTrainer:
         self.tick_size = torch.tensor(self.train_files[0].meta.tick_size, device=self.device)
         self.norm = fit_norm_stats(self.train_files)
         self.time_scale = median_spacing(self.train_files)
-        self.train_loader = WindowLoader(self.train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, self.norm,
-                                         device=self.device)
-        self.val_loader = WindowLoader(self.val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + VAL_SEED_OFFSET,
-                                       self.norm, device=self.device)
+        self.train_loader = WindowLoader(
+            self.train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, self.norm, device=self.device
+        )
+        self.val_loader = WindowLoader(
+            self.val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + VAL_SEED_OFFSET, self.norm, device=self.device
+        )
 
     # --- one epoch -------------------------------------------------------------------------------------
 
     def _autocast(self):
         enabled = self.cfg.precision == "bf16"
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled,
-                              cache_enabled=not self.cfg.cuda_graph)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.cfg.cuda_graph)
 
     def _lr_value(self, lr: float) -> float | torch.Tensor:
         """A captured step reads its LR from a device tensor (a Python float would be baked into the graph)."""
@@ -265,8 +268,10 @@ class PerceptionTrainer:
 
     def lrs_at(self, step: int) -> dict[str, float]:
         cfg = self.cfg
-        return {name: lr_at(lr, lr * cfg.lr_min_factor, step, cfg.lr_warmup_steps, self.total_steps)
-                for name, lr in self.lr_max.items()}
+        return {
+            name: lr_at(lr, lr * cfg.lr_min_factor, step, cfg.lr_warmup_steps, self.total_steps)
+            for name, lr in self.lr_max.items()
+        }
 
     def _forward_loss(self, x, dt, labels, outcome_long, outcome_short) -> tuple[torch.Tensor, dict]:
         with self._autocast():
@@ -308,8 +313,7 @@ class PerceptionTrainer:
             else:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lrs[group["name"]]
-                loss, parts, grad_norm = self.step(batch.x, batch.dt, batch.labels, batch.outcome_long,
-                                                   batch.outcome_short)
+                loss, parts, grad_norm = self.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
             loss_sum += loss
             if self.trace is not None:
                 self.trace.record(epoch, t.global_step, lrs, loss, parts, grad_norm, model)
@@ -372,18 +376,22 @@ class PerceptionTrainer:
         if (self.out / STATE_DIR).is_dir():  # a resumed attempt (or a retried Dagster step) continues its state
             self._load_state()
         t = self.trackers
-        self.report = TrainingReporter(self.out, f"perception fold {cfg.cv_fold}", cfg.epochs,
-                                       self.total_steps // cfg.epochs, t.epoch_metrics)
+        self.report = TrainingReporter(
+            self.out, f"perception fold {cfg.cv_fold}", cfg.epochs, self.total_steps // cfg.epochs, t.epoch_metrics
+        )
         started = time.perf_counter() - t.wall_time_s
         for epoch in range(t.epochs_completed, cfg.epochs if not t.early_stopped else t.epochs_completed):
             train_loss = self.train_epoch(epoch)
             val_loss, aucs = self.validate_epoch(epoch)
             t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
             self._track(epoch, val_loss, aucs)
-            self.report.epoch(epoch, train_loss=train_loss, val_loss=val_loss,
-                              **horizon_metrics("val_auc", self.horizons, aucs))
-            self.report.say(f"fold {cfg.cv_fold} epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} auc "
-                            f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(self.horizons, aucs, strict=True))}")
+            self.report.epoch(
+                epoch, train_loss=train_loss, val_loss=val_loss, **horizon_metrics("val_auc", self.horizons, aucs)
+            )
+            self.report.say(
+                f"fold {cfg.cv_fold} epoch {epoch}: train_loss {train_loss:.4f} val_loss {val_loss:.4f} auc "
+                f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(self.horizons, aucs, strict=True))}"
+            )
             t.wall_time_s = time.perf_counter() - started
             stop = self._early_stop()
             t.early_stopped = stop
@@ -411,9 +419,11 @@ class PerceptionTrainer:
     def _summary(self) -> TrainSummary:
         t, m = self.trackers, self.model
         metric = "mean_auc" if self.cfg.early_stop_metric == "none" else self.cfg.early_stop_metric
-        kept = {"val_loss": (t.best_epoch, t.best_val_auc),
-                "mean_auc": (t.best_mean_auc_epoch, t.best_mean_auc_per_horizon),
-                "auc_h1000": (t.best_auc_h1000_epoch, t.best_auc_h1000_per_horizon)}
+        kept = {
+            "val_loss": (t.best_epoch, t.best_val_auc),
+            "mean_auc": (t.best_mean_auc_epoch, t.best_mean_auc_per_horizon),
+            "auc_h1000": (t.best_auc_h1000_epoch, t.best_auc_h1000_per_horizon),
+        }
         return TrainSummary(
             epochs=t.epochs_completed,
             seq_len=self.cfg.seq_len,
@@ -471,34 +481,47 @@ class PerceptionTrainer:
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
         with atomic_directory(self.out / STATE_DIR, replace=True) as tmp:
             save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp / STATE_TENSORS))
-            (tmp / STATE_JSON).write_text(json.dumps({"trackers": self.trackers.model_dump(),
-                                                      "config": self.cfg.model_dump(mode="json"),
-                                                      "files": self._file_identity()}, indent=2))
+            (tmp / STATE_JSON).write_text(
+                json.dumps(
+                    {
+                        "trackers": self.trackers.model_dump(),
+                        "config": self.cfg.model_dump(mode="json"),
+                        "files": self._file_identity(),
+                    },
+                    indent=2,
+                )
+            )
         crash_point("state.after_commit")
 
     def _file_identity(self) -> dict[str, list[list[str]]]:
         """The training and validation files by name and content hash: what a resumed state must match."""
-        return {split: [[sc.meta.source.name, sc.meta.source.sha256] for sc in files]
-                for split, files in (("train", self.train_files), ("val", self.val_files))}
+        return {
+            split: [[sc.meta.source.name, sc.meta.source.sha256] for sc in files]
+            for split, files in (("train", self.train_files), ("val", self.val_files))
+        }
 
     def _check_resumable(self, saved: dict, where: Path) -> None:
         """Refuse a state saved by another fold, other files or another training config, naming the field."""
         now = self.cfg.model_dump(mode="json")
         for key, value in now.items():
             if key not in RESUME_MAY_DIFFER and saved["config"].get(key) != value:
-                raise PlanError(f"--resume: {where} was saved with {key}={saved['config'].get(key)!r}, this command "
-                                f"has {key}={value!r}; rerun with the same settings, or without --resume")
+                raise PlanError(
+                    f"--resume: {where} was saved with {key}={saved['config'].get(key)!r}, this command "
+                    f"has {key}={value!r}; rerun with the same settings, or without --resume"
+                )
         for split, files in self._file_identity().items():
             if saved["files"][split] != files:
-                raise PlanError(f"--resume: {where} was trained with {split} files {saved['files'][split]}, this "
-                                f"command's fold has {files}; rerun without --resume")
+                raise PlanError(
+                    f"--resume: {where} was trained with {split} files {saved['files'][split]}, this "
+                    f"command's fold has {files}; rerun without --resume"
+                )
 
     def _load_state(self) -> None:
         where = self.out / STATE_DIR
         saved = json.loads((where / STATE_JSON).read_text())
         self._check_resumable(saved, where)
         tensors = load_file(str(where / STATE_TENSORS))  # CPU; load_state_dict moves values to the parameters
-        model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        model_state = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
         self.model.load_state_dict(model_state)
         opt = self.optimizer.state_dict()
         state: dict[int, dict[str, torch.Tensor]] = {}
@@ -540,8 +563,10 @@ def median_spacing(files, block: int = 1 << 20) -> float:
     for bits in values():
         for b, hist in low.items():
             hist += np.bincount(bits[(bits >> 16) == b] & 0xFFFF, minlength=1 << 16)
-    middle = [np.uint32((b << 16) | int(np.searchsorted(np.cumsum(low[b]), r - below[b], side="right")))
-              for r, b in zip(ranks, bins, strict=True)]
+    middle = [
+        np.uint32((b << 16) | int(np.searchsorted(np.cumsum(low[b]), r - below[b], side="right")))
+        for r, b in zip(ranks, bins, strict=True)
+    ]
     return float(np.median(np.array(middle, dtype=np.uint32).view(np.float32)))
 
 

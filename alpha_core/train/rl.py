@@ -76,9 +76,15 @@ class RLFoldSummary(BaseModel):
     unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
-def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit_params: dict | None = None,
-             attempt_id: str | None = None, promote: bool = True, retry: bool = False,
-             folds: list[FoldData] | None = None) -> list[RLFoldSummary]:
+def train_rl(
+    cfg: RLTrainConfig,
+    params_file: str | Path | None = None,
+    explicit_params: dict | None = None,
+    attempt_id: str | None = None,
+    promote: bool = True,
+    retry: bool = False,
+    folds: list[FoldData] | None = None,
+) -> list[RLFoldSummary]:
     """Train every requested fold, each as attempt `attempt_id` (`retry`: the orchestrator's retry of this step
     takes it over); with `promote`, every fold is promoted to `fold-<k>` once all are complete."""
     device = resolve_device(cfg.device)
@@ -96,18 +102,29 @@ def train_rl(cfg: RLTrainConfig, params_file: str | Path | None = None, explicit
         except ValidationError as exc:
             raise PlanError(f"{where}: {describe_validation_error(exc)}") from exc
     folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
-        cfg.data_dir, OHLCV_1M, default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir), cfg.symbol,
-        cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
+        cfg.data_dir,
+        OHLCV_1M,
+        default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+        cfg.symbol,
+        cfg.cv_n_folds,
+        cfg.cv_train_window,
+        cfg.cv_fold,
+        cfg.allow_untested_folds,
+    )
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
     unit = attempt_id if promote else None
     units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
-    summaries = [artifacts.run_attempt(
-        attempt, lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, unit, source,
-                                                    leaks[fold.fold]),
-        lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()), retry)
-        for attempt, fold in zip(units, folds, strict=True)]
+    summaries = [
+        artifacts.run_attempt(
+            attempt,
+            lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, unit, source, leaks[fold.fold]),
+            lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()),
+            retry,
+        )
+        for attempt, fold in zip(units, folds, strict=True)
+    ]
     if promote:
         artifacts.promote_all(units)
     return summaries
@@ -122,16 +139,26 @@ def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict
     return agent
 
 
-def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path, attempt_id: str, unit: str | None,
-                source: ParamsFile, leaks: list[str]) -> RLFoldSummary:
+def _train_fold(
+    cfg: RLTrainConfig,
+    agent_cfg,
+    fold: FoldData,
+    device,
+    out: Path,
+    attempt_id: str,
+    unit: str | None,
+    source: ParamsFile,
+    leaks: list[str],
+) -> RLFoldSummary:
     train, val = fold.train, fold.val
     norm = fit_norm_stats(train)
     norm.save(out / "norm_stats.json")
     params = agent_cfg.model_dump(mode="json")
     atomic_write_json(out / "agent_config.json", params)
     atomic_write_json(out / "params.json", params)
-    env_cfg = EnvConfig(window=cfg.window, episode_len=cfg.episode_len, n_envs=cfg.n_envs,
-                        cost_per_turnover=cfg.cost_per_turnover)
+    env_cfg = EnvConfig(
+        window=cfg.window, episode_len=cfg.episode_len, n_envs=cfg.n_envs, cost_per_turnover=cfg.cost_per_turnover
+    )
     atomic_write_json(out / "env_config.json", env_cfg.model_dump(mode="json"))  # the observation layout
     torch.manual_seed(cfg.seed + fold.fold)
     env = TradingVecEnv(train, env_cfg, norm, seed=cfg.seed + fold.fold)
@@ -144,12 +171,13 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
     for epoch in range(cfg.epochs):
         agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False, callback=lambda *_: report.step(cfg.n_envs))
         # the evaluator's daily-session Sharpe, on the whole files or on the subset's sessions
-        scored = evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg,
-                                                                                             norm)
+        scored = evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg, norm)
         curve.append(scored.sharpe)
         report.epoch(epoch, val_sharpe=scored.sharpe, val_mean_reward=scored.mean_reward, val_turnover=scored.turnover)
-        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {scored.sharpe:.3f} "
-                   f"mean reward {scored.mean_reward:.4f} turnover {scored.turnover:.3f}")
+        report.say(
+            f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {scored.sharpe:.3f} "
+            f"mean reward {scored.mean_reward:.4f} turnover {scored.turnover:.3f}"
+        )
         if tracker.update_sharpe(epoch, scored.sharpe) or result is None:
             result = scored
             save_policy(agent, out / "model.safetensors", {"model": cfg.model, "epoch": str(epoch)})
@@ -162,17 +190,32 @@ def _train_fold(cfg: RLTrainConfig, agent_cfg, fold: FoldData, device, out: Path
     report.close()
     early, best_epoch = tracker.early_stopped, tracker.best_val_sharpe_epoch
     summary = RLFoldSummary(
-        model=cfg.model, fold=fold.fold, train_files=[sc.meta.source.name for sc in train],
-        val_files=[sc.meta.source.name for sc in val], test_files=fold.test_names, epochs=len(curve),
-        early_stopped=early, best_epoch=best_epoch, val_sharpe=result.sharpe, val_sessions=result.n_sessions,
+        model=cfg.model,
+        fold=fold.fold,
+        train_files=[sc.meta.source.name for sc in train],
+        val_files=[sc.meta.source.name for sc in val],
+        test_files=fold.test_names,
+        epochs=len(curve),
+        early_stopped=early,
+        best_epoch=best_epoch,
+        val_sharpe=result.sharpe,
+        val_sessions=result.n_sessions,
         val_mean_reward=result.mean_reward,
-        val_turnover=result.turnover, val_sharpe_per_epoch=curve,
-        val_sessions_per_epoch=None if spans is None else len(spans), epoch_metrics=report.epoch_metrics, params=params,
-        params_file=source.path, hyperopt=source.hyperopt, hyperopt_leakage=leaks,
+        val_turnover=result.turnover,
+        val_sharpe_per_epoch=curve,
+        val_sessions_per_epoch=None if spans is None else len(spans),
+        epoch_metrics=report.epoch_metrics,
+        params=params,
+        params_file=source.path,
+        hyperopt=source.hyperopt,
+        hyperopt_leakage=leaks,
         timesteps=int(agent.num_timesteps),
-        device=str(device), wall_time_s=wall, env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
+        device=str(device),
+        wall_time_s=wall,
+        env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        attempt=attempt_id, unit=unit,
+        attempt=attempt_id,
+        unit=unit,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary

@@ -81,10 +81,15 @@ class FoldSummary(BaseModel):
     unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
-def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None = None,
-                     explicit_params: dict | None = None, attempt_id: str | None = None,
-                     promote: bool = True, folds: list[FoldData] | None = None,
-                     retry: bool = False) -> list[FoldSummary]:
+def train_supervised(
+    cfg: SupervisedTrainConfig,
+    params_file: str | Path | None = None,
+    explicit_params: dict | None = None,
+    attempt_id: str | None = None,
+    promote: bool = True,
+    folds: list[FoldData] | None = None,
+    retry: bool = False,
+) -> list[FoldSummary]:
     """Train every requested fold; precedence: defaults < params file < explicit (CLI) values.
 
     Each fold is written as attempt `attempt_id` (a new id when None; `retry`: the orchestrator's retry of this
@@ -98,14 +103,22 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
         raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
     device = resolve_device(cfg.device)
     folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
-        cfg.data_dir, SCHEMA_OF_INPUT[spec.input], default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
-        cfg.symbol, cfg.cv_n_folds, cfg.cv_train_window, cfg.cv_fold, cfg.allow_untested_folds)
+        cfg.data_dir,
+        SCHEMA_OF_INPUT[spec.input],
+        default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+        cfg.symbol,
+        cfg.cv_n_folds,
+        cfg.cv_train_window,
+        cfg.cv_fold,
+        cfg.allow_untested_folds,
+    )
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
     source = load_params_file(params_file)
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
-    model_cfg, file_train, cli_train = resolve(spec.config_class(), data_fields, source.values,
-                                               explicit_params or {}, str(params_file))
+    model_cfg, file_train, cli_train = resolve(
+        spec.config_class(), data_fields, source.values, explicit_params or {}, str(params_file)
+    )
     for where, values in ((str(params_file), file_train), ("command line", {**file_train, **cli_train})):
         try:
             cfg = SupervisedTrainConfig(**{**cfg.model_dump(), **values})
@@ -117,18 +130,35 @@ def train_supervised(cfg: SupervisedTrainConfig, params_file: str | Path | None 
     attempt_id = attempt_id or artifacts.new_attempt_id()
     unit = attempt_id if promote else None
     units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
-    summaries = [artifacts.run_attempt(
-        attempt, lambda out, fold=fold: _train_fold(cfg, spec, model_cfg, params, fold, device, out, attempt_id, unit,
-                                                    source, leaks[fold.fold]),
-        lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()), retry)
-        for attempt, fold in zip(units, folds, strict=True)]
+    summaries = [
+        artifacts.run_attempt(
+            attempt,
+            lambda out, fold=fold: _train_fold(
+                cfg, spec, model_cfg, params, fold, device, out, attempt_id, unit, source, leaks[fold.fold]
+            ),
+            lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()),
+            retry,
+        )
+        for attempt, fold in zip(units, folds, strict=True)
+    ]
     if promote:
         artifacts.promote_all(units)
     return summaries
 
 
-def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path, attempt_id: str, unit: str | None,
-                source: ParamsFile, leaks: list[str]) -> FoldSummary:
+def _train_fold(
+    cfg,
+    spec,
+    model_cfg,
+    params,
+    fold: FoldData,
+    device,
+    out: Path,
+    attempt_id: str,
+    unit: str | None,
+    source: ParamsFile,
+    leaks: list[str],
+) -> FoldSummary:
     train_files, val_files = fold.train, fold.val
     norm = fit_norm_stats(train_files)
     norm.save(out / "norm_stats.json")
@@ -172,38 +202,63 @@ def _train_fold(cfg, spec, model_cfg, params, fold: FoldData, device, out: Path,
         if improved[metric]:
             save_weights(model, out / "model.safetensors")
             checkpoint_epoch, checkpoint_auc = epoch, aucs
-        report.epoch(epoch, train_loss=float(loss_sum) / max(steps, 1), val_loss=val_loss,
-                     **horizon_metrics("val_auc", train_files[0].meta.horizons, aucs))
-        report.say(f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} auc "
-                   f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(train_files[0].meta.horizons, aucs, strict=True))}")
+        report.epoch(
+            epoch,
+            train_loss=float(loss_sum) / max(steps, 1),
+            val_loss=val_loss,
+            **horizon_metrics("val_auc", train_files[0].meta.horizons, aucs),
+        )
+        report.say(
+            f"{cfg.model} fold {fold.fold} epoch {epoch}: val_loss {val_loss:.4f} auc "
+            f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(train_files[0].meta.horizons, aucs, strict=True))}"
+        )
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
     wall = time.perf_counter() - started
     report.close()
     summary = FoldSummary(
-        model=cfg.model, fold=fold.fold,
-        train_files=[sc.meta.source.name for sc in train_files], val_files=[sc.meta.source.name for sc in val_files],
-        test_files=fold.test_names, horizons=list(train_files[0].meta.horizons),
-        epochs=t.epochs_completed, early_stopped=t.early_stopped, checkpoint_metric=metric,
-        checkpoint_epoch=checkpoint_epoch, val_auc=checkpoint_auc, best_epoch=t.best_epoch,
-        best_val_loss=t.best_val_loss, best_mean_auc=t.best_mean_auc, best_mean_auc_epoch=t.best_mean_auc_epoch,
-        best_auc_long=t.best_auc_h1000, best_auc_long_epoch=t.best_auc_h1000_epoch,
-        final_train_loss=t.train_loss_sum / max(t.train_steps, 1), final_val_loss=t.final_val_loss,
-        final_val_auc=t.final_val_auc, epoch_metrics=report.epoch_metrics, params=params,
-        params_file=source.path, hyperopt=source.hyperopt, hyperopt_leakage=leaks,
-        n_train_seqs_consumed=t.train_seqs, device=str(device),
-        wall_time_s=wall, sequences_per_s=t.train_seqs / max(wall, 1e-9),
+        model=cfg.model,
+        fold=fold.fold,
+        train_files=[sc.meta.source.name for sc in train_files],
+        val_files=[sc.meta.source.name for sc in val_files],
+        test_files=fold.test_names,
+        horizons=list(train_files[0].meta.horizons),
+        epochs=t.epochs_completed,
+        early_stopped=t.early_stopped,
+        checkpoint_metric=metric,
+        checkpoint_epoch=checkpoint_epoch,
+        val_auc=checkpoint_auc,
+        best_epoch=t.best_epoch,
+        best_val_loss=t.best_val_loss,
+        best_mean_auc=t.best_mean_auc,
+        best_mean_auc_epoch=t.best_mean_auc_epoch,
+        best_auc_long=t.best_auc_h1000,
+        best_auc_long_epoch=t.best_auc_h1000_epoch,
+        final_train_loss=t.train_loss_sum / max(t.train_steps, 1),
+        final_val_loss=t.final_val_loss,
+        final_val_auc=t.final_val_auc,
+        epoch_metrics=report.epoch_metrics,
+        params=params,
+        params_file=source.path,
+        hyperopt=source.hyperopt,
+        hyperopt_leakage=leaks,
+        n_train_seqs_consumed=t.train_seqs,
+        device=str(device),
+        wall_time_s=wall,
+        sequences_per_s=t.train_seqs / max(wall, 1e-9),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        attempt=attempt_id, unit=unit,
+        attempt=attempt_id,
+        unit=unit,
     )
     atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
     return summary
 
 
 @torch.no_grad()
-def _validate(model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: int,
-              n_features: int) -> tuple[float, list[float]]:
+def _validate(
+    model, loader: WindowLoader, cfg: SupervisedTrainConfig, epoch: int, n_features: int
+) -> tuple[float, list[float]]:
     """Loss and AUC per horizon in batches of `val_batch_size` (at most 2**31 input elements). Both pool every
     window (the loss is the masked BCE mean over all labelled positions), and a sampling model draws the same
     seeded noise for every batch, so the metrics do not depend on the validation batch size (and validation

@@ -53,15 +53,15 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _event(wall_time: float, step: int, *, file_version: str | None = None,
-           scalars: dict[str, float] | None = None) -> bytes:
+def _event(wall_time: float, step: int, *, file_version: str | None = None, scalars: dict[str, float] | None = None) -> bytes:
     """An `Event`: wall_time (1, double), step (2, int64), file_version (3) or summary (5) of simple values."""
     out = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step)
     if file_version is not None:
         out += _field(3, file_version.encode())
     if scalars:
-        values = b"".join(_field(1, _field(1, tag.encode()) + b"\x15" + struct.pack("<f", value))
-                          for tag, value in scalars.items())
+        values = b"".join(
+            _field(1, _field(1, tag.encode()) + b"\x15" + struct.pack("<f", value)) for tag, value in scalars.items()
+        )
         out += _field(5, values)
     return out
 

@@ -22,14 +22,32 @@ class StepTrace:
         self.rows: list[torch.Tensor] = []
         self.meta: list[tuple[int, int, dict[str, float]]] = []
 
-    def record(self, epoch: int, step: int, lrs: dict[str, float], loss: torch.Tensor,
-               parts: dict[str, torch.Tensor], grad_norm: torch.Tensor, model) -> None:
-        row = torch.cat([
-            loss.float().reshape(1), parts["bce"], parts["smooth"], parts["aux_huber"], parts["aux_acc"],
-            model.lambdas, model.bce_ema, model.aux_huber_ema, model.aux_acc_ema,
-            model.aux_lifted.float().reshape(1), model.buckets_tied().float().reshape(1),
-            grad_norm.float().reshape(1),
-        ])
+    def record(
+        self,
+        epoch: int,
+        step: int,
+        lrs: dict[str, float],
+        loss: torch.Tensor,
+        parts: dict[str, torch.Tensor],
+        grad_norm: torch.Tensor,
+        model,
+    ) -> None:
+        row = torch.cat(
+            [
+                loss.float().reshape(1),
+                parts["bce"],
+                parts["smooth"],
+                parts["aux_huber"],
+                parts["aux_acc"],
+                model.lambdas,
+                model.bce_ema,
+                model.aux_huber_ema,
+                model.aux_acc_ema,
+                model.aux_lifted.float().reshape(1),
+                model.buckets_tied().float().reshape(1),
+                grad_norm.float().reshape(1),
+            ]
+        )
         self.rows.append(row)
         self.meta.append((epoch, step, lrs))
         if len(self.rows) >= FLUSH_EVERY:
