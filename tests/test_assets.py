@@ -17,6 +17,8 @@ from alpha_assets.definitions import defs
 from alpha_assets.defs.data import INTEGRITY, LEAKAGE, bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import DataRoot, StorageRoot
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = [book_sidecars, bar_sidecars, fold_plans]
 

@@ -13,6 +13,7 @@ from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
 
+@pytest.mark.slow
 def test_perception_validation_does_not_depend_on_its_batch_size(tiny_data, tmp_path):
     cfg = TrainConfig(
         mbp10_data_dir=tiny_data / "ES.FUT" / "mbp-10",

@@ -58,6 +58,7 @@ CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_fused_scan_equals_torch_scan_in_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=600)

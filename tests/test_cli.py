@@ -341,6 +341,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_an_unexpected_error_is_one_line_with_its_type_and_the_traceback_only_with_debug(tmp_path):
     argv = ["demo-data", "--scale", "full", "--symbols", "ES.FUT", "--quarters", "1"]
     plain = subprocess.run(
@@ -438,6 +439,7 @@ def test_crc32c_is_castagnoli():
     assert crc32c(b"123456789") == 0xE3069283  # the standard check value
 
 
+@pytest.mark.slow
 def test_progress_on_a_terminal_quiet_with_flag_and_curves_in_summary_and_tensorboard(tmp_path, tiny_data, cache):
     common = ["train-supervised", *SMALL_TFT, "--data-dir", str(tiny_data / "ES.FUT"), "--predecoded-dir", str(cache)]
     code, out, err = _run_on_a_terminal([*common, "--output-dir", str(tmp_path / "loud")])
@@ -461,6 +463,7 @@ def test_progress_on_a_terminal_quiet_with_flag_and_curves_in_summary_and_tensor
         assert all(values[k] == pytest.approx(row[k], rel=1e-6) for k in values)
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_quietly(tmp_path, tiny_data, cache):
     proc = subprocess.Popen(
         [

@@ -15,6 +15,8 @@ import pytest
 from alpha_core import cpus
 from alpha_core.errors import PlanError
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

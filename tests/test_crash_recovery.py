@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"wall_time_s", "sequences_per_s", "env_steps_per_s", "attempt", "unit", "created"}
 

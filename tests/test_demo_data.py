@@ -285,6 +285,7 @@ def real_bars(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_real_scale_bars_have_the_original_shape(real_bars):
     """~63 sessions a quarter of ~1,380 front-month bars, the daily break, weekends, the roll, quarters that tile."""
     files = sorted((real_bars / "ES.FUT" / "ohlcv-1m").glob("*.dbn.zst"))
@@ -325,6 +326,7 @@ def test_real_scale_bar_oracle_aligns_with_the_sidecar(real_bars, tmp_path):
     assert min(oracle_auc([sc])) > 0.6
 
 
+@pytest.mark.slow
 def test_real_scale_book_around_the_roll(tmp_path, monkeypatch):
     """The MBP-10 file holds the sessions around the roll, at the price of the bars, with its own exact oracle;
     same seed, same bytes."""

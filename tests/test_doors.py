@@ -5,12 +5,15 @@ plans the same folds."""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from alpha_assets.definitions import defs
 from alpha_assets.partitions import N_FOLDS, symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core.cli import main
 from alpha_core.eval.report import load_report
+
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
 
 FAST = {
     "epochs": 1,

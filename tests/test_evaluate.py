@@ -335,6 +335,7 @@ def _windows(model, values: np.ndarray, normalise: bool = True) -> torch.Tensor:
     return (w.transpose(1, 2) if w.dim() == 3 else w).contiguous()
 
 
+@pytest.mark.slow
 def test_batched_inference_gives_the_model_s_own_numbers(trained):
     """Evaluation's inference shortcuts give the model's own numbers: the book model's trunk-only `last_logits` under
     inference mode equals its training forward; windows in small padded batches over worker threads equal one pass
@@ -522,6 +523,7 @@ def _whole_file_probs(model, features, dt, seq_len, norm, rows):
     return probs.numpy(), read.numpy()
 
 
+@pytest.mark.slow
 def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, monkeypatch):
     """Windows gathered chunk by chunk from the sidecar (dense spans and sparse rows, chunks far smaller than the
     file) give the probabilities, and the rows read, of the whole-file evaluation, bit for bit: the book model on
@@ -620,6 +622,7 @@ def test_the_auc_interval_is_delong_s():
     assert auc_interval(np.array([[0.2], [0.9]]), np.array([[0.0], [1.0]])) == ([0.0], [1.0])  # too few to say
 
 
+@pytest.mark.slow
 def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trained, tiny_data, tmp_path, monkeypatch):
     """A test file only one model trades needs no validation Sharpe (its weight is 1); where several share it, each
     checkpoint's validation file is predicted once, except an RL agent's, whose summary holds the evaluator's own

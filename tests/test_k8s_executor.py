@@ -26,6 +26,8 @@ from k8s_standin import KubeStandIn, Node
 from alpha_assets.execution import executor, pinned_image
 from alpha_core.errors import PlanError
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 IMAGE = "rg.fr-par.scw.cloud/foxhunt-ci/training:3f2c1ab"  # the code location's image (a git-SHA tag)

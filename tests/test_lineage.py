@@ -20,6 +20,8 @@ from alpha_assets.partitions import symbol_fold_key
 from alpha_assets.resources import DataRoot, StorageRoot
 from alpha_core import artifacts
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 FAST = {"epochs": 1, "seq_len": 16, "batch_size": 64, "n_train_seqs": 512, "n_val_seqs": 256, "device": "cpu"}
 RUN_ID = {"alpha/run_id": "shared"}
 

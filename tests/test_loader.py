@@ -170,6 +170,7 @@ def test_the_sampler_is_deterministic_distinct_and_never_crosses_a_file(tiny_sid
     )
 
 
+@pytest.mark.slow
 def test_the_buffer_holds_what_an_epoch_reads(tiny_sidecars):
     """Capacity min(n_windows x seq_len, rows of the files); a small epoch's rows are the union of its windows."""
     files = tiny_sidecars["book"][:3]

@@ -134,6 +134,7 @@ def test_cuda_matches_cpu():
     assert all(p.grad is not None and p.grad.is_cuda for p in model.parameters())
 
 
+@pytest.mark.slow
 def test_learns_planted_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     torch.manual_seed(0)

@@ -59,6 +59,7 @@ def test_shapes_round_trip_and_causality(tmp_path):
     assert_causal(model, 13)
 
 
+@pytest.mark.slow
 def test_learns_the_planted_bar_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     aucs = fit_and_score(LiquidModel(LiquidConfig(n_features=13)), bars[:4], [bars[4]], steps=60)
@@ -92,6 +93,7 @@ FUSED_EQUALS_NCPS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_fused_kernels_equal_ncps_in_the_triton_interpreter():
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernels are defined: a fresh interpreter

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from model_harness import assert_causal, fit_and_score
 from safetensors.torch import load_model, save_model
@@ -26,6 +27,7 @@ def test_causal():
     assert_causal(Mamba2StackModel(Mamba2StackConfig(n_features=13)), 13)
 
 
+@pytest.mark.slow
 def test_learns_the_planted_bar_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     torch.manual_seed(0)  # the initial weights, whatever ran before

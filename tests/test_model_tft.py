@@ -153,6 +153,7 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_learns_the_planted_bar_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     torch.manual_seed(0)

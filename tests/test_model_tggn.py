@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from model_harness import assert_causal, fit_and_score
 from safetensors.torch import load_model, save_model
@@ -44,6 +45,7 @@ def test_shapes_gradients_round_trip_and_causality(tmp_path):
     assert_causal(model, 13)
 
 
+@pytest.mark.slow
 def test_learns_the_planted_bar_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     aucs = fit_and_score(TGGNModel(TGGNConfig(n_features=13)), bars[:4], [bars[4]])

@@ -129,6 +129,7 @@ def test_causal():
     assert_causal(_model(n_features=13), 13, seq_len=32)
 
 
+@pytest.mark.slow
 def test_learns_planted_signal(tiny_sidecars):
     bars = tiny_sidecars["bars"]
     # d_model=16 keeps this ~4 s on one thread; the default d_model=32 scores the same (0.737) in ~8-14 s

@@ -161,6 +161,7 @@ def test_cuda_matches_cpu():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
+@pytest.mark.slow
 def test_learns_planted_signal(tiny_sidecars):
     torch.manual_seed(0)
     bars = tiny_sidecars["bars"]

@@ -16,6 +16,8 @@ import yaml
 from alpha_assets.defs.data import bar_sidecars, book_sidecars, fold_plans
 from alpha_assets.resources import DataRoot, StorageRoot
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from alpha_assets.partitions import symbol_fold_keys
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu", "min_val_auc": 0.0}
 RUN_ID = "ci-parallel"

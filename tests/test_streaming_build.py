@@ -62,6 +62,7 @@ def test_dropped_snapshots_match_the_reference(holed_book, tmp_path):
     np.testing.assert_allclose(sc.outcome_long, long_, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("records", [3, 1000])
 def test_book_arrays_do_not_depend_on_the_chunking(holed_book, tmp_path, monkeypatch, records):
     whole = _arrays(ensure_sidecar(holed_book, tmp_path / "whole")[0])  # the tiny file is one decoded chunk

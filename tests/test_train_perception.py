@@ -49,6 +49,7 @@ def config(book_dir, tmp_path, **overrides) -> TrainConfig:
     return TrainConfig(**{**values, **FAST, **overrides})
 
 
+@pytest.mark.slow
 def test_learns_the_planted_signal_below_the_oracle(book_dir, tmp_path):
     cfg = config(
         book_dir,
@@ -135,6 +136,7 @@ def test_cv_split_default_walk_forward_single_fold_and_sliding_window(book_dir, 
     assert [sc.meta.source.name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
 
 
+@pytest.mark.slow
 def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
     """Folds differ in time scale (and products in tick size); as tensors, not constants baked into the traced
     graph, they leave it unchanged, so the compile cache that step pods share serves every fold after the first."""
@@ -207,6 +209,7 @@ def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
     assert f"need >= 2 files for single-fold temporal split, found 1 under {lone}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
     cfg = config(
         book_dir, tmp_path, epochs=10, early_stop_patience=2, lr_cfc=1e-30, lr_mamba2=1e-30, lr_aux=1e-30, n_val_seqs=100_000
@@ -216,6 +219,7 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
     assert summary.early_stopped and summary.epochs == 3 and summary.best_mean_auc_epoch == 0
 
 
+@pytest.mark.slow
 def test_aux_stop_gradient_lifts_on_a_constant_signal():
     """The original system's own synthetic check: constant outcomes -> aux Huber EMA converges, accuracy 1.0, lift fires."""
     torch.manual_seed(0)

@@ -86,7 +86,7 @@ def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
         assert [t["score"] for t in results["trials"]] == [t["val_sharpe"] for t in results["trials"]]
 
 
-def test_the_original_commands_find_their_search_and_count_every_trial(bars, tiny_data, tmp_path):
+def test_the_original_commands_find_their_search_and_count_every_trial(bars, tiny_data, tmp_path, capsys):
     """The original system's three commands with only their flags: hyperopt into the original layout, train-supervised with its
     --params-file, evaluate with no --hyperopt-results. Every fold has an out-of-sample row, and the DSR counts
     N = trials x configurations with V = the null variance + the trials' dispersion (net of noise): the search is
@@ -140,6 +140,11 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
     sym = load_report(out).symbols["ES.FUT"]
     row = sym.models["mamba2"]
     assert [f.fold for f in row.folds] == [0, 1, 2]  # the pipeline's walk-forward plan, a test file in every fold
+    # evaluate ends with the report in plain text: each row's Sharpe and DSR as the report has them, and where it is
+    printed = capsys.readouterr().out.split("ES.FUT: out of sample over 3 fold(s)")[-1].splitlines()
+    (line,) = [x for x in printed if x.split()[:1] == ["mamba2"]]
+    assert line.split()[1] == f"{row.oos.sharpe:,.2f}" and line.split()[4] == f"{row.oos.dsr:,.2f}", line
+    assert printed[-1] == f"Full report: {out.with_suffix('.md')} (plots beside it)."
     assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
     assert row.hyperopt_results == [str(results_path.resolve())]
     dispersion = metrics.trials_sharpe_dispersion(

@@ -33,6 +33,8 @@ from alpha_assets.definitions import defs
 from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import DataRoot, StorageRoot
 
+pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_FLAGS = [
     "--headless",

@@ -229,35 +229,47 @@ def one_intra_op_thread():
         torch.set_num_threads(before)
 
 
-def _batches(run: Callable[[int], torch.Tensor], starts: range, parallel: bool) -> list[torch.Tensor]:
-    """`run(lo)` for each batch start, in order; with `parallel` (CPU) over one worker thread per core, each with
-    one intra-op thread. A batch's result depends on its windows only, so the threads change no number."""
+def _batches(run: Callable[[int], None], starts: range, parallel: bool) -> None:
+    """`run(lo)` for each batch start; with `parallel` (CPU) over one worker thread per core, each with one
+    intra-op thread. A batch's result depends on its windows only, so the threads change no number."""
     workers = min(cpu_workers(), len(starts)) if parallel else 1
     if workers < 2:
-        return [run(lo) for lo in starts]
+        for lo in starts:
+            run(lo)
+        return
     # the main thread's setting is restored last: the workers' setting would otherwise stay the process default
     with one_intra_op_thread(), ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        return list(pool.map(run, starts))
+        list(pool.map(run, starts))
 
 
 def _padded(
     fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], index: torch.Tensor, size: int, parallel: bool, pad: bool = True
 ) -> tuple[torch.Tensor, ...]:
-    """`fn` over `index` in chunks of `size`, each of its outputs concatenated (under inference mode). With `pad`
-    the last chunk is filled up with its last index: matmul kernels can change with the batch size, and so could
-    a result's last bits, so every result is computed in a chunk of the same size, whatever else is predicted
-    with it."""
+    """`fn` over `index` in chunks of `size`, each of its outputs written into one preallocated tensor (under
+    inference mode). With `pad` the last chunk is filled up with its last index: matmul kernels can change with the
+    batch size, and so could a result's last bits, so every result is computed in a chunk of the same size, whatever
+    else is predicted with it. Writing each chunk out at once keeps memory flat: a list of small per-chunk results,
+    allocated between each chunk's large temporaries, kept glibc from returning the heap (2.3 MB a chunk)."""
+    outputs: list[torch.Tensor] = []
 
-    def run(lo: int) -> tuple[torch.Tensor, ...]:
+    def run(lo: int) -> None:
         pick = index[lo : lo + size]
         n = len(pick)
         if pad:
             pick = torch.cat([pick, pick[-1:].expand(size - n)])
         with torch.inference_mode():  # per call: worker threads do not inherit the caller's grad mode
-            return tuple(out[:n] for out in fn(pick))
+            results = fn(pick)
+        if not outputs:  # the first chunk, run alone: the outputs' shapes and types
+            outputs.extend(torch.empty((len(index), *r.shape[1:]), dtype=r.dtype, device=r.device) for r in results)
+        with torch.no_grad():
+            for dest, result in zip(outputs, results, strict=True):
+                dest[lo : lo + n] = result[:n]
 
-    parts = _batches(run, range(0, len(index), size), parallel)
-    return tuple(torch.cat(outputs) for outputs in zip(*parts, strict=True))
+    starts = range(0, len(index), size)
+    if len(starts):
+        run(starts[0])
+        _batches(run, starts[1:], parallel)
+    return tuple(outputs)
 
 
 def _chunks(rows: np.ndarray, seq_len: int, batch: int):

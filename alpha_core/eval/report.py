@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import textwrap
 from pathlib import Path
 from typing import Literal
 
@@ -201,16 +202,17 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
         rows = [*sym.models.items(), *sym.ensembles.items()]
         sessions = max((r.oos.n_sessions for _, r in rows), default=0)
         folds = sorted({f.fold for _, r in rows for f in r.folds})
+        width = max((len(name) for name, _ in rows), default=5)
         lines += [
             f"{symbol}: out of sample over {len(folds)} fold(s), {sessions} test sessions, "
             f"{report.cost_ticks:g} tick(s) of cost per unit traded",
-            f"  {'model':<14} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}",
+            f"  {'model':<{width}} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}",
         ]
         for name, r in rows:
             m = r.oos
             ci = f"[{num(m.sharpe_ci_low)}, {num(m.sharpe_ci_high)}]"
             lines.append(
-                f"  {name:<14} {num(m.sharpe):>7}  {ci:<17} {num(m.dsr):>5} {num(m.max_drawdown, 0):>8} "
+                f"  {name:<{width}} {num(m.sharpe):>7}  {ci:<17} {num(m.dsr):>5} {num(m.max_drawdown, 0):>8} "
                 f"{num(m.total_pnl, 0):>9}"
             )
         if not rows:
@@ -221,8 +223,9 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
         for model, items in by_model.items():
             folds_out = ", ".join(str(e.fold) for e in items if e.fold is not None) or "-"
             lines.append(f"  excluded {model} (fold {folds_out}): {items[0].reason}")
+        lines.append("")
     where = Path(path)
-    lines += ["", READING, f"Full report: {where.with_suffix('.md')} (plots beside it)."]
+    lines += [*textwrap.wrap(READING, 116), f"Full report: {where.with_suffix('.md')} (plots beside it)."]
     return "\n".join(lines)
 
 
