@@ -21,7 +21,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
-DEMO_TRAIN := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 1500, "n_val_seqs": 1000, "timesteps_per_epoch": 3000, "device": "cpu"}
+DEMO_TRAIN := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 3000, "n_val_seqs": 2000, "timesteps_per_epoch": 4000, "device": "cpu"}
 DEMO_HYPEROPT := {"seq_len": 32, "batch_size": 64, "n_train_seqs": 1000, "n_val_seqs": 500, "timesteps_per_epoch": 1000, "device": "cpu"}
 demo: install
 	$(BIN)/alpha demo-data --scale small --out $(DATA) --symbols $(SYMBOL)
@@ -36,11 +36,11 @@ ui: install
 # lint first (no network: ruff is in the venv), then the tests
 test: install lint
 	scripts/test-deps.sh   # PostgreSQL and Chromium from Debian: installed as root, else the command to run
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile   # two workers, a file each: most tests wait on processes
 
 # the inner loop: lint, then every test but the slow ones (under 2 minutes on a 2-core machine)
 check: install lint
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -12,8 +12,15 @@ torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings s
 SAMPLES = Path(__file__).resolve().parent / "data" / "databento"  # sources and licences: its README.md
 
 
+LONGEST_FILES = ("test_webserver.py", "test_crash_recovery.py", "test_run.py", "test_k8s_executor.py")
+
+
 def pytest_collection_modifyitems(items):
-    """The CUDA test set (`@pytest.mark.cuda`) is skipped, with its reason, where no GPU exists."""
+    """The longest files first, so that `make test`'s two workers (pytest-xdist, a file each) start them at once
+    instead of ending on them; the CUDA test set (`@pytest.mark.cuda`) is skipped, with its reason, where no GPU
+    exists."""
+    first = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the files' own order otherwise
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA: the CUDA test set runs on a GPU machine with `pytest -m cuda`")

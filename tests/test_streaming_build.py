@@ -113,15 +113,16 @@ def test_build_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
     monkeypatch.setattr(series, "BAR_CHUNK_RECORDS", 64)
     monkeypatch.setattr(series, "BAR_BLOCK_ROWS", 64)
     schema = "mbp-10" if kind == "book" else "ohlcv-1m"
-    peaks = {}
-    for sessions in (3, 12):
+    paths = {}
+    for sessions in (3, 36):
         data = tmp_path / f"data-{sessions}"
         _write_quarter(data, ES, 2024, 1, DemoScale("test", 1, sessions, 1_500), seed=11)
-        path = next((data / "ES.FUT" / schema).glob("*.dbn.zst"))
-        peaks[sessions] = _peak_build_bytes(path, tmp_path / f"out-{sessions}", kind)
-    (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[12]
-    assert long_rows > 3 * short_rows
-    assert long_peak < 1.3 * short_peak, peaks
+        paths[sessions] = next((data / "ES.FUT" / schema).glob("*.dbn.zst"))
+    _peak_build_bytes(paths[3], tmp_path / "warm-up", kind)  # first-use allocations (caches) are not the file's
+    peaks = {n: _peak_build_bytes(path, tmp_path / f"out-{n}", kind) for n, path in paths.items()}
+    (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[36]
+    assert long_rows > 10 * short_rows
+    assert long_peak < 1.3 * short_peak + 16_384, peaks
 
 
 def test_close_trade_clock_matches_the_bars(tiny_data, tmp_path):
@@ -186,14 +187,14 @@ def _peak_check_bytes(sc) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize("kind", ["book", "bars"])
 def test_check_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
-    """Checking a sidecar with 4x the rows takes no more memory: blocks of rows are read and let go (the checks
-    held whole arrays and per-row temporaries, 22 B a row)."""
+    """Checking a sidecar with 12x the rows takes no more memory: blocks of rows are read and let go (the checks
+    held whole arrays and per-row temporaries, 22 B a row: over 100 KiB more here)."""
     from alpha_core.data import checks
 
     monkeypatch.setattr(checks, "BLOCK_ROWS", 128)
     schema = "mbp-10" if kind == "book" else "ohlcv-1m"
     sidecars = {}
-    for sessions in (3, 12):
+    for sessions in (3, 36):
         data = tmp_path / f"data-{sessions}"
         _write_quarter(data, ES, 2024, 1, DemoScale("test", 1, sessions, 1_500), seed=11)
         sidecars[sessions], _ = ensure_sidecar(next((data / "ES.FUT" / schema).glob("*.dbn.zst")), tmp_path / "pd")
@@ -203,9 +204,9 @@ def test_check_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
         peak, problems = _peak_check_bytes(sc)
         assert problems == []
         peaks[sessions] = (peak, sc.rows)
-    (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[12]
-    assert long_rows > 3 * short_rows
-    assert long_peak < 1.3 * short_peak, peaks
+    (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[36]
+    assert long_rows > 10 * short_rows
+    assert long_peak < 1.3 * short_peak + 16_384, peaks
 
 
 def test_check_findings_do_not_depend_on_the_block_size(tiny_data, tmp_path, monkeypatch):
