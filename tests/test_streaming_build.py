@@ -108,7 +108,7 @@ def _peak_build_bytes(path, out, kind: str) -> int:
 
 @pytest.mark.parametrize("kind", ["book", "bars"])
 def test_build_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
-    """A file with 4x the sessions needs no more memory: only a chunk and the carried tails are held."""
+    """A file with 12x the sessions needs no more memory: only a chunk and the carried tails are held."""
     monkeypatch.setattr(series, "BOOK_CHUNK_RECORDS", 256)
     monkeypatch.setattr(series, "BAR_CHUNK_RECORDS", 64)
     monkeypatch.setattr(series, "BAR_BLOCK_ROWS", 64)
@@ -122,7 +122,9 @@ def test_build_memory_does_not_grow_with_the_file(tmp_path, monkeypatch, kind):
     peaks = {n: _peak_build_bytes(path, tmp_path / f"out-{n}", kind) for n, path in paths.items()}
     (short_peak, short_rows), (long_peak, long_rows) = peaks[3], peaks[36]
     assert long_rows > 10 * short_rows
-    assert long_peak < 1.3 * short_peak + 16_384, peaks
+    # a few hundred KB of the peak vary from run to run (buffers at chunk boundaries); holding the arrays grew by
+    # over 100 B a row
+    assert long_peak - short_peak < 16 * (long_rows - short_rows), peaks
 
 
 def test_close_trade_clock_matches_the_bars(tiny_data, tmp_path):
