@@ -271,7 +271,12 @@ def child_eval(files: dict, q: int) -> dict:
         phases["auc"] = time.process_time() - t
         t = time.process_time()
         val = predict(model, bars, book, 0, 0.05, False, entry) if new else predict(model, bars, book, 0, 0.05, False)
-        ev.file_sharpe(bars, val.position)
+        if new:
+            from alpha_core.eval.validation import file_score
+
+            file_score(bars, val.position)
+        else:
+            ev.file_sharpe(bars, val.position)
         phases["validation"] = time.process_time() - t
     return {
         "phases": phases,

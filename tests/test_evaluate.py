@@ -515,6 +515,8 @@ def _whole_file_probs(model, features, dt, seq_len, norm, rows):
             last = model.last_logits(x, times[index])
         elif sampling:
             last = model.forward_last(x, generator=generator)
+        elif hasattr(model, "last_position"):
+            last = model.last_position(x)
         else:
             last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
         return torch.sigmoid(last.float()), index.amax(dim=1)
@@ -527,7 +529,8 @@ def _whole_file_probs(model, features, dt, seq_len, norm, rows):
 def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, monkeypatch):
     """Windows gathered chunk by chunk from the sidecar (dense spans and sparse rows, chunks far smaller than the
     file) give the probabilities, and the rows read, of the whole-file evaluation, bit for bit: the book model on
-    its decision rows and on every snapshot, a bar model, the TFT's position-wise path and the sampling Diffusion."""
+    its decision rows and on every snapshot, a bar model, the position-wise paths (TFT, TGGN), the last-position
+    paths (TGGN, TLOB, KAN) and the sampling Diffusion."""
     import alpha_core.eval.predict as predict_module
     from alpha_core.eval.predict import book_decision_rows, window_probs
 
@@ -538,7 +541,7 @@ def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, m
     perception, mamba2 = (load(checkpoints[m], torch.device("cpu")) for m in ("perception", "mamba2"))
     n = len(BAR_FEATURES)
     others = []
-    for name in ("tft", "diffusion"):
+    for name in ("tft", "diffusion", "tggn", "tlob", "kan"):
         torch.manual_seed(5)
         net = registry.get(name).build(n_features=n).eval()
         others.append(type(mamba2)(mamba2.ckpt, mamba2.device, mamba2.norm, mamba2.window, net))
@@ -625,21 +628,22 @@ def test_the_auc_interval_is_delong_s():
 @pytest.mark.slow
 def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trained, tiny_data, tmp_path, monkeypatch):
     """A test file only one model trades needs no validation Sharpe (its weight is 1); where several share it, each
-    checkpoint's validation file is predicted once, except an RL agent's, whose summary holds the evaluator's own
-    number; the weights are the same as when every validation file is predicted."""
+    checkpoint's validation Sharpe is its summary's record (the evaluator's own number, computed by its trainer), and
+    only a checkpoint without one (the flagship) has its validation file predicted, once; the weights are the very
+    ones of predicting every validation file here."""
     import alpha_core.eval.evaluate as evaluate_module
+    import alpha_core.eval.validation as validation_module
 
     root, pd = trained
     calls = []
     honest = evaluate_module.predict
-    monkeypatch.setattr(
-        evaluate_module,
-        "predict",
-        lambda model, bars, *a, **k: (
-            calls.append((model.ckpt.model, bars.meta.source.name, a[3] if len(a) > 3 else k.get("scored", True)))
-            or honest(model, bars, *a, **k)
-        ),
-    )
+
+    def counted(model, bars, *a, **k):
+        calls.append((model.ckpt.model, bars.meta.source.name, a[3] if len(a) > 3 else k.get("scored", True)))
+        return honest(model, bars, *a, **k)
+
+    monkeypatch.setattr(evaluate_module, "predict", counted)
+    monkeypatch.setattr(validation_module, "predict", counted)
     alone = tmp_path / "models"
     shutil.copytree(root / "models" / "kan", alone / "kan", symlinks=True)
     cfg = EvalConfig(
@@ -658,11 +662,11 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     calls.clear()
     cfg = cfg.model_copy(update={"models_dir": root / "models", "output": tmp_path / "all" / "r.json"})
     weighted = evaluate(cfg).symbols["ES.FUT"].ensembles["validation_weighted"].folds
-    val_calls = [(m, f) for m, f, scored in calls if not scored]
-    assert sorted(m for m, _ in val_calls) == ["kan", "kan", "mamba2", "mamba2", "perception"]  # ppo: its summary
-    assert len(set(val_calls)) == len(val_calls)  # once per checkpoint
-    monkeypatch.setattr(evaluate_module, "summary_val_sharpe", lambda *a: None)
+    assert [m for m, _, scored in calls if not scored] == ["perception"]  # kan, mamba2, ppo: their summaries
+    monkeypatch.setattr(validation_module, "recorded_sharpe", lambda *a: None)
     calls.clear()
     again = evaluate(cfg.model_copy(update={"output": tmp_path / "all2" / "r.json"}))
-    assert "ppo" in [m for m, _, scored in calls if not scored]
+    val_calls = [(m, f) for m, f, scored in calls if not scored]
+    assert sorted(m for m, _ in val_calls) == ["kan", "kan", "mamba2", "mamba2", "perception", "ppo"]
+    assert len(set(val_calls)) == len(val_calls)  # once per checkpoint
     assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [f.weights for f in weighted]

@@ -14,9 +14,11 @@ from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
 from alpha_core.data.predecode import file_ref, predecode
 from alpha_core.eval import metrics
-from alpha_core.eval.evaluate import EvalConfig, evaluate, file_sharpe, find_checkpoints, summary_val_sharpe
+from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
+from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import load, predict
 from alpha_core.eval.report import load_report
+from alpha_core.eval.validation import file_score, recorded_sharpe
 from alpha_core.gates import GateThresholds
 from alpha_core.train.tracking import Trackers
 
@@ -285,20 +287,70 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
     val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
-    assert ckpt.summary["val_sharpe"] == file_sharpe(val, pred.position)
-    cfg = EvalConfig(models_dir=models, data_dir=bars_dir, output=tmp_path / "r.json")
-    assert summary_val_sharpe(ckpt, val.meta.source.name, cfg, torch.device("cpu")) == ckpt.summary["val_sharpe"]
+    assert ckpt.summary["val_sharpe"] == file_score(val, pred.position)[0]
+    assert recorded_sharpe(ckpt, val.meta.source.name, 0, 0.0, metrics.DEFAULT_COST_TICKS) == ckpt.summary["val_sharpe"]
     if per_epoch is None:
         assert ckpt.summary["val_sharpe"] == max(ckpt.summary["val_sharpe_per_epoch"])
         assert ckpt.summary["val_sessions_per_epoch"] is None
     else:  # each epoch scored the subset; the kept policy was scored on the whole file after
         assert ckpt.summary["val_sessions_per_epoch"] == 2 < ckpt.summary["val_sessions"]
     assert json.loads((ckpt.path / "env_config.json").read_text())["cost_per_turnover"] == metrics.DEFAULT_COST_TICKS
-    # the evaluator reuses it only where it is its own number: another cost, another device or file, no reuse
-    other = cfg.model_copy(update={"cost_ticks": 2.0})
-    assert summary_val_sharpe(ckpt, val.meta.source.name, other, torch.device("cpu")) is None
-    assert summary_val_sharpe(ckpt, "another.dbn.zst", cfg, torch.device("cpu")) is None
-    assert summary_val_sharpe(ckpt, val.meta.source.name, cfg, torch.device("meta")) is None
+    # the evaluator reuses it only where it is its own number: another cost or file, no reuse (an agent's actions
+    # do not depend on the band or horizon)
+    assert recorded_sharpe(ckpt, val.meta.source.name, 0, 0.0, 2.0) is None
+    assert recorded_sharpe(ckpt, "another.dbn.zst", 0, 0.0, metrics.DEFAULT_COST_TICKS) is None
+    assert recorded_sharpe(ckpt, val.meta.source.name, 1, 0.2, metrics.DEFAULT_COST_TICKS) == ckpt.summary["val_sharpe"]
+
+
+def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, tmp_path):
+    """train-supervised records its checkpoint's validation score: what `alpha evaluate` computes from the checkpoint
+    on that file, to the bit, at the evaluator's defaults; another band, horizon, cost or file is not reused."""
+    bars_dir, pd, sidecars = bars
+    models = tmp_path / "models"
+    args = ["--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256", "--n-val-seqs", "128"]
+    assert (
+        main(
+            [
+                "train-supervised",
+                "--model",
+                "kan",
+                "--data-dir",
+                str(bars_dir),
+                "--output-dir",
+                str(models / "kan" / "ES.FUT"),
+                *args,
+                "--predecoded-dir",
+                str(pd),
+                "--device",
+                "cpu",
+                "--cv-n-folds",
+                "2",
+                "--cv-fold",
+                "0",
+            ]
+        )
+        == 0
+    )
+    (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
+    val_name = ckpt.summary["val_files"][-1]
+    val = next(sc for sc in sidecars if sc.meta.source.name == val_name)
+    record = ckpt.summary["val_score"]
+    pred = predict(load(ckpt, torch.device("cpu")), val, None, DEFAULT_HORIZON, DEFAULT_BAND, scored=False)
+    assert pred.position.any()
+    assert (record["sharpe"], record["sessions"]) == file_score(val, pred.position)
+    assert (record["file"], record["horizon"], record["band"], record["cost_ticks"], record["device"]) == (
+        val_name,
+        DEFAULT_HORIZON,
+        DEFAULT_BAND,
+        metrics.DEFAULT_COST_TICKS,
+        "cpu",
+    )
+    cost = metrics.DEFAULT_COST_TICKS
+    assert recorded_sharpe(ckpt, val_name, DEFAULT_HORIZON, DEFAULT_BAND, cost) == record["sharpe"]
+    assert recorded_sharpe(ckpt, val_name, DEFAULT_HORIZON, DEFAULT_BAND + 0.01, cost) is None
+    assert recorded_sharpe(ckpt, val_name, DEFAULT_HORIZON + 1, DEFAULT_BAND, cost) is None
+    assert recorded_sharpe(ckpt, val_name, DEFAULT_HORIZON, DEFAULT_BAND, cost + 1) is None
+    assert recorded_sharpe(ckpt, "another.dbn.zst", DEFAULT_HORIZON, DEFAULT_BAND, cost) is None
 
 
 def test_dsr_is_below_psr_whenever_there_is_more_than_one_trial():

@@ -6,10 +6,10 @@ one decision clock (see predict.py; `check_decision_clock` refuses any model tha
 its entry price). A bar's PnL is the position held over the next bar times that bar's move in ticks, minus
 `cost_ticks` per unit of position change. The folds' test files, in time order, form one out-of-sample series
 per model. Two ensembles are reported: equal weight, and weights fitted on the VALIDATION files only (each
-model's validation Sharpe, floored at 0; equal weights when none is positive). A validation file is predicted
-only where those weights need it: once per checkpoint, and only for test files that two or more models share
-(one model's weight is 1 whatever its Sharpe); an RL agent's Sharpe is its training summary's where that is
-the very number this module computes (`summary_val_sharpe`).
+model's validation Sharpe, floored at 0; equal weights when none is positive). That Sharpe is the one the
+checkpoint's trainer recorded (`validation.py`: the evaluator's own number, computed once per checkpoint); a
+validation file is predicted here only where no record fits this report's settings, and only for test files
+that two or more models share (one model's weight is 1 whatever its Sharpe).
 
 Multiple testing: a row's DSR counts N = the hyperopt trials behind its checkpoints x the configurations the
 report compares (its model and ensemble rows). The search behind a checkpoint is the one its summary records
@@ -45,7 +45,7 @@ from alpha_core.data.predecode import predecode, symbol_dir
 from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
-from alpha_core.eval import metrics
+from alpha_core.eval import metrics, validation
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
     AUC_SAMPLE,
@@ -69,6 +69,7 @@ from alpha_core.eval.report import (
     SymbolReport,
     write_report,
 )
+from alpha_core.eval.validation import next_move_ticks
 from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 from alpha_core.train.params import HyperoptRecord, load_params_file
@@ -182,22 +183,6 @@ def _completed(path: Path) -> str:
     return json.loads((path / artifacts.MANIFEST).read_text())["completed"]
 
 
-def _next_move_ticks(bars: Sidecar) -> np.ndarray:
-    price = np.asarray(bars.price)
-    return np.append(np.diff(price), 0.0) / bars.meta.tick_size
-
-
-def file_score(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> tuple[float, int]:
-    """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions) and its sessions: what
-    validation scores."""
-    summary = metrics.summarize(np.asarray(bars.ts), position, _next_move_ticks(bars), cost_ticks)
-    return summary["sharpe"], summary["n_sessions"]
-
-
-def file_sharpe(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> float:
-    return file_score(bars, position, cost_ticks)[0]
-
-
 def load_search(path: Path, model: str) -> HyperoptRecord:
     """A hyperopt results.json given by path; anything unusable is a DataError naming the file and the field."""
     if not Path(path).is_file():
@@ -298,23 +283,6 @@ def _predict_checked(
     return pred
 
 
-def summary_val_sharpe(ckpt: Checkpoint, val_name: str, cfg: EvalConfig, device: torch.device) -> float | None:
-    """An RL agent's validation Sharpe from its training summary, where it is the number `file_sharpe` gives its
-    positions on `val_name` here: the summary scored that one file (train-rl scores the kept policy on the whole
-    validation files once, `greedy_decisions` as here), at this report's cost per turnover, on this device type
-    (the same greedy actions). None otherwise (then the file is predicted). tests/test_evaluate.py checks it."""
-    s = ckpt.summary
-    if ckpt.trainer != "rl" or s.get("val_files") != [val_name] or "val_sharpe" not in s:
-        return None
-    try:
-        env = json.loads((ckpt.path / "env_config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if env.get("cost_per_turnover") != cfg.cost_ticks or str(s.get("device", "")).split(":")[0] != device.type:
-        return None
-    return float(s["val_sharpe"])
-
-
 def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple[str | None, HyperoptRecord | None]:
     """(why the checkpoint cannot be reported, or None; the search behind it)."""
     if not test_files:
@@ -378,12 +346,13 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     for (test_name, name), (ckpt, model, val_name) in held.items():
         if len(test_predictions[test_name]) < 2:
             continue
-        sharpe = summary_val_sharpe(ckpt, val_name, cfg, device)
+        sharpe = validation.recorded_sharpe(ckpt, val_name, cfg.horizon, cfg.band, cfg.cost_ticks)
         try:
             if sharpe is None:
-                val = bars[val_name]
-                pos = _predict_checked(model, val_name, val, book.get(val_name), cfg, clock(val_name), scored=False)
-                sharpe = file_sharpe(val, pos.position, cfg.cost_ticks)
+                val = validation.score(
+                    model, bars[val_name], book.get(val_name), cfg.horizon, cfg.band, cfg.cost_ticks, clock(val_name)
+                )
+                sharpe = val.sharpe
         except DecisionClockError:
             raise
         except Exception as exc:
@@ -452,7 +421,7 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
     for part in sorted(parts, key=lambda p: p.fold):
         test = bars[part.test_file]
         summary = metrics.summarize(
-            np.asarray(test.ts), part.prediction.position, _next_move_ticks(test), cfg.cost_ticks, **stats
+            np.asarray(test.ts), part.prediction.position, next_move_ticks(test), cfg.cost_ticks, **stats
         )
         folds.append(
             FoldResult(
@@ -467,7 +436,7 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
     ts = np.concatenate([np.asarray(bars[p.test_file].ts) for p in order])
     pos = np.concatenate([p.prediction.position for p in order])
-    moves = np.concatenate([_next_move_ticks(bars[p.test_file]) for p in order])
+    moves = np.concatenate([next_move_ticks(bars[p.test_file]) for p in order])
     oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)

@@ -318,8 +318,9 @@ def _probs_at(
     The rows read come from the very index that gathers each window, so they are what the model saw, not what it was
     meant to see. The windows go chunk by chunk (`_chunks`): a chunk's rows are fetched (`fetch(name, sorted
     rows)`), moved to the device and normalised once, and each batch of windows is gathered from them on the device.
-    A model with a `position_wise` part (the TFT's variable selection) runs it once per fetched row, and
-    `forward_windows` on the windows of its output. Batches are padded to the full size (`_padded`), so a window's
+    A model with a `position_wise` part (the TFT's variable selection, TGGN's graph steps) runs it once per
+    fetched row, and `forward_windows` (or `last_position`) on the windows of its output; a model with
+    `last_position` computes only what each window's last position depends on. Batches are padded to the full size (`_padded`), so a window's
     numbers do not depend on the others predicted with it: the validation path, which predicts only some
     snapshots, gets the numbers of the full file, and so does any chunking (tests/test_evaluate.py, to the bit). On
     CPU the batches are small and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in
@@ -360,6 +361,8 @@ def _probs_at(
                 last = model.last_logits(x, times[index])
             elif sampling:
                 last = model.forward_last(x, generator=generator)
+            elif hasattr(model, "last_position"):  # only what the window's last position depends on
+                last = model.last_position(x)
             else:
                 last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
             return torch.sigmoid(last.float()), where[index.amax(dim=1)]

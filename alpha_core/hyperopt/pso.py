@@ -41,7 +41,6 @@ from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.hyperopt.configs import HyperoptConfig
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
-from alpha_core.train.perception import resolve_device
 
 
 def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
@@ -195,9 +194,6 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
 
 def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float, int]:
     """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint, its sessions)."""
-    from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
-    from alpha_core.eval.evaluate import file_score
-    from alpha_core.eval.predict import Checkpoint, load, predict
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
@@ -217,10 +213,7 @@ def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tup
             early_stop_metric="mean_auc",
         )
         (summary,) = train_supervised(train_cfg, explicit_params=params, folds=[split])
-        ckpt = Checkpoint(cfg.model, cfg.symbol or "", 0, Path(tmp) / "fold-0", "supervised", summary.model_dump())
-        val = split.val[-1]
-        pred = predict(load(ckpt, resolve_device(cfg.device)), val, None, DEFAULT_HORIZON, DEFAULT_BAND)
-        return float(summary.best_mean_auc), *file_score(val, pred.position)
+        return float(summary.best_mean_auc), summary.val_score.sharpe, summary.val_score.sessions
 
 
 def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, int]:

@@ -225,5 +225,14 @@ class KANModel(nn.Module):
         z = self.norm_in(self.features(x))
         return self.kan2(self.norm_hidden(self.kan1(z)))
 
+    def last_position(self, x: Tensor) -> Tensor:
+        """`forward(x)[:, -1]`, [B, H], for evaluation, which reads only each window's last position: the EMAs at
+        that position alone, and the KAN layers on it (1 of K positions)."""
+        w = self.ema.weights(x.shape[1], x.dtype, x.device)[:, :, -1]  # [R, F, K]: the last position's weights
+        last = x[:, -1]
+        dev = torch.einsum("rfs,bsf->brf", w, x) - last.unsqueeze(1)  # [B, R, F]
+        z = self.norm_in(torch.cat([last, dev.flatten(-2)], dim=-1))
+        return self.kan2(self.norm_hidden(self.kan1(z)))
+
     def regularization_loss(self, regularize_activation: float = 1.0, regularize_entropy: float = 1.0) -> Tensor:
         return sum(layer.regularization_loss(regularize_activation, regularize_entropy) for layer in (self.kan1, self.kan2))

@@ -82,11 +82,32 @@ class TGGNModel(nn.Module):
         return torch.softmax(torch.relu(self.e1 @ self.e2.T), dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.forward_windows(self.position_wise(x))
+
+    def position_wise(self, x: Tensor) -> Tensor:
+        """The graph steps' node states [B, K, N, d]: each bar's own features only, so evaluation runs them once per
+        bar and windows the result (`forward_windows`, `last_position`), not once in each of the K windows."""
         h = x.unsqueeze(-1) * self.value_weight + self.node_embedding  # [B, K, N, d]
         a = self.adjacency()
         for step in self.graph:
             h = step(h, a)
+        return h
+
+    def forward_windows(self, h: Tensor) -> Tensor:
+        """forward from the graph steps' node states (`position_wise`): logits [B, K, H]."""
         for conv in self.temporal:
             h = conv(h)
-        weights = torch.softmax(self.pool(h), dim=2)  # over nodes
+        return self._read(h)
+
+    def last_position(self, h: Tensor) -> Tensor:
+        """`forward_windows(h)[:, -1]`, [B, H], for evaluation: the convolutions over the last position's receptive
+        field only (1 + (kernel - 1) x sum of dilations bars: every state it depends on is inside)."""
+        field = 1 + (self.cfg.kernel_size - 1) * sum(self.cfg.dilations)
+        h = h[:, -field:]
+        for conv in self.temporal:
+            h = conv(h)
+        return self._read(h[:, -1:])[:, -1]
+
+    def _read(self, h: Tensor) -> Tensor:
+        weights = torch.softmax(self.pool(h), dim=2)  # attention pooling over nodes
         return self.heads((weights * h).sum(dim=2))

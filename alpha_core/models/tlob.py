@@ -162,19 +162,32 @@ class TransformerLayer(nn.Module):
         *lead, n, w = x.shape
         h = self.n_heads
 
-        def heads(t: Tensor) -> Tensor:  # [..., n, h*w] -> [..., h, n, w]
-            return t.view(*lead, n, h, w).transpose(-3, -2)
+        def heads(t: Tensor) -> Tensor:  # [..., n, h*w] -> [batch, h, n, w]
+            return t.reshape(-1, n, h, w).transpose(1, 2)
 
+        # 4-D: SDPA's fused kernels take [batch, heads, n, w] only; the feature attention's [B, K, h, n, w] fell back
+        # to the unfused math path (its masked softmax was half of the model's CPU time)
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(
             heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), dropout_p=p, is_causal=self.causal
         )
-        return self.w0(y.transpose(-3, -2).reshape(*lead, n, h * w))
+        return self.w0(y.transpose(1, 2).reshape(*lead, n, h * w))
 
     def forward(self, x: Tensor) -> Tensor:
         p = self.dropout if self.training else 0.0
         x = self.norm1(x + F.dropout(self.attention(x), p, self.training))
         return self.norm2(x + F.dropout(self.fc2(F.gelu(self.fc1(x))), p, self.training))
+
+    def forward_last(self, x: Tensor) -> Tensor:
+        """`forward(x)[..., -1:, :]` (inference): only the last token queries, every token is a key (causal or not,
+        the last token sees them all)."""
+        *lead, n, w = x.shape
+        h = self.n_heads
+        q = self.q(x[..., -1:, :]).reshape(-1, 1, h, w).transpose(1, 2)
+        k, v = (proj(x).reshape(-1, n, h, w).transpose(1, 2) for proj in (self.k, self.v))
+        y = self.w0(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(*lead, 1, h * w))
+        last = self.norm1(x[..., -1:, :] + y)
+        return self.norm2(last + self.fc2(F.gelu(self.fc1(last))))
 
 
 class FeatureAttention(nn.Module):
@@ -214,8 +227,21 @@ class TLOBModel(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.embed(self.bin(x))
-        h = h + sinusoidal_positions(h.size(1), h.size(2), h.device, h.dtype)
+        h = self._embedded(x)
         for temporal, feature in zip(self.temporal, self.feature, strict=True):
             h = feature(temporal(h))
         return torch.cat([head(h) for head in self.heads], dim=-1)
+
+    def last_position(self, x: Tensor) -> Tensor:
+        """`forward(x)[:, -1]`, [B, H], for evaluation, which reads only each window's last position: the last
+        pair attends from that position alone (its feature attention and MLPs run on 1 of K positions)."""
+        h = self._embedded(x)
+        pairs = list(zip(self.temporal, self.feature, strict=True))
+        for temporal, feature in pairs[:-1]:
+            h = feature(temporal(h))
+        h = h[:, -1:] if not pairs else pairs[-1][1](pairs[-1][0].forward_last(h))
+        return torch.cat([head(h[:, -1]) for head in self.heads], dim=-1)
+
+    def _embedded(self, x: Tensor) -> Tensor:
+        h = self.embed(self.bin(x))
+        return h + sinusoidal_positions(h.size(1), h.size(2), h.device, h.dtype)

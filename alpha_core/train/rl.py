@@ -30,6 +30,7 @@ from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.eval.validation import ValidationScore
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, load_policy, save_policy
 from alpha_core.rl.agents import evaluate_sessions, session_spans
@@ -58,6 +59,8 @@ class RLFoldSummary(BaseModel):
     val_sessions: int  # the sessions that Sharpe was measured on
     val_mean_reward: float  # ticks per bar
     val_turnover: float
+    # `val_sharpe` as the evaluator's record (alpha_core/eval/validation.py), where there is one validation file
+    val_score: ValidationScore | None = None
     val_sharpe_per_epoch: list[float]  # what early stopping and the kept epoch follow
     # the sessions each epoch's Sharpe scored: a fixed seeded subset of the validation files' sessions
     # (`agents.evaluate_sessions`, the evaluator's number on those sessions); None: the whole files, every epoch
@@ -202,6 +205,17 @@ def _train_fold(
         val_sessions=result.n_sessions,
         val_mean_reward=result.mean_reward,
         val_turnover=result.turnover,
+        val_score=None
+        if len(val) != 1
+        else ValidationScore(
+            file=val[0].meta.source.name,
+            sharpe=result.sharpe,
+            sessions=result.n_sessions,
+            horizon=None,
+            band=None,
+            cost_ticks=env_cfg.cost_per_turnover,
+            device=str(device),
+        ),
         val_sharpe_per_epoch=curve,
         val_sessions_per_epoch=None if spans is None else len(spans),
         epoch_metrics=report.epoch_metrics,

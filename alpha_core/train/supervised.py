@@ -6,9 +6,10 @@ cosine decay, masked BCE at every labelled position (or the model's own `loss`),
 epoch (AUC per horizon at each window's last position), the original system's three best trackers and early stopping.
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
 `fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
-and `summary.json`. Each fold is one attempt (`alpha_core.artifacts`): written in its own folder, sealed,
-and promoted to `fold-<k>` only when whole: the folds of one call together, once all are complete (or by the
-caller, after its gate, when `promote` is False).
+and `summary.json`, which records that checkpoint's validation score as `alpha evaluate` computes it
+(`alpha_core.eval.validation`: the ensemble's weight, computed once). Each fold is one attempt
+(`alpha_core.artifacts`): written in its own folder, sealed, and promoted to `fold-<k>` only when whole: the
+folds of one call together, once all are complete (or by the caller, after its gate, when `promote` is False).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
 from alpha_core.errors import PlanError, describe_validation_error
+from alpha_core.eval import validation
+from alpha_core.eval.predict import Checkpoint, load
+from alpha_core.eval.validation import ValidationScore
 from alpha_core.models import registry
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.train.configs import SupervisedTrainConfig
@@ -67,6 +71,9 @@ class FoldSummary(BaseModel):
     final_train_loss: float
     final_val_loss: float
     final_val_auc: list[float]
+    # the evaluator's Sharpe of the checkpoint on the last validation file (alpha_core/eval/validation.py): the
+    # validation-weighted ensemble's weight, computed once here
+    val_score: ValidationScore | None = None
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
     params: dict
     params_file: str | None = None
@@ -215,6 +222,9 @@ def _train_fold(
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
+    val_score = validation.score(
+        load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device), val_files[-1]
+    )
     wall = time.perf_counter() - started
     report.close()
     summary = FoldSummary(
@@ -238,6 +248,7 @@ def _train_fold(
         final_train_loss=t.train_loss_sum / max(t.train_steps, 1),
         final_val_loss=t.final_val_loss,
         final_val_auc=t.final_val_auc,
+        val_score=val_score,
         epoch_metrics=report.epoch_metrics,
         params=params,
         params_file=source.path,

@@ -1,0 +1,88 @@
+"""A checkpoint's validation score: the evaluator's Sharpe of its positions on its validation file, computed once.
+
+The validation-weighted ensemble weights each member by this number. The process that makes a checkpoint computes
+it as soon as the weights are written (`alpha train-supervised`, its hyperopt trials, `alpha train-rl`), with the
+evaluator's own functions (`predict`, the decision clock, `file_score`) at the evaluator's default horizon, band and
+cost, and records it in the summary (`val_score`). `alpha evaluate`, from every door, reads it where the record is
+for the same file and settings (`recorded_sharpe`) and predicts the validation file itself only where it is not
+(another `--band`, `--horizon` or `--cost-ticks`, or a checkpoint without a record, e.g. the flagship, whose
+trainer reads no bars). So evaluation costs the test files, and a report's weight is the checkpoint's own number:
+made on a GPU, it comes from GPU predictions, which a CPU rerun could differ from in a position at the band's edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from alpha_core.data.sidecar import Sidecar
+from alpha_core.eval import metrics
+from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
+from alpha_core.eval.predict import Checkpoint, Loaded, check_decision_clock, entry_ts, predict
+
+
+class ValidationScore(BaseModel):
+    """The evaluator's Sharpe of a checkpoint's positions on one validation file, with what it depends on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    sharpe: float
+    sessions: int
+    horizon: int | None  # the horizon index and band positions follow; None for RL agents (their actions)
+    band: float | None
+    cost_ticks: float
+    device: str  # where its predictions were made
+
+
+def next_move_ticks(bars: Sidecar) -> np.ndarray:
+    """Each bar's move to the next bar, in ticks (0 after the last)."""
+    price = np.asarray(bars.price)
+    return np.append(np.diff(price), 0.0) / bars.meta.tick_size
+
+
+def file_score(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> tuple[float, int]:
+    """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions) and its sessions."""
+    summary = metrics.summarize(np.asarray(bars.ts), position, next_move_ticks(bars), cost_ticks)
+    return summary["sharpe"], summary["n_sessions"]
+
+
+def score(
+    model: Loaded,
+    bars: Sidecar,
+    book: Sidecar | None = None,
+    horizon: int = DEFAULT_HORIZON,
+    band: float = DEFAULT_BAND,
+    cost_ticks: float = metrics.DEFAULT_COST_TICKS,
+    entry: np.ndarray | None = None,
+) -> ValidationScore:
+    """The checkpoint's positions on the validation file `bars`, checked against the decision clock, scored.
+    `entry`: `entry_ts(bars, book)`, when the caller has it."""
+    entry = entry_ts(bars, book) if entry is None else entry
+    pred = predict(model, bars, book, horizon, band, scored=False, entry=entry)
+    check_decision_clock(model.ckpt.model, bars.meta.source.name, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
+    sharpe, sessions = file_score(bars, pred.position, cost_ticks)
+    rl = model.ckpt.trainer == "rl"
+    return ValidationScore(
+        file=bars.meta.source.name,
+        sharpe=sharpe,
+        sessions=sessions,
+        horizon=None if rl else horizon,
+        band=None if rl else band,
+        cost_ticks=cost_ticks,
+        device=str(model.device),
+    )
+
+
+def recorded_sharpe(ckpt: Checkpoint, val_name: str, horizon: int, band: float, cost_ticks: float) -> float | None:
+    """The summary's validation Sharpe where it is the number `score` gives on `val_name` at these settings, else
+    None (then the evaluator predicts the file)."""
+    record = ckpt.summary.get("val_score")
+    if not record:
+        return None
+    s = ValidationScore.model_validate(record)
+    if s.file != val_name or s.cost_ticks != cost_ticks:
+        return None
+    if s.horizon is not None and (s.horizon != horizon or s.band != band):
+        return None
+    return s.sharpe
