@@ -493,7 +493,8 @@ def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp
 
 def _whole_file_probs(model, features, dt, seq_len, norm, rows):
     """The evaluation of commit 243e5a4 (before streaming), kept as the reference: `np.array` of the whole file,
-    normalised once, TFT variable selection over every row, then windows in padded batches of CPU_BATCH."""
+    normalised once, TFT variable selection over every row, then windows in padded batches of CPU_BATCH (or the
+    model's own `cpu_batch`)."""
     from alpha_core.eval.predict import SAMPLING_SEED, _padded
 
     mean, std = (torch.from_numpy(a) for a in norm.arrays())
@@ -521,7 +522,8 @@ def _whole_file_probs(model, features, dt, seq_len, norm, rows):
             last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
         return torch.sigmoid(last.float()), index.amax(dim=1)
 
-    probs, read = _padded(run, torch.from_numpy(np.asarray(rows, dtype=np.int64)), CPU_BATCH, parallel, pad=not sampling)
+    batch = getattr(model, "cpu_batch", CPU_BATCH)
+    probs, read = _padded(run, torch.from_numpy(np.asarray(rows, dtype=np.int64)), batch, parallel, pad=not sampling)
     return probs.numpy(), read.numpy()
 
 
@@ -530,7 +532,7 @@ def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, m
     """Windows gathered chunk by chunk from the sidecar (dense spans and sparse rows, chunks far smaller than the
     file) give the probabilities, and the rows read, of the whole-file evaluation, bit for bit: the book model on
     its decision rows and on every snapshot, a bar model, the position-wise paths (TFT, TGGN), the last-position
-    paths (TGGN, TLOB, KAN) and the sampling Diffusion."""
+    paths (TGGN, TLOB, KAN, Mamba2) and the sampling Diffusion."""
     import alpha_core.eval.predict as predict_module
     from alpha_core.eval.predict import book_decision_rows, window_probs
 
@@ -541,7 +543,7 @@ def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, m
     perception, mamba2 = (load(checkpoints[m], torch.device("cpu")) for m in ("perception", "mamba2"))
     n = len(BAR_FEATURES)
     others = []
-    for name in ("tft", "diffusion", "tggn", "tlob", "kan"):
+    for name in ("tft", "diffusion", "tggn", "tlob", "kan", "mamba2"):
         torch.manual_seed(5)
         net = registry.get(name).build(n_features=n).eval()
         others.append(type(mamba2)(mamba2.ckpt, mamba2.device, mamba2.norm, mamba2.window, net))

@@ -26,7 +26,7 @@ def _last(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_the_models_that_evaluation_runs_fastest_have_a_last_position_path():
-    assert {"kan", "tggn", "tlob"} <= set(LAST_POSITION_MODELS)
+    assert {"kan", "mamba2", "tggn", "tlob"} <= set(LAST_POSITION_MODELS)
 
 
 @pytest.mark.parametrize("name", LAST_POSITION_MODELS)

@@ -45,6 +45,7 @@ from alpha_core.weights import load_weights
 
 BATCH = 4096  # windows per forward pass on an accelerator
 CPU_BATCH = 128  # on CPU: small batches stay in cache (4096 windows took 3x the CPU time of 128-256 per window)
+# (a model's `cpu_batch` attribute, where set, is its own: measured fastest for it, bench/README.md)
 MAX_CPU_WORKERS = 8  # CPU threads that each run one batch at a time
 SAMPLING_SEED = 0x5EED  # the noise of sampling models in evaluation: the same report for the same checkpoint
 BLOCK_ROWS = 1 << 20  # rows of one column read per block where a book file's times are scanned (8 MiB)
@@ -320,11 +321,12 @@ def _probs_at(
     rows)`), moved to the device and normalised once, and each batch of windows is gathered from them on the device.
     A model with a `position_wise` part (the TFT's variable selection, TGGN's graph steps) runs it once per
     fetched row, and `forward_windows` (or `last_position`) on the windows of its output; a model with
-    `last_position` computes only what each window's last position depends on. Batches are padded to the full size (`_padded`), so a window's
-    numbers do not depend on the others predicted with it: the validation path, which predicts only some
-    snapshots, gets the numbers of the full file, and so does any chunking (tests/test_evaluate.py, to the bit). On
-    CPU the batches are small and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in
-    order, unpadded, on its own seeded noise, so reruns agree.
+    `last_position` computes only what each window's last position depends on. Batches are padded to the full size
+    (`_padded`), so a window's numbers do not depend on the others predicted with it: the validation path, which
+    predicts only some snapshots, gets the numbers of the full file, and so does any chunking
+    (tests/test_evaluate.py, to the bit). On CPU the batches are small (CPU_BATCH, or the model's `cpu_batch`) and
+    run on every core (`_batches`); a sampling model (Diffusion) runs its batches in order, unpadded, on its own
+    seeded noise, so reruns agree.
     """
     if len(rows) == 0:
         return np.empty((0, 0), np.float32), np.empty(0, np.int64)
@@ -332,7 +334,7 @@ def _probs_at(
     sampling = hasattr(model, "forward_last")
     generator = torch.Generator(device=device).manual_seed(SAMPLING_SEED) if sampling else None
     cpu = device.type == "cpu"
-    batch = CPU_BATCH if cpu else BATCH
+    batch = getattr(model, "cpu_batch", CPU_BATCH) if cpu else BATCH
     parallel = cpu and not sampling
     lags = np.arange(-seq_len + 1, 1)
     probs, reads = [], []

@@ -69,10 +69,12 @@ def ssd_chunked(
     C: Tensor,
     chunk_size: int,
     initial_state: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+    outputs: bool = True,
+) -> tuple[Tensor | None, Tensor]:
     """x [b, l, h, p], dt [b, l, h] (positive, after softplus), A [h] (negative), B, C [b, l, g, n] (h % g == 0).
     Discretisation: state h_t = exp(dt_t*A) h_{t-1} + dt_t * x_t B_t^T ; y_t = C_t h_t.  Returns y [b, l, h, p],
-    final_state [b, h, p, n]. Any l: pad internally to a multiple of chunk_size (padding must not change results).
+    final_state [b, h, p, n] (`outputs` False: y is None, and only the state is computed). Any l: pad internally to
+    a multiple of chunk_size (padding must not change results).
 
     Padding appends steps with ``dt = 0``: decay ``exp(0) = 1`` and input ``0 * x = 0``, so the state passes through
     unchanged and the final state is the one after step ``l``; outputs of real steps never see later steps.
@@ -94,11 +96,6 @@ def ssd_chunked(
     C = C.reshape(b, c, Q, g, n)
     a_cumsum = a.cumsum(dim=-1)  # within each chunk
 
-    # 1. intra-chunk (diagonal blocks): Y_diag[l] = sum_{s <= l} exp(a_{s+1..l}) (C_l . B_s) X_s
-    L = torch.exp(segsum(a))  # [b, g, r, c, Q, Q]
-    CB = torch.einsum("bclgn,bcsgn->bgcls", C, B)  # shared by the heads of a group
-    Y_diag = torch.einsum("bgrcls,bcsgrp->bclgrp", CB.unsqueeze(2) * L, X)
-
     # 2. state of each chunk from a zero start: S_c = sum_s exp(a_{s+1..end}) B_s X_s^T
     decay_to_end = torch.exp(a_cumsum[..., -1:] - a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
     states = torch.einsum("bcsgn,bcsgrp->bcgrpn", B, X * decay_to_end.unsqueeze(-1))
@@ -112,6 +109,13 @@ def ssd_chunked(
     decay_chunk = torch.exp(segsum(F.pad(a_cumsum[..., -1], (1, 0))))  # [b, g, r, c+1, c+1]
     states = torch.einsum("bgrzc,bcgrpn->bzgrpn", decay_chunk, states)
     states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; state after the last step
+    if not outputs:
+        return None, final_state.reshape(b, h, p, n)
+
+    # 1. intra-chunk (diagonal blocks): Y_diag[l] = sum_{s <= l} exp(a_{s+1..l}) (C_l . B_s) X_s
+    L = torch.exp(segsum(a))  # [b, g, r, c, Q, Q]
+    CB = torch.einsum("bclgn,bcsgn->bgcls", C, B)  # shared by the heads of a group
+    Y_diag = torch.einsum("bgrcls,bcsgrp->bclgrp", CB.unsqueeze(2) * L, X)
 
     # 4. state -> output (off-diagonal blocks): Y_off[l] = exp(a_{first..l}) C_l . h_in
     decay_from_start = torch.exp(a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
@@ -195,6 +199,28 @@ class Mamba2Block(nn.Module):
     def forward(self, u: Tensor) -> Tensor:
         cfg = self.cfg
         batch, seqlen, _ = u.shape
+        z, x, dt, A, B, C = self._inputs(u)
+        y, _ = ssd_chunked(x, dt, A, B, C, cfg.chunk_size)
+        y = y + x * self.D.unsqueeze(-1)
+        y = self.norm(y.reshape(batch, seqlen, cfg.d_inner) * F.silu(z))
+        return self.out_proj(y)
+
+    def forward_last(self, u: Tensor) -> Tensor:
+        """`forward(u)[:, -1:]` (inference): the output at the last position is C there times the state after it
+        (plus the skip), so the scan computes only the final state, and the gate, norm and projection one position."""
+        cfg = self.cfg
+        z, x, dt, A, B, C = self._inputs(u)
+        _, state = ssd_chunked(x, dt, A, B, C, cfg.chunk_size, outputs=False)  # [b, h, p, n]
+        heads_per_group = cfg.n_heads // cfg.n_groups
+        c_last = C[:, -1].repeat_interleave(heads_per_group, dim=1)  # [b, h, n]: each head's group's C
+        y = torch.einsum("bhpn,bhn->bhp", state, c_last) + x[:, -1] * self.D.unsqueeze(-1)
+        y = self.norm(y.reshape(u.shape[0], 1, cfg.d_inner) * F.silu(z[:, -1:]))
+        return self.out_proj(y)
+
+    def _inputs(self, u: Tensor) -> tuple[Tensor, ...]:
+        """(z, x [b, l, h, p], dt [b, l, h], A [h], B, C [b, l, g, n]) of the block's input projection."""
+        cfg = self.cfg
+        batch, seqlen, _ = u.shape
         gn = cfg.n_groups * cfg.d_state
         z, xBC, dt = torch.split(self.in_proj(u), [cfg.d_inner, self.conv_dim, cfg.n_heads], dim=-1)
         xBC = F.silu(causal_depthwise_conv(xBC, self.conv1d.weight, self.conv1d.bias))
@@ -202,17 +228,8 @@ class Mamba2Block(nn.Module):
         x = x.reshape(batch, seqlen, cfg.n_heads, cfg.d_head)
         dt = F.softplus(dt + self.dt_bias)  # [b, l, h]
         A = -torch.exp(self.A_log)  # [h]
-        y, _ = ssd_chunked(
-            x,
-            dt,
-            A,
-            B.reshape(batch, seqlen, cfg.n_groups, cfg.d_state),
-            C.reshape(batch, seqlen, cfg.n_groups, cfg.d_state),
-            cfg.chunk_size,
-        )
-        y = y + x * self.D.unsqueeze(-1)
-        y = self.norm(y.reshape(batch, seqlen, cfg.d_inner) * F.silu(z))
-        return self.out_proj(y)
+        groups = (batch, seqlen, cfg.n_groups, cfg.d_state)
+        return z, x, dt, A, B.reshape(groups), C.reshape(groups)
 
 
 class Mamba2(nn.Module):
@@ -233,3 +250,12 @@ class Mamba2(nn.Module):
         for layer in self.layers:
             u = u + layer["mixer"](layer["norm"](u))
         return self.norm_f(u)
+
+    def forward_last(self, u: Tensor) -> Tensor:
+        """`forward(u)[:, -1:]` (inference): every layer but the last over every position, the last one at the last."""
+        if not len(self.layers):
+            return self.norm_f(u[:, -1:])
+        *first, last = self.layers
+        for layer in first:
+            u = u + layer["mixer"](layer["norm"](u))
+        return self.norm_f(u[:, -1:] + last["mixer"].forward_last(last["norm"](u)))

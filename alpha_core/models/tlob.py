@@ -210,6 +210,8 @@ class FeatureAttention(nn.Module):
 class TLOBModel(nn.Module):
     """x [B, K, F] -> per-horizon logits [B, K, H]. Causal: position k uses only x[:, :k+1]."""
 
+    cpu_batch = 32  # windows per forward in CPU evaluation: 20% less CPU a window than 128 (bench/README.md)
+
     def __init__(self, cfg: TLOBConfig):
         super().__init__()
         self.cfg = cfg
