@@ -55,3 +55,20 @@ def test_last_position_depends_on_what_the_forward_depends_on(name):
             moved_full = not torch.allclose(model(y)[:, -1], base_full, atol=1e-6)
             moved_last = not torch.allclose(_last(model, y), base_last, atol=1e-6)
             assert moved_full == moved_last, f"{name}: row {row}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", LAST_POSITION_MODELS)
+def test_last_position_on_cuda_matches_the_cpu(name):
+    """Evaluation on a GPU takes the same path: the last position there equals the CPU forward's (TF32 off)."""
+    model = _model(name)
+    x = torch.randn(64, 64, 13)
+    with torch.inference_mode():
+        want = model(x)[:, -1]
+        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            got = _last(model.cuda(), x.cuda()).cpu()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
