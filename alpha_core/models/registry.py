@@ -124,6 +124,7 @@ _ENTRIES = [
         "TLOBModel",
         "supervised",
         "TLOB: causal dual attention over time and over features",
+        code_version="3",  # 3: its feature attention runs SDPA's fused kernel (other float rounding)
     ),
     ModelSpec(
         "liquid",
