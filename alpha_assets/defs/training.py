@@ -458,7 +458,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
     partitions_def=symbol_partitions,
     group_name="evaluation",
     kinds={"matplotlib"},
-    code_version="3",
+    code_version="4",  # 4: validation weights from the checkpoints' recorded scores
     pool=CPU_POOL,
     automation_condition=REPORT_AUTOMATION,
     owners=OWNERS,
