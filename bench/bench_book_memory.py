@@ -2,12 +2,13 @@
 checkpoint's evaluation, host peak RSS and CPU seconds against the number of quarters.
 
 Data. A real ES MBP-10 session holds about 5M records; the demo build keeps 0.70 sidecar rows per record, so a
-quarter of 63 sessions is 220.5M book rows (59 GB as a sidecar). Such sidecars are written here as sparse files:
-every `.npy` has its full size, and only what the measured code reads for its answer is written (the label tail,
-whose NaNs mark where windows may start; for a test file its `ts` and `trade_ts`, 3.5 GB a quarter: snapshots
-evenly over 23 h a session, a trade every 4th snapshot); features, dt and outcomes read as zeros, which costs the
-code what real values cost. The test period's bar file is real-sized too (1,380 bars a session). The checkpoint is
-a real `alpha train` checkpoint (seq_len 64, tiny demo data): inference costs the same whatever it learned.
+quarter of 63 sessions is 220.5M book rows (38.8 GB as a sidecar: 176 B a row, `STORED_DTYPES`). Such sidecars are
+written here as sparse files: every `.npy` has its full size, and only what the measured code reads for its answer is
+written (the label tail, whose NaNs mark where windows may start; for a test file its `ts` and `trade_ts`, 3.5 GB a
+quarter: snapshots evenly over 23 h a session, a trade every 4th snapshot); features, dt and outcomes read as zeros,
+which costs the code what real values cost. The test period's bar file is real-sized too (1,380 bars a session). The
+checkpoint is a real `alpha train` checkpoint (seq_len 64, tiny demo data): inference costs the same whatever it
+learned.
 
 Children, each a fresh process (CPU = user + system, peak RSS = its ru_maxrss, both from `os.wait4`):
 - `loader Q`: `WindowLoader` over Q training quarters (8,000 windows of 64, the seed's n_train_seqs) and the
@@ -95,10 +96,11 @@ def _template(out: Path) -> Path:
 
 
 def _write_sidecar(path: Path, template, rows: int, fill) -> None:
-    """A sidecar of `rows` rows whose arrays are sparse files; `fill(name, memmap)` writes what must be real."""
+    """A sidecar of `rows` rows whose arrays are sparse files, in the dtypes the build stores; `fill(name, memmap)`
+    writes what must be real."""
     import numpy as np
 
-    from alpha_core.data.sidecar import ArraySpec, _meta_json
+    from alpha_core.data.sidecar import STORED_DTYPES, ArraySpec, _meta_json
 
     if (path / "meta.json").exists():
         return
@@ -108,11 +110,12 @@ def _write_sidecar(path: Path, template, rows: int, fill) -> None:
     arrays = {}
     for name, spec in template.meta.arrays.items():
         shape = (rows, *spec.shape[1:])
-        arr = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=np.dtype(spec.dtype), shape=shape)
+        dtype = STORED_DTYPES[template.meta.kind][name]
+        arr = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
         fill(name, arr)
         arr.flush()
         del arr
-        arrays[name] = ArraySpec(dtype=spec.dtype, shape=list(shape))
+        arrays[name] = ArraySpec(dtype=dtype.name, shape=list(shape))
     meta = template.meta.model_copy(update={"rows": rows, "arrays": arrays, "key": path.name.rsplit(".", 1)[-1]})
     (tmp / "meta.json").write_bytes(_meta_json(meta))
     tmp.rename(path)

@@ -326,8 +326,9 @@ def test_the_book_model_decides_on_nothing_after_each_close_trade(trained):
 
 
 def _windows(model, values: np.ndarray, normalise: bool = True) -> torch.Tensor:
-    """Every window of a file, normalised with the checkpoint's statistics: [windows, K, F] (or [windows, K])."""
-    t = torch.from_numpy(np.array(values))
+    """Every window of a file, as float32, normalised with the checkpoint's statistics: [windows, K, F] (or [windows,
+    K])."""
+    t = torch.from_numpy(np.array(values, dtype=np.float32))
     if normalise:
         mean, std = (torch.from_numpy(a) for a in model.norm.arrays())
         t = (t - mean) / std
@@ -493,12 +494,12 @@ def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp
 
 def _whole_file_probs(model, features, dt, seq_len, norm, rows):
     """The evaluation of commit 243e5a4 (before streaming), kept as the reference: `np.array` of the whole file,
-    normalised once, TFT variable selection over every row, then windows in padded batches of CPU_BATCH (or the
-    model's own `cpu_batch`)."""
+    normalised once (book features upcast from their stored float16), TFT variable selection over every row, then
+    windows in padded batches of CPU_BATCH (or the model's own `cpu_batch`)."""
     from alpha_core.eval.predict import SAMPLING_SEED, _padded
 
     mean, std = (torch.from_numpy(a) for a in norm.arrays())
-    values = torch.from_numpy(np.array(features)).sub_(mean).div_(std)
+    values = torch.from_numpy(np.array(features, dtype=np.float32)).sub_(mean).div_(std)
     sampling = hasattr(model, "forward_last")
     generator = torch.Generator().manual_seed(SAMPLING_SEED) if sampling else None
     parallel = not sampling

@@ -5,7 +5,8 @@ header is written first and the rows are appended as they come. The second pass 
 rows chunk by chunk; features (`features.BookFeatures` / `BarFeatures`) and labels (`labels.LabelStream`)
 carry only what the next chunk needs. Nothing is memory-mapped while writing, so the page cache of what
 was written never counts as this process's memory. What is written goes to disk while the build runs
-(`WriteBack`), not all at once in the fsync that publishes the sidecar.
+(`WriteBack`), not all at once in the fsync that publishes the sidecar. Features and labels are computed in
+float32 and stored as `sidecar.STORED_DTYPES` says (the book's as float16: `stored_form`).
 
 The row count also gives the sidecar's size before anything is written: over `ALPHA_MAX_SIDECAR_BYTES`, or over
 the cache's free space, the build stops there.
@@ -32,11 +33,21 @@ from alpha_core.data.features import BAR_FEATURES, BOOK_FEATURES, BarFeatures, B
 from alpha_core.data.front_month import Roll
 from alpha_core.data.products import Product
 from alpha_core.data.series import read_bars, read_book
-from alpha_core.data.sidecar import BOOK
+from alpha_core.data.sidecar import BOOK, STORED_DTYPES
 from alpha_core.data.validate import RecordRange
 from alpha_core.errors import DataError
 
 WRITEBACK_BYTES = 16 << 20  # a file's bytes written between two background flushes
+FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
+
+
+def stored_form(rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`rows` cast to the dtype they are stored in, contiguous. Into float16 a value beyond its finite range
+    saturates at +-65504 instead of becoming inf: the build checks finiteness on the float32 values, so a huge one
+    (an absurd spread, which the integrity checks flag by MAX_SPREAD_TICKS) must not turn non-finite after it."""
+    if dtype == np.float16 and rows.dtype != np.float16:
+        rows = np.clip(rows, -FLOAT16_MAX, FLOAT16_MAX)  # NaN (a missing label) stays NaN
+    return np.ascontiguousarray(rows, dtype=dtype)
 
 
 class WriteBack:
@@ -97,7 +108,7 @@ class NpyAppender:
         np.lib.format.write_array_header_1_0(fh, header)
 
     def write(self, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        rows = stored_form(rows, self.dtype)
         if rows.shape[1:] != self.shape[1:] or self.rows + len(rows) > self.shape[0]:
             raise AssertionError(f"{self.path.name}: rows {rows.shape} do not fit {self.shape} after {self.rows}")
         self.fh.write(rows.data)
@@ -133,17 +144,8 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
         source = read_bars(info, prod.root)
         feats, names, unit = BarFeatures(), BAR_FEATURES, lbl.MINUTES
     n, h = source.rows, len(horizons)
-    specs = {
-        "features": (np.float32, (n, len(names))),
-        "ts": (np.int64, (n,)),
-        "price": (np.float64, (n,)),
-        "dt": (np.float32, (n,)),
-        "trade_ts": (np.int64, (n,)),
-        "labels": (np.float32, (n, h)),
-        "outcome_long": (np.float32, (n, h)),
-        "outcome_short": (np.float32, (n, h)),
-        "instrument_id": (np.uint32, (n,)),
-    }
+    width = {"features": (len(names),), "labels": (h,), "outcome_long": (h,), "outcome_short": (h,)}
+    specs = {name: (dtype, (n, *width.get(name, ()))) for name, dtype in STORED_DTYPES[kind].items()}
     _check_size(out, info, n, specs)
     labels = lbl.LabelStream(unit, horizons, feats.price_scale, cost)
     finite = np.ones(len(names), dtype=bool)
@@ -156,7 +158,7 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
             for name, (dtype, shape) in specs.items()
         }
         for chunk in source.chunks():
-            f = feats(chunk)
+            f = feats(chunk)  # float32, checked before `stored_form` narrows the book's to float16
             ok = np.isfinite(f.values)
             if not ok.all():  # a flat pass; the per-feature reduction only where something is off
                 finite &= ok.all(axis=0)

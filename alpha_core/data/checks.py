@@ -17,7 +17,7 @@ from alpha_core.data.front_month import NS_PER_DAY, session_days
 from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.sidecar import BOOK, Sidecar
 
-BLOCK_ROWS = 1 << 15  # rows per block: about 5 MB of book features
+BLOCK_ROWS = 1 << 15  # rows per block: about 4 MB of book features (float16)
 # legal but suspicious data (a failed check, not an error): thresholds far outside what CME data shows
 MAX_SPREAD_TICKS = 1000  # best ask - best bid of a front-month snapshot
 MAX_JUMP = 0.10  # relative price change between consecutive rows of one contract (limit moves are 7%)

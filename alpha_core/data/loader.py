@@ -19,8 +19,10 @@ plain reads (`take_rows`); a window is then K consecutive rows of that buffer, c
 epoch that would read about every row (n_windows x seq_len >= the files' rows) keeps every row instead, copied
 once. The buffer sits on the device (`resident`, the default on any non-CPU device: what an epoch reads, not
 every file) or on the host, and `reset` refills it in place, so a captured CUDA graph (`batch_at` through an
-`EpochCursor`) keeps reading the same memory across epochs. Device memory: capacity x (4 F + 4 + 12 H) bytes
-(features, dt, the three label arrays) + 24 bytes per window.
+`EpochCursor`) keeps reading the same memory across epochs. The buffer keeps the stored dtypes (a book's features
+and labels are float16, `sidecar.STORED_DTYPES`) and a batch is upcast to float32 as it is gathered. Device memory:
+capacity x (2F + 4 + 2H + 8H) bytes for the book, capacity x (4F + 4 + 12H) for bars (features, dt, the three label
+arrays) + 24 bytes per window.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from alpha_core.data.sidecar import HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError
 
 ARRAYS = ("features", "dt", "labels", "outcome_long", "outcome_short")  # what a window carries
-STAGE_ROWS = 1 << 16  # rows copied per block (17 MiB of book rows): the host's share of an epoch's gather
+STAGE_ROWS = 1 << 16  # rows copied per block (9 MiB of book rows): the host's share of an epoch's gather
 SCAN_ROWS = 1 << 20  # rows of labels read per block when a bar file's labelled runs are found
 
 
@@ -257,14 +259,16 @@ class WindowLoader:
         return self._gather(positions)
 
     def _gather(self, rows: slice | torch.Tensor) -> WindowBatch:
+        """The windows at `rows` of the epoch, features and labels as float32 (tensor ops only: capturable)."""
         first = self._first[rows]  # each window is K consecutive rows of the buffer: copied whole
         out = {name: windows.index_select(0, first) for name, windows in self._windows.items()}
+        x = out["features"].float()  # normalised in float32, whatever the stored dtype
         if self._mean is not None:
-            out["features"] = (out["features"] - self._mean) / self._std
+            x = (x - self._mean) / self._std
         return WindowBatch(
-            x=out["features"],
+            x=x,
             dt=out["dt"],
-            labels=out["labels"],
+            labels=out["labels"].float(),
             outcome_long=out["outcome_long"],
             outcome_short=out["outcome_short"],
             file_index=self._file[rows],

@@ -39,14 +39,33 @@ from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
 
 # bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
-# in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json)
-FEATURE_VERSION = "5"
+# in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json; 6: book features
+# and labels stored as float16)
+FEATURE_VERSION = "6"
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
 DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
 HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
 ARRAYS = ("features", "ts", "price", "dt", "trade_ts", "labels", "outcome_long", "outcome_short", "instrument_id")
+_WIDE = {
+    "features": np.dtype(np.float32),
+    "ts": np.dtype(np.int64),
+    "price": np.dtype(np.float64),
+    "dt": np.dtype(np.float32),
+    "trade_ts": np.dtype(np.int64),
+    "labels": np.dtype(np.float32),
+    "outcome_long": np.dtype(np.float32),
+    "outcome_short": np.dtype(np.float32),
+    "instrument_id": np.dtype(np.uint32),
+}
+# each array's dtype on disk, by kind. A real quarter is 220.5M book rows: its features (ticks, shares and logs,
+# rounded by at most 2^-11 of their value) and labels (0, 1 or NaN: exact) as float16 take a book row from 296 to
+# 176 bytes. Bar sidecars are small, and their features (log returns) want float32's precision.
+STORED_DTYPES: dict[str, dict[str, np.dtype]] = {
+    BARS: _WIDE,
+    BOOK: {**_WIDE, "features": np.dtype(np.float16), "labels": np.dtype(np.float16)},
+}
 
 
 MAX_HORIZONS, MAX_HORIZON = 8, 1_000_000  # label horizons per sidecar; snapshots (book) or minutes (bars)
@@ -202,7 +221,8 @@ class Sidecar:
         return out.reshape(-1, *spec.shape[1:])
 
     # the arrays, by name (see ARRAYS); each access returns the current mapping
-    features = property(lambda self: self.array("features"))  # float32 [N, F]
+    # dtypes as STORED_DTYPES says: a computation upcasts the book's float16 features and labels to float32
+    features = property(lambda self: self.array("features"))  # [N, F] float16 (book) or float32 (bars)
     ts = property(lambda self: self.array("ts"))  # int64 [N] (ts_recv for the book, bar start for bars)
     price = property(lambda self: self.array("price"))  # float64 [N] stitched reference price
     dt = property(lambda self: self.array("dt"))  # float32 [N] seconds since the previous row
@@ -210,7 +230,7 @@ class Sidecar:
     # before this snapshot (file order; -1 before the first), so the snapshot a decision at a bar's close
     # trade may read is known; bars, the bar's upper bound ts + 60 s - 1 ns
     trade_ts = property(lambda self: self.array("trade_ts"))
-    # float32 [N, H] direction (1 up, 0 not up, NaN where `labels.py` says no price is known)
+    # [N, H] direction (1 up, 0 not up, NaN where `labels.py` says no price is known), float16 (book) or float32
     labels = property(lambda self: self.array("labels"))
     outcome_long = property(lambda self: self.array("outcome_long"))  # float32 [N, H] price units, net of cost
     outcome_short = property(lambda self: self.array("outcome_short"))
@@ -486,6 +506,9 @@ def load_sidecar(path: str | Path, expect_key: str | None = None) -> Sidecar:
             or shape[0] != meta.rows
         ):
             raise SidecarCorrupt(f"{path}: {name}.npy has {dtype}{list(shape)}, meta says {spec}")
+        stored = STORED_DTYPES[meta.kind][name]
+        if dtype != stored:  # readers size their buffers by it
+            raise SidecarCorrupt(f"{path}: {name}.npy is {dtype}, a {meta.kind} sidecar stores {stored}")
         if data_bytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
             raise SidecarCorrupt(
                 f"{path}: {name}.npy holds {data_bytes} data bytes, {dtype}{list(shape)} needs "

@@ -49,7 +49,7 @@ CPU_BATCH = 128  # on CPU: small batches stay in cache (4096 windows took 3x the
 MAX_CPU_WORKERS = 8  # CPU threads that each run one batch at a time
 SAMPLING_SEED = 0x5EED  # the noise of sampling models in evaluation: the same report for the same checkpoint
 BLOCK_ROWS = 1 << 20  # rows of one column read per block where a book file's times are scanned (8 MiB)
-CHUNK_ROWS = 1 << 19  # rows gathered for one chunk of windows (120 MiB of book features)
+CHUNK_ROWS = 1 << 19  # rows gathered for one chunk of windows (60 MiB of float16 book features, 120 MiB as float32)
 AUC_SAMPLE = 1 << 16  # snapshots of a book test file its AUC is scored on (every one when the file has fewer)
 AUC_SAMPLE_SEED = 0xA0C  # which ones: the same rows for the same file length, whatever the checkpoint
 
@@ -318,15 +318,15 @@ def _probs_at(
 
     The rows read come from the very index that gathers each window, so they are what the model saw, not what it was
     meant to see. The windows go chunk by chunk (`_chunks`): a chunk's rows are fetched (`fetch(name, sorted
-    rows)`), moved to the device and normalised once, and each batch of windows is gathered from them on the device.
-    A model with a `position_wise` part (the TFT's variable selection, TGGN's graph steps) runs it once per
-    fetched row, and `forward_windows` (or `last_position`) on the windows of its output; a model with
-    `last_position` computes only what each window's last position depends on. Batches are padded to the full size
-    (`_padded`), so a window's numbers do not depend on the others predicted with it: the validation path, which
-    predicts only some snapshots, gets the numbers of the full file, and so does any chunking
-    (tests/test_evaluate.py, to the bit). On CPU the batches are small (CPU_BATCH, or the model's `cpu_batch`) and
-    run on every core (`_batches`); a sampling model (Diffusion) runs its batches in order, unpadded, on its own
-    seeded noise, so reruns agree.
+    rows)`), moved to the device, upcast to float32 (a book's are stored as float16) and normalised once, and each
+    batch of windows is gathered from them on the device. A model with a `position_wise` part (the TFT's variable
+    selection, TGGN's graph steps) runs it once per fetched row, and `forward_windows` (or `last_position`) on the
+    windows of its output; a model with `last_position` computes only what each window's last position depends on.
+    Batches are padded to the full size (`_padded`), so a window's numbers do not depend on the others predicted
+    with it: the validation path, which predicts only some snapshots, gets the numbers of the full file, and so does
+    any chunking (tests/test_evaluate.py, to the bit). On CPU the batches are small (CPU_BATCH, or the model's
+    `cpu_batch`) and run on every core (`_batches`); a sampling model (Diffusion) runs its batches in order,
+    unpadded, on its own seeded noise, so reruns agree.
     """
     if len(rows) == 0:
         return np.empty((0, 0), np.float32), np.empty(0, np.int64)
@@ -344,7 +344,7 @@ def _probs_at(
             need = np.arange(ends[0] - seq_len + 1, ends[-1] + 1)
         else:
             need = np.unique((ends[:, None] + lags).ravel())
-        values = torch.from_numpy(fetch("features", need)).to(device).sub_(mean).div_(std)  # [len(need), F]
+        values = torch.from_numpy(fetch("features", need)).to(device).float().sub_(mean).div_(std)  # [len(need), F]
         if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
             (values,) = _padded(
                 lambda r, v=values: (model.position_wise(v[r][None])[0],),
