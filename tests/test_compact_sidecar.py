@@ -103,3 +103,13 @@ def test_a_book_row_is_176_bytes_and_stays_so(tiny_sidecars, tmp_path):
     (wide / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(SidecarCorrupt, match="features.npy is float32, a book sidecar stores float16"):
         load_sidecar(wide)
+
+
+def test_the_meta_s_feature_sums_are_those_of_the_stored_values(tiny_sidecars):
+    """The build records each feature's sum and sum of squares over the stored rows (normalisation reads them,
+    not the rows): they are the sums of what a reader gets."""
+    for sc in [*tiny_sidecars["book"], *tiny_sidecars["bars"]]:
+        wide = np.asarray(sc.features, dtype=np.float64)
+        total, total_sq = sc.feature_sums()
+        np.testing.assert_allclose(total, wide.sum(axis=0), rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(total_sq, np.square(wide).sum(axis=0), rtol=1e-12, atol=1e-9)

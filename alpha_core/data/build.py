@@ -132,6 +132,8 @@ class Built:
     dropped: dict[str, int]
     arrays: dict[str, tuple[str, list[int]]] = field(default_factory=dict)  # name -> (dtype, shape)
     records: RecordRange | None = None  # every record of the file, from pass 1
+    feature_sum: list[float] = field(default_factory=list)  # per feature over every row as stored (float64 sums)
+    feature_sum_sq: list[float] = field(default_factory=list)
 
 
 def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: tuple[int, ...], cost: float) -> Built:
@@ -149,6 +151,7 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
     _check_size(out, info, n, specs)
     labels = lbl.LabelStream(unit, horizons, feats.price_scale, cost)
     finite = np.ones(len(names), dtype=bool)
+    total, total_sq = np.zeros(len(names)), np.zeros(len(names))
     first_ts = last_ts = None
     with ExitStack() as files:
         handles = {name: files.enter_context((out / f"{name}.npy").open("wb")) for name in specs}
@@ -162,7 +165,11 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
             ok = np.isfinite(f.values)
             if not ok.all():  # a flat pass; the per-feature reduction only where something is off
                 finite &= ok.all(axis=0)
-            npy["features"].write(f.values)
+            stored = stored_form(f.values, specs["features"][0])
+            wide = stored.astype(np.float64)  # the sums normalisation needs, of the values readers get
+            total += wide.sum(axis=0)
+            total_sq += np.einsum("ij,ij->j", wide, wide)
+            npy["features"].write(stored)
             npy["ts"].write(f.ts)
             npy["price"].write(f.price_fixed / f.price_scale)
             npy["dt"].write(f.dt)
@@ -179,7 +186,19 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
         if short:
             raise AssertionError(f"{info.path}: {n} rows expected, written {short}")
     arrays = {name: (np.dtype(dtype).name, list(shape)) for name, (dtype, shape) in specs.items()}
-    return Built(names, n, first_ts, last_ts, source.contracts, source.front.rolls, source.dropped, arrays, source.records)
+    return Built(
+        names,
+        n,
+        first_ts,
+        last_ts,
+        source.contracts,
+        source.front.rolls,
+        source.dropped,
+        arrays,
+        source.records,
+        total.tolist(),
+        total_sq.tolist(),
+    )
 
 
 def _check_size(out: Path, info: DbnFile, rows: int, specs: dict[str, tuple]) -> None:

@@ -14,7 +14,6 @@ from alpha_core.data.sidecar import Sidecar
 from alpha_core.errors import DataError, describe_validation_error
 
 MIN_STD = 1e-6
-BLOCK_ROWS = 1 << 18
 
 
 class NormStats(BaseModel):
@@ -41,7 +40,8 @@ class NormStats(BaseModel):
 
 
 def fit_norm_stats(train: Sequence[Sidecar]) -> NormStats:
-    """Mean and std per feature over every row of the training sidecars (float64, streamed)."""
+    """Mean and std per feature over every row of the training sidecars (float64), from the sums each sidecar's build
+    recorded: O(files), whatever their rows (a real fold's four book quarters were a 10 CPU-minute pass)."""
     if not train:
         raise DataError(None, "cannot fit normalisation statistics on zero training files")
     names = train[0].meta.feature_names
@@ -51,10 +51,9 @@ def fit_norm_stats(train: Sequence[Sidecar]) -> NormStats:
     for sc in train:
         if sc.meta.feature_names != names:
             raise DataError(sc.path, "feature_names differ from the first training file")
-        for start in range(0, sc.rows, BLOCK_ROWS):
-            block = np.asarray(sc.features[start : start + BLOCK_ROWS], dtype=np.float64)
-            total += block.sum(axis=0)
-            total_sq += np.square(block).sum(axis=0)
+        file_total, file_total_sq = sc.feature_sums()
+        total += file_total
+        total_sq += file_total_sq
         rows += sc.rows
     mean = total / rows
     var = np.maximum(total_sq / rows - mean**2, 0.0)

@@ -40,7 +40,7 @@ from alpha_core.errors import DataError
 
 # bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
 # in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json; 6: book features
-# and labels stored as float16)
+# and labels stored as float16, and each feature's sums in meta.json)
 FEATURE_VERSION = "6"
 BOOK, BARS = "book", "bars"
 Kind = Literal["book", "bars"]
@@ -124,6 +124,16 @@ class RecordsInfo(Strict):
     last_ts: int
 
 
+class FeatureSums(Strict):
+    """Per feature, the sum and the sum of squares (float64) of its stored values over every row: what normalisation
+    statistics need (`norm.fit_norm_stats`), so a fold's statistics cost O(files), not a pass over every row."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    total: list[float]
+    total_sq: list[float]
+
+
 class RollInfo(Strict):
     session: str
     from_contract: str
@@ -142,6 +152,7 @@ class SidecarMeta(Strict):
     source: SourceInfo
     records: RecordsInfo
     feature_names: list[str]
+    feature_sums: FeatureSums
     horizons: list[int]
     horizon_unit: str
     outcome_label_cost: float
@@ -219,6 +230,13 @@ class Sidecar:
             fh.seek(self._data_at[name] + start * row)
             out = np.fromfile(fh, dtype=dtype, count=max(stop - start, 0) * (row // dtype.itemsize))
         return out.reshape(-1, *spec.shape[1:])
+
+    def feature_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sum, sum of squares) per feature over every row, float64: the build's, from the meta (given arrays: theirs)."""
+        if "features" in self._given:
+            wide = np.asarray(self._given["features"], dtype=np.float64)
+            return wide.sum(axis=0), np.einsum("ij,ij->j", wide, wide)
+        return np.array(self.meta.feature_sums.total), np.array(self.meta.feature_sums.total_sq)
 
     # the arrays, by name (see ARRAYS); each access returns the current mapping
     # dtypes as STORED_DTYPES says: a computation upcasts the book's float16 features and labels to float32
@@ -446,6 +464,7 @@ def _write(
         ),
         records=RecordsInfo(count=built.records.count, first_ts=built.records.first_ts, last_ts=built.records.last_ts),
         feature_names=list(built.feature_names),
+        feature_sums=FeatureSums(total=built.feature_sum, total_sq=built.feature_sum_sq),
         horizons=list(horizons),
         horizon_unit=HORIZON_UNIT[kind],
         outcome_label_cost=cost,
