@@ -13,7 +13,7 @@ made on a GPU, it comes from GPU predictions, which a CPU rerun could differ fro
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.eval import metrics
@@ -77,10 +77,10 @@ def score(
 def recorded_sharpe(ckpt: Checkpoint, val_name: str, horizon: int, band: float, cost_ticks: float) -> float | None:
     """The summary's validation Sharpe where it is the number `score` gives on `val_name` at these settings, else
     None (then the evaluator predicts the file)."""
-    record = ckpt.summary.get("val_score")
-    if not record:
+    try:
+        s = ValidationScore.model_validate(ckpt.summary.get("val_score"))
+    except ValidationError:  # none, or not a record this code reads
         return None
-    s = ValidationScore.model_validate(record)
     if s.file != val_name or s.cost_ticks != cost_ticks:
         return None
     if s.horizon is not None and (s.horizon != horizon or s.band != band):
