@@ -247,39 +247,26 @@ def test_a_nested_search_trains_only_its_own_fold_and_only_its_own_model(bars, t
     assert "hyperopt results of model 'mamba2' cannot train 'kan'" in capsys.readouterr().err
 
 
+def _train_fold_0(command: str, model: str, bars, models, *args: str) -> int:
+    """`alpha <command>` of fold 0 of a 2-fold plan on the tiny bars, on the CPU, into models/<model>/ES.FUT."""
+    bars_dir, pd, _ = bars
+    out = models / model / "ES.FUT"
+    return main(
+        [command, "--model", model, "--data-dir", str(bars_dir), "--output-dir", str(out), "--predecoded-dir", str(pd)]
+        + ["--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0", *args]
+    )
+
+
 @pytest.mark.parametrize("per_epoch", [None, 2])
 def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
     """What train-rl reports (and gates and hyperopt score on, and `alpha evaluate` reuses for the ensemble's
     weights) is what `alpha evaluate` computes on that file; also when each epoch scored 2 of its sessions only."""
-    bars_dir, pd, sidecars = bars
+    sidecars = bars[2]
     models = tmp_path / "models"
     sessions = ["--val-sessions-per-epoch", str(per_epoch)] if per_epoch else []
     assert (
-        main(
-            [
-                "train-rl",
-                "--model",
-                "ppo",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(models / "ppo" / "ES.FUT"),
-                "--epochs",
-                "2",
-                "--timesteps-per-epoch",
-                "512",
-                "--n-envs",
-                "4",
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--cv-n-folds",
-                "2",
-                "--cv-fold",
-                "0",
-                *sessions,
-            ]
+        _train_fold_0(
+            "train-rl", "ppo", bars, models, "--epochs", "2", "--timesteps-per-epoch", "512", "--n-envs", "4", *sessions
         )
         == 0
     )
@@ -305,32 +292,10 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
 def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, tmp_path):
     """train-supervised records its checkpoint's validation score: what `alpha evaluate` computes from the checkpoint
     on that file, to the bit, at the evaluator's defaults; another band, horizon, cost or file is not reused."""
-    bars_dir, pd, sidecars = bars
+    sidecars = bars[2]
     models = tmp_path / "models"
-    args = ["--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256", "--n-val-seqs", "128"]
-    assert (
-        main(
-            [
-                "train-supervised",
-                "--model",
-                "kan",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(models / "kan" / "ES.FUT"),
-                *args,
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--cv-n-folds",
-                "2",
-                "--cv-fold",
-                "0",
-            ]
-        )
-        == 0
-    )
+    small = ["--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256", "--n-val-seqs", "128"]
+    assert _train_fold_0("train-supervised", "kan", bars, models, *small) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
     val_name = ckpt.summary["val_files"][-1]
     val = next(sc for sc in sidecars if sc.meta.source.name == val_name)

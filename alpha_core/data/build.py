@@ -33,7 +33,7 @@ from alpha_core.data.features import BAR_FEATURES, BOOK_FEATURES, BarFeatures, B
 from alpha_core.data.front_month import Roll
 from alpha_core.data.products import Product
 from alpha_core.data.series import read_bars, read_book
-from alpha_core.data.sidecar import BOOK, STORED_DTYPES
+from alpha_core.data.sidecar import BOOK, STORED_DTYPES, column_sums
 from alpha_core.data.validate import RecordRange
 from alpha_core.errors import DataError
 
@@ -166,9 +166,9 @@ def build_arrays(out: Path, info: DbnFile, kind: str, prod: Product, horizons: t
             if not ok.all():  # a flat pass; the per-feature reduction only where something is off
                 finite &= ok.all(axis=0)
             stored = stored_form(f.values, specs["features"][0])
-            wide = stored.astype(np.float64)  # the sums normalisation needs, of the values readers get
-            total += wide.sum(axis=0)
-            total_sq += np.einsum("ij,ij->j", wide, wide)
+            sums, sums_sq = column_sums(stored)  # what normalisation needs, of the values readers get
+            total += sums
+            total_sq += sums_sq
             npy["features"].write(stored)
             npy["ts"].write(f.ts)
             npy["price"].write(f.price_fixed / f.price_scale)

@@ -169,6 +169,12 @@ class SidecarMeta(Strict):
     alpha_version: str
 
 
+def column_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, sum of squares) of each column, in float64: a sidecar's `feature_sums`."""
+    wide = np.asarray(values, dtype=np.float64)
+    return wide.sum(axis=0), np.einsum("ij,ij->j", wide, wide)
+
+
 class SidecarCorrupt(Exception):
     """A sidecar directory that cannot be trusted (missing/invalid meta or array)."""
 
@@ -234,8 +240,7 @@ class Sidecar:
     def feature_sums(self) -> tuple[np.ndarray, np.ndarray]:
         """(sum, sum of squares) per feature over every row, float64: the build's, from the meta (given arrays: theirs)."""
         if "features" in self._given:
-            wide = np.asarray(self._given["features"], dtype=np.float64)
-            return wide.sum(axis=0), np.einsum("ij,ij->j", wide, wide)
+            return column_sums(self._given["features"])
         return np.array(self.meta.feature_sums.total), np.array(self.meta.feature_sums.total_sq)
 
     # the arrays, by name (see ARRAYS); each access returns the current mapping
