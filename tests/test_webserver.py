@@ -61,15 +61,20 @@ def chromium() -> str:
     return found
 
 
-def render(url: str, profile: Path) -> str:
-    """The page's DOM after its scripts ran, from Debian's headless Chromium (scripts/test-deps.sh installs it)."""
-    out = subprocess.run(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return out.stdout
+def render(url: str, profile: Path, expect: tuple[str, ...] = (), attempts: int = 3) -> str:
+    """The page's DOM after its scripts ran, from Debian's headless Chromium (scripts/test-deps.sh installs it),
+    rendered again (up to `attempts` times) while a text in `expect` is missing: the virtual time budget does not
+    wait for the webserver's GraphQL answers, which a loaded machine can delay past it."""
+    for _ in range(attempts):
+        dom = subprocess.run(
+            [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        if all(text in dom for text in expect):
+            break
+    return dom
 
 
 # Given to every `interact` script: polls `found()` every 100 ms for up to 30 s, its first truthy value or null.
@@ -287,10 +292,11 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
         assert alpha_run.launch_remote(plan, server.url, poll_s=1.0)
 
         # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
-        catalog = render(f"{server.url}/assets", tmp_path / "chrome-1")
-        assert "book_sidecars" in catalog and "checkpoints" in catalog
-        partitions = render(f"{server.url}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2")
-        assert all(symbol in partitions for symbol in ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT"))
+        lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
+        catalog = render(f"{server.url}/assets", tmp_path / "chrome-1", expect=lineage)
+        assert all(name in catalog for name in lineage)
+        partitions = render(f"{server.url}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2", expect=symbols)
+        assert all(symbol in partitions for symbol in symbols)
     assert list((tmp_path / "storage").glob(f"{run_id}/folds/NQ.FUT/fold_plans.json"))
     monkeypatch.setenv("DAGSTER_HOME", str(server.home))
     checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
