@@ -31,7 +31,7 @@ demo: install
 	@echo "See it in Dagster, with its plots and the gates' reasons: make ui, then http://127.0.0.1:3000"
 
 ui: install
-	$(BIN)/dg dev
+	$(BIN)/alpha ui
 
 # lint first (no network: ruff is in the venv), then the tests
 test: install lint

@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from alpha_assets.dagster_private import daemon_command, daemon_health
+from alpha_core.processes import stop_group
 
 
 def project_root() -> Path:
@@ -77,12 +78,7 @@ class Daemon:
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)  # its code server and any run worker are in its session
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_group(self.proc)  # its code server and any run worker are in its session
         self.instance.wipe_daemon_heartbeats()  # so the next `alpha run` does not count on this daemon
 
 

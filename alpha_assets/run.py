@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -299,10 +298,6 @@ def _followup_note(p: Plan) -> str:
 # --- launching: locally (the instance of $DAGSTER_HOME and its daemon) or through a webserver ---------------
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt  # SIGTERM (CI timeouts, `kill`) cancels and cleans up like Ctrl-C
-
-
 def pool_limits(gpu: int, cpu_training: int | None) -> str:
     return f"gpu pool limit {gpu}, {CPU_TRAINING_POOL} pool limit {'none' if cpu_training is None else cpu_training}"
 
@@ -330,7 +325,6 @@ def launch_local(
         flush=True,
     )
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         outcome = follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)
         followup = report_followup(p, outcome)
@@ -345,7 +339,6 @@ def launch_local(
         raise
     finally:
         daemon.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 def print_summaries(p: Plan, storage: StorageRoot | None = None) -> None:

@@ -36,6 +36,7 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 
 import alpha_core
 from alpha_core.errors import DataError, PlanError, describe_validation_error
+from alpha_core.processes import stop_group, stop_on_signals
 
 
 def _iso(ts_ns: int | None) -> str | None:
@@ -946,6 +947,26 @@ def add_clean_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    """`dg dev` (webserver, daemon, code server) for this project's instance, stopped whole on Ctrl-C or SIGTERM."""
+    import subprocess
+
+    dg = Path(sys.executable).with_name("dg")
+    root = Path(__file__).resolve().parents[1]  # the project: its pyproject.toml names the code location
+    proc = subprocess.Popen([str(dg), "dev", "-p", str(args.port), "-h", args.host], cwd=root, start_new_session=True)
+    print(f"alpha ui: Dagster's UI at http://{args.host}:{args.port} (pid {proc.pid}); Ctrl-C stops it", flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        stop_group(proc)
+        return 0
+
+
+def add_ui_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=3000, help="the webserver's port (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="the address it listens on (default: %(default)s)")
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 # name: (help, options, handler); a command's options are added only when it is the one parsed, so `alpha --help`
@@ -965,6 +986,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
     "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options, cmd_evaluate),
     "run": ("the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)", add_run_options, cmd_run),
+    "ui": ("Dagster's UI and daemon on $DAGSTER_HOME (dg dev), stopped whole on Ctrl-C or SIGTERM", add_ui_options, cmd_ui),
     "models": ("list the model registry (name, group, input, hyperopt space)", add_models_options, cmd_models),
     "clean": (
         "remove what crashed writers left (stale temporaries, dead locks, abandoned attempts)",
@@ -1027,7 +1049,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     progress.set_quiet(getattr(args, "quiet", False))
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), stop_on_signals():  # SIGTERM stops any command as Ctrl-C does
             if not debug:  # a library warning is one line too
                 warnings.showwarning = lambda message, *_, **__: print(
                     f"alpha {args.command}: warning: {_one_line(message)}", file=sys.stderr

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import dagster as dg
+import psutil
 import pytest
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
@@ -232,7 +233,9 @@ class Webserver:
 
 @contextmanager
 def dg_dev(tmp_path: Path, data: Path) -> Iterator[Webserver]:
-    """`dg dev` on a free port with its own DAGSTER_HOME (the repository's dagster.yaml), stopped on exit.
+    """`alpha ui` (`dg dev`) on a free port with its own DAGSTER_HOME (the repository's dagster.yaml), stopped on
+    exit as a user or Kubernetes stops it: SIGTERM to its PID, and every process it started must be gone within
+    10 s (no kill fallback here: a hang fails the test).
 
     It returns at once, so the caller can work while the webserver starts; `wait_up()` before talking to it.
     """
@@ -248,7 +251,7 @@ def dg_dev(tmp_path: Path, data: Path) -> Iterator[Webserver]:
     log = tmp_path / "dg-dev.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("dg")), "dev", "-p", str(port := free_port()), "-h", "127.0.0.1"],
+            [str(Path(sys.executable).with_name("alpha")), "ui", "--port", str(port := free_port()), "--host", "127.0.0.1"],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -258,8 +261,19 @@ def dg_dev(tmp_path: Path, data: Path) -> Iterator[Webserver]:
     try:
         yield Webserver(port, home, log, process)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=60)
+        children = psutil.Process(process.pid).children(recursive=True)  # dg dev, its webserver, daemon, code server
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+        _, alive = psutil.wait_procs(children, timeout=1)
+        alive = [p for p in alive if _running(p)]  # a zombie has stopped: only its reaping is left (to PID 1 here)
+        assert not alive, f"{[p.pid for p in alive]} outlived `alpha ui`; its log: {log}"
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
