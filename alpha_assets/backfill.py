@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG
+from alpha_assets.resources import REUSE_TAG, RUN_ID_TAG, TRIGGER_TAG
 from alpha_core.gates import GATE_CHECK
 
 # the qualified class name Dagster puts before an error's message: alpha's own errors then read as the CLI prints
@@ -31,10 +31,12 @@ class Plan:
     max_parallel: int
     targets: dict[str, list[str]]  # asset key (user string) -> partition keys
     run_config: dict = field(default_factory=dict)
+    reuse_from: list[str] = field(default_factory=list)  # other runs whose checkpoints and searches it may use
 
     @property
     def tags(self) -> dict[str, str]:
-        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: "alpha-run"}
+        reuse = {REUSE_TAG: ",".join(self.reuse_from)} if self.reuse_from else {}
+        return {RUN_ID_TAG: self.run_id, TRIGGER_TAG: "alpha-run", **reuse}
 
     @property
     def title(self) -> str:

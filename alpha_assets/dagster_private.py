@@ -21,9 +21,9 @@ Why each is needed (no public API does it in Dagster 1.13):
 - `daemon_health` (`dagster._daemon.controller.get_daemon_statuses`): whether a live daemon (e.g. `dg dev`'s)
   already runs backfills, so `alpha run` starts no second one.
 - `daemon_command` (`python -m dagster._daemon run`): the daemon `alpha run` starts, run by this interpreter.
-- `latest_failed_check_evaluation` (`dagster._core.event_api.PartitionKeyFilter`,
-  `dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus`): the latest evaluation of
-  one partition's check when it failed: why a checkpoint missed its gate, which the report lists.
+- `failed_check_evaluations` (`dagster._core.event_api.PartitionKeyFilter`,
+  `dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus`): the evaluations of one
+  partition's failed checks: why a checkpoint of a given run missed its gate, which the report lists.
 - `FAILURE_ERROR_PREFIX` (`dagster._core.definitions.events.Failure`): how a step's error names a `dg.Failure`
   in GraphQL (its qualified class name), which `alpha run --remote` strips to print the failure's own line.
 
@@ -102,14 +102,16 @@ def daemon_command(workspace: Path) -> list[str]:
     return [sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)]
 
 
-def latest_failed_check_evaluation(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str):
-    """The evaluation (AssetCheckEvaluation) of a partition's latest execution of a check if it failed, else None."""
+def failed_check_evaluations(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str, limit: int = 50):
+    """The evaluations (AssetCheckEvaluation) of a partition's newest failed executions of a check, newest first."""
     from dagster._core.event_api import PartitionKeyFilter
     from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
     records = instance.event_log_storage.get_asset_check_execution_history(
-        check_key, limit=1, partition_filter=PartitionKeyFilter(key=partition)
+        check_key, limit=limit, partition_filter=PartitionKeyFilter(key=partition)
     )
-    if not records or records[0].status != AssetCheckExecutionRecordStatus.FAILED or records[0].event is None:
-        return None
-    return records[0].event.dagster_event.asset_check_evaluation_data
+    return [
+        r.event.dagster_event.asset_check_evaluation_data
+        for r in records
+        if r.status == AssetCheckExecutionRecordStatus.FAILED and r.event is not None
+    ]

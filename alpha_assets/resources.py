@@ -50,9 +50,20 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
 
 RUN_ID_TAG = "alpha/run_id"  # the pipeline RUN_ID: every run of one `alpha run` or retrain shares it
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
+REUSE_TAG = "alpha/reuse_from"  # other runs whose checkpoints and searches this run may use, by name, comma-separated
+DEFAULT_RUN_ID = "default"  # the run of a Dagster run without the tag (a click in the UI, an automation condition)
 TRIGGER_TAG = "alpha/trigger"  # what launched the run: alpha-run, schedule, new-dbn-files, automation
 
 
 def run_id(context) -> str:
-    """The pipeline's RUN_ID (`alpha run` tags every step with it), else this Dagster run's id."""
-    return context.run.tags.get(RUN_ID_TAG, context.run.run_id)
+    """The pipeline's RUN_ID: `alpha run` and the retrain sensors tag every step with theirs; a Dagster run without
+    the tag (the UI's Materialize, an automation condition) belongs to the run `default`, so that its report finds
+    the checkpoints materialized by earlier clicks. The launchpad's tags name another run."""
+    return context.run.tags.get(RUN_ID_TAG, DEFAULT_RUN_ID)
+
+
+def runs_in_scope(context) -> list[str]:
+    """This run, then the runs it reuses by name (`alpha run --reuse-from`, the `alpha/reuse_from` tag), in order:
+    a report or a checkpoint reads what these runs materialized, and nothing of any other run."""
+    reused = [r.strip() for r in context.run.tags.get(REUSE_TAG, "").split(",") if r.strip()]
+    return [run_id(context), *[r for r in reused if r != run_id(context)]]

@@ -71,6 +71,7 @@ def plan(
     max_parallel: int = MAX_PARALLEL,
     train_config: dict | None = None,
     hyperopt_config: dict | None = None,
+    reuse_from: list[str] | None = None,
 ) -> Plan:
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
@@ -88,6 +89,10 @@ def plan(
         raise PlanError(
             f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got {run_id!r})"
         )
+    reuse_from = list(dict.fromkeys(r for r in reuse_from or [] if r != run_id))
+    bad = [r for r in reuse_from if not RUN_ID_RE.fullmatch(r)]
+    if bad:
+        raise PlanError(f"--reuse-from: {bad[0]!r} is not a RUN_ID")
     for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
         if value is not None and value < 1:
             raise PlanError(f"{name} must be >= 1 (got {value})")
@@ -101,7 +106,7 @@ def plan(
             ops[f"checkpoints__{model}"] = {"config": {**({"epochs": epochs} if epochs else {}), **(train_config or {})}}
         elif kind == "ensemble_report":  # the models the report must account for
             ops[kind] = {"config": {"models": names}}
-    result = Plan(run_id, phase, symbols, names, max_parallel, targets, {"ops": ops} if ops else {})
+    result = Plan(run_id, phase, symbols, names, max_parallel, targets, {"ops": ops} if ops else {}, reuse_from)
     _validate_run_config(result.run_config)
     return result
 

@@ -864,6 +864,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.max_parallel,
         run.parse_json_option("--train-config", args.train_config),
         run.parse_json_option("--hyperopt-config", args.hyperopt_config),
+        [r for r in (args.reuse_from or "").split(",") if r],
     )
     print(
         f"RUN_ID {plan.run_id}: one backfill of {plan.size} asset partitions ({plan.phase}) for "
@@ -908,6 +909,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         help="PSO trials per model (env HYPEROPT_TRIALS; default: alpha hyperopt's, 20)",
     )
     p.add_argument("--run-id", default=env("RUN_ID") or None, help="default: YYYYMMDD-HHMMSS (env RUN_ID)")
+    p.add_argument(
+        "--reuse-from",
+        metavar="RUN[,RUN]",
+        help="other runs whose checkpoints and hyperopt params this run may use, by name (each report row then names "
+        "its run); without it a run uses only what it materialized itself",
+    )
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
     p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
     p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")

@@ -38,7 +38,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assets = list(defs.assets)
     by_key = {a.key.to_user_string(): a for a in assets}
 
-    def run(selection, partition, run_config=None):
+    def run(selection, partition, run_config=None, tags=RUN_ID):
         return dg.materialize(
             assets,
             selection=[by_key[s] for s in selection],
@@ -47,7 +47,7 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
             resources=resources,
             run_config=run_config,
             raise_on_error=False,
-            tags=RUN_ID,
+            tags=tags,
         )
 
     def train(model, fold, min_auc):
@@ -123,6 +123,31 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
         assert again.success
         again_meta = again.get_asset_materialization_events()[0].materialization.metadata
         assert [r.data for r in again_meta["used"].value.records] == used
+
+    # a second run is a unit of its own: without asking, it never scores the first run's checkpoints
+    models = {"ops": {"ensemble_report": {"config": {"models": ["mamba2", "kan"]}}}}
+    second = run(["ensemble_report"], "ES.FUT", models, tags={"alpha/run_id": "second"})
+    assert not second.success, "no checkpoint of run `second` passed its gate"
+    (failure,) = [e for e in second.all_events if e.event_type_value == "STEP_FAILURE"]
+    excluded = {
+        (e["model"], e["fold"]): e["reason"] for e in failure.step_failure_data.user_failure_data.metadata["excluded"].value
+    }
+    assert excluded[("mamba2", 0)] == "not trained in run second (run shared has one: --reuse-from shared to use it)"
+    assert excluded[("kan", 0)] == "never materialized", "the other run's gate misses are not this run's either"
+    assert not (storage / "second" / "eval" / "ES.FUT" / "ensemble_report.json").exists()
+    # asked for by name, the first run's checkpoints are used, and every door names the run they came from
+    reused = run(["ensemble_report"], "ES.FUT", models, tags={"alpha/run_id": "second", "alpha/reuse_from": "shared"})
+    assert reused.success
+    meta = reused.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["run"].value == "second" and meta["verdict"].value.startswith("Verdict: ")
+    assert {(r.data["model"], r.data["run"]) for r in meta["used"].value.records} == {("mamba2", "shared")}
+    body = json.loads((storage / "second" / "eval" / "ES.FUT" / "ensemble_report.json").read_text())
+    assert body["run_id"] == "second" and set(body["reused"]) == {"mamba2 fold 0", "mamba2 fold 1"}
+    assert body["reused"]["mamba2 fold 0"] == f"run shared (attempt {passing[0]})"
+    markdown = (storage / "second" / "eval" / "ES.FUT" / "ensemble_report.md").read_text()
+    assert "Reused by name: mamba2 fold 0 from run shared" in markdown
+    reasons = {(e["model"], e["fold"]): e["reason"] for e in body["excluded"]}
+    assert reasons[("kan", 1)].startswith("gate failed in run shared: mean validation AUC")
 
     summary = run(["run_summary"], None)
     assert summary.success

@@ -207,6 +207,7 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(path)),
+            "alpha_run": run_id(context),
             "run_id": context.run.run_id,
             "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
             "train_window": metadata.text(plans["book"]["window"]),

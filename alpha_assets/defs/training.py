@@ -28,12 +28,12 @@ import dagster as dg
 
 from alpha_assets import metadata
 from alpha_assets.conditions import REPORT_AUTOMATION, TRAINING_AUTOMATION
-from alpha_assets.dagster_private import latest_failed_check_evaluation
+from alpha_assets.dagster_private import failed_check_evaluations
 from alpha_assets.execution import CPU_POOL, STEP_RETRY_POLICY, placement
 from alpha_assets.failures import fail_without_retry
 from alpha_assets.metadata import OWNERS, clean
 from alpha_assets.partitions import N_FOLDS, split_symbol_fold, symbol_fold_key, symbol_fold_partitions, symbol_partitions
-from alpha_assets.resources import DataRoot, StorageRoot, run_id
+from alpha_assets.resources import DataRoot, StorageRoot, run_id, runs_in_scope
 from alpha_core import artifacts
 from alpha_core.eval.report import epoch_curves
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
@@ -41,6 +41,7 @@ from alpha_core.models import registry
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
+ALPHA_RUN = "alpha_run"  # metadata key: the pipeline RUN_ID a materialization or check belongs to
 GATE_TAG = "alpha/gate"  # `alpha/gate/<model>` on a run whose checkpoint missed its gate: the reason, in the runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
@@ -105,33 +106,48 @@ def latest_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partiti
     return found[0] if found else None
 
 
-def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: str, fold: int) -> tuple[dict | None, str]:
-    """The newest checkpoint attempt of a partition that passed its gate, or None and why there is none.
+def run_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dict | None:
+    """The newest materialization of a partition by this run, else by the first run it reuses that has one."""
+    found = materializations(context, key, partition, limit=100)
+    for run in runs_in_scope(context):
+        for meta in found:
+            if meta.get(ALPHA_RUN) == run:
+                return meta
+    return None
 
-    The one rule the report uses: only attempts whose gate passed (and which were therefore promoted) count, so
-    a later gate-failed attempt under the same RUN_ID never changes what a report evaluates.
+
+def passing_checkpoint(context: dg.AssetExecutionContext, model: str, symbol: str, fold: int) -> tuple[dict | None, str]:
+    """The newest attempt of a partition that passed its gate in this run (else in a run it reuses by name), or None
+    and why there is none.
+
+    Only attempts whose gate passed (and which were therefore promoted) count, so a later gate-failed attempt under
+    the same RUN_ID never changes what a report evaluates; an attempt of another run counts only when reused by name.
     """
     key, partition = dg.AssetKey(["checkpoints", model]), symbol_fold_key(symbol, fold)
-    found = materializations(context, key, partition, limit=50)
-    for meta in found:
-        if meta.get("gate_passed") is True:
-            return meta, ""
-    missed = latest_gate_miss(context.instance, key, partition)
-    if missed is not None:
-        return None, f"gate failed: {missed}"
-    if found:  # a gate-failed attempt materialized by an older version of this asset
-        return None, f"gate failed: {found[0].get('gate', 'no passing attempt')}"
+    found = materializations(context, key, partition, limit=100)
+    runs = runs_in_scope(context)
+    for run in runs:
+        for meta in found:
+            if meta.get(ALPHA_RUN) == run and meta.get("gate_passed") is True:
+                return meta, ""
+        missed = gate_miss(context.instance, key, partition, run)
+        if missed is not None:
+            return None, f"gate failed: {missed}" if run == runs[0] else f"gate failed in run {run}: {missed}"
+    others = sorted({str(m.get(ALPHA_RUN, "before runs were recorded")) for m in found if m.get("gate_passed") is True})
+    if others:
+        return None, f"not trained in run {runs[0]} (run {', '.join(others)} has one: --reuse-from {others[0]} to use it)"
     return None, "never materialized"
 
 
-def latest_gate_miss(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> str | None:
-    """The reason of the partition's latest validation gate if it failed (a missed gate records its check, then
-    fails the step without a materialization), else None."""
-    evaluation = latest_failed_check_evaluation(instance, dg.AssetCheckKey(key, GATE_CHECK), partition)
-    if evaluation is None:
-        return None
-    reason = evaluation.metadata.get("reason")
-    return reason.value if reason is not None else (evaluation.description or "no passing attempt")
+def gate_miss(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str, run: str) -> str | None:
+    """The reason of the partition's newest failed validation gate in `run` (a missed gate records its check,
+    then fails the step without a materialization), else None."""
+    for evaluation in failed_check_evaluations(instance, dg.AssetCheckKey(key, GATE_CHECK), partition):
+        recorded = evaluation.metadata.get(ALPHA_RUN)
+        if recorded is not None and recorded.value == run:
+            reason = evaluation.metadata.get("reason")
+            return reason.value if reason is not None else (evaluation.description or "no passing attempt")
+    return None
 
 
 @contextmanager
@@ -232,11 +248,21 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
                     best: results["best_score"],
                     "best_params": dg.MetadataValue.json(results["best_params"]),
                     "trials": metadata.text(len(scores)),
-                    "trial_scores": metadata.table(
-                        [{"trial": t["trial"], "score": t["score"], "val_sharpe": t["val_sharpe"]} for t in results["trials"]]
+                    # every trial's params and score, named: what the search tried and what each try gave
+                    "trials_table": metadata.table(
+                        [
+                            {
+                                "trial": t["trial"],
+                                results["metric"].split(" (")[0]: t["score"],
+                                "val_sharpe": t["val_sharpe"],
+                                **{f"param {k}": v for k, v in t.get("params", {}).items()},
+                            }
+                            for t in results["trials"]
+                        ]
                     ),
                     "train_files": dg.MetadataValue.json(results["train_files"]),
                     "val_files": dg.MetadataValue.json(results["val_files"]),
+                    ALPHA_RUN: run_id(context),
                     "run_id": context.run.run_id,
                 }
             ),
@@ -307,8 +333,13 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         symbol, fold = split_symbol_fold(context.partition_key)
         plans = _plan_metadata(context, symbol)
-        hyper = latest_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
+        hyper = run_metadata(context, dg.AssetKey(["hyperopt", name]), symbol) if spec.search_space else None
         params_file = hyper["path"] if hyper else None
+        if spec.search_space and hyper is None:
+            context.log.warning(
+                f"no hyperopt/{name} [{symbol}] in run {run_id(context)} or the runs it reuses: training on the "
+                "defaults (--reuse-from RUN to take another run's search)"
+            )
         run_dir = storage.run_dir(run_id(context))
         dest = run_dir / "models" / name / symbol / f"fold-{fold}"
         attempt = artifacts.Attempt(dest, context.run.run_id)  # a retried step continues (or reuses) its attempt
@@ -343,6 +374,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                 "wall_time_s": metadata.text(summary.wall_time_s, 1),
                 "device": summary.device,
                 "attempt": attempt.id,
+                ALPHA_RUN: run_id(context),
                 "run_id": context.run.run_id,
                 **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
             }
@@ -361,6 +393,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                     metadata.series(gate.metric, partition): value,
                     "partition": partition,
                     "attempt": attempt.id,
+                    ALPHA_RUN: run_id(context),
                 }
             ),
         )
@@ -489,7 +522,7 @@ def ensemble_report(
     context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot, storage: StorageRoot
 ) -> dg.MaterializeResult:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
-    from alpha_core.eval.report import Excluded, headline
+    from alpha_core.eval.report import Excluded, headline, verdict
 
     symbol = context.partition_key
     models = registry.select(",".join(config.models)) if config.models else MODELS
@@ -507,7 +540,9 @@ def ensemble_report(
             link = view / model / symbol / f"fold-{fold}"
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(meta["path"], target_is_directory=True)
-            used.append({"model": model, "fold": fold, "attempt": meta["attempt"], "run_id": meta["run_id"]})
+            used.append(
+                {"model": model, "fold": fold, "run": meta[ALPHA_RUN], "attempt": meta["attempt"], "run_id": meta["run_id"]}
+            )
     if not used:
         raise dg.Failure(
             f"no checkpoint of {symbol} has passed its gate",
@@ -524,6 +559,12 @@ def ensemble_report(
             predecoded_dir=Path(storage.root) / "predecoded",
             upstream_excluded=upstream_excluded,
             gate=None,
+            run_id=run_id(context),
+            reused={
+                f"{u['model']} fold {u['fold']}": f"run {u['run']} (attempt {u['attempt']})"
+                for u in used
+                if u["run"] != run_id(context)
+            },
         )
     )
     sym = report.symbols[symbol]
@@ -539,6 +580,8 @@ def ensemble_report(
             {
                 # keys of at most 8 characters: Dagster sizes its key column to the longest, and the headline beside it
                 # must fit at 1,600 px
+                "run": run_id(context),
+                "verdict": verdict(sym),
                 "headline": dg.MetadataValue.md(headline(sym)),
                 "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
                 if figure.is_file()
@@ -572,6 +615,7 @@ def ensemble_report(
                     f"`tensorboard --logdir {view}`: the per-epoch curves of every checkpoint in this report"
                 ),
                 "path": dg.MetadataValue.path(str(out / "ensemble_report.json")),
+                ALPHA_RUN: run_id(context),
                 "run_id": context.run.run_id,
             }
         ),

@@ -40,6 +40,8 @@ class EvalConfig(BaseModel):
     # the validation gate every checkpoint must pass to be reported (alpha_core.gates: the rule of promotion);
     # None only where each checkpoint already passed its own (Dagster's report reads promoted attempts only)
     gate: GateThresholds | None = GateThresholds()
+    run_id: str | None = None  # the pipeline run the report belongs to (Dagster's ensemble_report sets it)
+    reused: dict[str, str] = {}  # "model fold k" -> the other run it was reused from by name
 
     @field_validator("expected", mode="before")
     @classmethod

@@ -256,6 +256,8 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         cost_ticks=cfg.cost_ticks,
         symbols=symbols,
         excluded=excluded,
+        run_id=cfg.run_id,
+        reused=cfg.reused,
     )
     write_report(report, cfg.output)
     return report
@@ -369,6 +371,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     models = {name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs) for name, parts in scored.items()}
     ensembles = {}
     if test_predictions:
+        fold_of = {p.test_file: p.fold for parts in scored.values() for p in parts}  # the folds' own numbers
         searches = _distinct_searches([p for parts in scored.values() for p in parts])
         for kind in ENSEMBLES:
             parts = []
@@ -386,7 +389,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                 check_decision_clock(kind, test_file, np.asarray(test.ts), pos, decision, clock(test_file))
                 parts.append(
                     Scored(
-                        len(parts),
+                        fold_of[test_file],
                         test_file,
                         Prediction(pos, decision, None, None),
                         weights=dict(zip(names, weights.tolist(), strict=True)),

@@ -131,6 +131,8 @@ class EnsembleReport(Strict):
     cost_ticks: float
     symbols: dict[str, SymbolReport]
     excluded: list[Excluded]
+    run_id: str | None = None  # the pipeline run this report belongs to (None: a CLI evaluation of a folder)
+    reused: dict[str, str] = {}  # "model fold k" -> the other run (and attempt) it was reused from, by name
     files: dict[str, str] = {}  # the Markdown and plots written with this report -> sha256
 
 
@@ -182,6 +184,29 @@ def headline(sym: SymbolReport) -> str:
     return "\n".join(lines)
 
 
+TRUSTED_DSR = 0.95
+
+
+def verdict(sym: SymbolReport) -> str:
+    """One line that decides: which rows, if any, show an edge once the search behind them is counted."""
+    rows = {**sym.models, **sym.ensembles}
+    trusted = [name for name, r in rows.items() if r.oos.dsr is not None and r.oos.dsr >= TRUSTED_DSR]
+    if not rows:
+        return "Verdict: no model could be evaluated."
+    if not trusted:
+        best = max(rows.items(), key=lambda kv: kv[1].oos.dsr if kv[1].oos.dsr is not None else -1.0)
+        return (
+            f"Verdict: no row reaches DSR {TRUSTED_DSR} (best: {best[0]}, DSR {_fmt(best[1].oos.dsr)}): "
+            "no edge shown out of sample."
+        )
+    return f"Verdict: {', '.join(trusted)} reach DSR {TRUSTED_DSR} or more out of sample."
+
+
+def test_folds(sym: SymbolReport) -> list[str]:
+    """The test files the report's rows trade on, once each (a fold is its test file)."""
+    return sorted({f.test_file for r in [*sym.models.values(), *sym.ensembles.values()] for f in r.folds})
+
+
 READING = (
     "Sharpe: annualised, from each CME session's PnL net of cost. 95% CI: if it spans 0, the test sessions show "
     "no edge. DSR: the chance the true Sharpe is above 0 once the search behind the row is counted; trust a "
@@ -201,10 +226,10 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
     for symbol, sym in report.symbols.items():
         rows = [*sym.models.items(), *sym.ensembles.items()]
         sessions = max((r.oos.n_sessions for _, r in rows), default=0)
-        folds = sorted({f.fold for _, r in rows for f in r.folds})
         width = max((len(name) for name, _ in rows), default=5)
         lines += [
-            f"{symbol}: out of sample over {len(folds)} fold(s), {sessions} test sessions, "
+            f"{symbol}{f' (run {report.run_id})' if report.run_id else ''}: out of sample over "
+            f"{len(test_folds(sym))} test fold(s), {sessions} test sessions, "
             f"{report.cost_ticks:g} tick(s) of cost per unit traded",
             f"  {'model':<{width}} {'Sharpe':>7}  {'95% CI':<17} {'DSR':>5} {'max DD':>8} {'PnL':>9}",
         ]
@@ -217,6 +242,8 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
             )
         if not rows:
             lines.append("  (no model could be evaluated)")
+        lines.append(f"  {verdict(sym)}")
+        lines += [f"  reused {what} from {source}" for what, source in report.reused.items()]
         by_model: dict[str, list[Excluded]] = {}
         for e in (e for e in report.excluded if e.symbol == symbol):
             by_model.setdefault(e.model, []).append(e)
@@ -231,7 +258,9 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
 
 def markdown(report: EnsembleReport) -> str:
     lines = [
-        f"# Ensemble report ({report.created})",
+        f"# Ensemble report{f' of run {report.run_id}' if report.run_id else ''} ({report.created})",
+        "",
+        *(f"Reused by name: {what} from {source}." for what, source in report.reused.items()),
         "",
         f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
         f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
@@ -246,6 +275,8 @@ def markdown(report: EnsembleReport) -> str:
         head = ["model", "sessions", "sharpe", "SE", "95% CI", costs, "N", "V", "psr", "dsr", "dsr@null"]
         lines += [
             f"## {symbol}",
+            "",
+            verdict(sym),
             "",
             headline(sym),
             "",
