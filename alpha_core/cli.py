@@ -577,17 +577,55 @@ TRAIN_HELP = {
 }
 
 
+def _add_gate_options(p: argparse.ArgumentParser) -> None:
+    """The validation gate of the pipeline (alpha_core.gates), printed after every fold: the same rule and defaults
+    as the Dagster check, so a CLI user learns what `alpha evaluate` and the report will decide."""
+    from alpha_core.gates import GateThresholds
+
+    default = GateThresholds()
+    p.add_argument("--min-val-auc", type=float, help=f"gate: mean validation AUC above this (default: {default.min_val_auc})")
+    p.add_argument(
+        "--min-val-sharpe", type=float, help=f"RL gate: validation Sharpe above this (default: {default.min_val_sharpe})"
+    )
+    p.add_argument("--strict-gate", action="store_true", help="exit 1 when a fold misses its gate (default: report it, exit 0)")
+
+
+GATE_FLAGS = ("min_val_auc", "min_val_sharpe", "strict_gate")
+
+
+def _gate_verdicts(args: argparse.Namespace, trainer: str, summaries: list) -> int:
+    """Print each fold's gate verdict; the exit status: 1 with --strict-gate when a fold missed it, else 0."""
+    from alpha_core.gates import GateThresholds, check_gate, gated_value
+
+    thresholds = GateThresholds(
+        **{k: getattr(args, k) for k in ("min_val_auc", "min_val_sharpe") if getattr(args, k, None) is not None}
+    )
+    missed = 0
+    for s in summaries:
+        summary = s.model_dump()
+        value, loss = gated_value(trainer, summary)
+        gate = check_gate(trainer, value, thresholds, loss)
+        missed += not gate.passed
+        fold = summary.get("fold", summary.get("cv_fold"))
+        print(
+            f"fold {fold} gate: {'passed' if gate.passed else 'FAILED'}: {gate.reason} "
+            f"({'promoted by the pipeline, reported' if gate.passed else 'excluded from the report'})"
+        )
+    return 1 if missed and args.strict_gate else 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from alpha_core.train.perception import TrainConfig, train
 
-    cfg = TrainConfig(**_given(args, "symbol"))
-    for s in train(cfg):
+    cfg = TrainConfig(**_given(args, "symbol", *GATE_FLAGS))
+    summaries = train(cfg)
+    for s in summaries:
         print(
             f"fold {s.cv_fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
             f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))}, "
             f"{s.sequences_per_s:.0f} sequences/s on {s.device} -> {cfg.out / f'fold-{s.cv_fold}'}"
         )
-    return 0
+    return _gate_verdicts(args, "perception", summaries)
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
@@ -596,6 +634,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     GPU switches."""
     from alpha_core.train.configs import TrainConfig
 
+    _add_gate_options(p)
     add_config_options(
         p,
         TrainConfig,
@@ -681,23 +720,25 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
     from alpha_core.train.params import TRAIN_KEYS
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
-    values = _given(args, "params_file", "param")
+    values = _given(args, "params_file", "param", *GATE_FLAGS)
     cfg = SupervisedTrainConfig(**values)  # flags are validated before any work
     explicit = {k: values[k] for k in TRAIN_KEYS if k in values}  # flags win over the params file
     explicit.update(_explicit_params(args.param))
-    for s in train_supervised(cfg, args.params_file, explicit):
+    summaries = train_supervised(cfg, args.params_file, explicit)
+    for s in summaries:
         print(
             f"fold {s.fold}: {s.checkpoint_metric} checkpoint from epoch {s.checkpoint_epoch}, val AUC "
             f"{' '.join(f'h{h} {a:.3f}' for h, a in zip(s.horizons, s.val_auc, strict=True))} "
             f"-> {cfg.output_dir / f'fold-{s.fold}'}"
         )
-    return 0
+    return _gate_verdicts(args, "supervised", summaries)
 
 
 def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.train.configs import SupervisedTrainConfig
 
     _add_params_options(p, "model/training")
+    _add_gate_options(p)
     add_config_options(
         p,
         SupervisedTrainConfig,
@@ -712,19 +753,21 @@ def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
 def cmd_train_rl(args: argparse.Namespace) -> int:
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
-    cfg = RLTrainConfig(**_given(args, "params_file", "param"))
-    for s in train_rl(cfg, args.params_file, _explicit_params(args.param)):
+    cfg = RLTrainConfig(**_given(args, "params_file", "param", *GATE_FLAGS))
+    summaries = train_rl(cfg, args.params_file, _explicit_params(args.param))
+    for s in summaries:
         print(
             f"fold {s.fold}: best validation Sharpe {s.val_sharpe:.3f} (epoch {s.best_epoch}), "
             f"turnover {s.val_turnover:.3f} -> {cfg.output_dir / f'fold-{s.fold}'}"
         )
-    return 0
+    return _gate_verdicts(args, "rl", summaries)
 
 
 def add_train_rl_options(p: argparse.ArgumentParser) -> None:
     from alpha_core.train.configs import RLTrainConfig
 
     _add_params_options(p, "agent")
+    _add_gate_options(p)
     add_config_options(
         p,
         RLTrainConfig,

@@ -226,14 +226,15 @@ def test_a_multi_fold_run_is_one_unit(tiny_data, tmp_path):
     assert run_cli(argv) == 0
     first = [json.loads((f / "summary.json").read_text())["unit"] for f in folds]
     assert len(set(first)) == 1 and first[0] is not None
-    assert run_cli(argv, "attempt.before_complete#2") == -9  # fold 0 of the rerun complete, fold 1 not
+    rerun = [*argv, "--seed", "7"]  # other settings: another unit (the same settings would be the same unit)
+    assert run_cli(rerun, "attempt.before_complete#2") == -9  # fold 0 of the rerun complete, fold 1 not
     assert [json.loads((f / "summary.json").read_text())["unit"] for f in folds] == first
-    assert run_cli(argv, "attempt.after_promote#1") == -9  # the rerun's fold 0 promoted, folds 1-2 not yet
+    assert run_cli(rerun, "attempt.after_promote#1") == -9  # the rerun's fold 0 promoted, folds 1-2 not yet
     units = [json.loads((f / "summary.json").read_text())["unit"] for f in folds]
     assert units[0] != first[0] and units[1:] == first[1:]
     kept, excluded = find_checkpoints(tmp_path / "models", ["ES.FUT"])
     assert [(c.fold, c.summary["unit"]) for c in kept] == [(0, units[0])]
-    assert {e.fold for e in excluded} == {1, 2} and all("a row never mixes runs" in e.reason for e in excluded)
+    assert {e.fold for e in excluded} == {1, 2} and all("a row never mixes settings" in e.reason for e in excluded)
 
 
 @pytest.mark.parametrize("fault", SUPERVISED_KILLS)

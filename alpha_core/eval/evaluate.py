@@ -148,9 +148,10 @@ def find_checkpoints(
 
 
 def _one_run_per_row(found: list[Checkpoint], excluded: list[Excluded]) -> tuple[list[Checkpoint], list[Excluded]]:
-    """The folds a CLI call trains are one unit (`unit` in their summaries): where a model's folds come from two
-    units (a rerun killed midway, or its promotion interrupted), the newest unit's folds are kept, the others
-    listed. Folds promoted one by one (Dagster's, whose report picks them by lineage) have no unit."""
+    """Folds trained by the CLI with the same settings are one unit (`unit` in their summaries, a digest of those
+    settings), whether one call trained them all or one call each: where a model's folds come from two units (a
+    rerun with other settings, killed midway), the newest unit's folds are kept, the others listed. Folds promoted
+    one by one (Dagster's, whose report picks them by lineage) have no unit."""
     kept = []
     by_row: dict[tuple[str, str], list[Checkpoint]] = defaultdict(list)
     for c in found:
@@ -171,8 +172,8 @@ def _one_run_per_row(found: list[Checkpoint], excluded: list[Excluded]) -> tuple
                         symbol=c.symbol,
                         fold=c.fold,
                         reason=(
-                            f"from run {c.summary['unit']}, while the newest folds of this row are from run {newest}: a row "
-                            f"never mixes runs (train every fold again)"
+                            f"trained with other settings (unit {c.summary['unit']}) than the newest folds of this row "
+                            f"(unit {newest}): a row never mixes settings (train this fold again with the newest)"
                         ),
                     )
                 )

@@ -49,6 +49,7 @@ from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
+from alpha_core.train.walk_forward import fold_unit
 from alpha_core.weights import save_weights
 
 VAL_SEED_OFFSET = 0xC0FFEE
@@ -633,10 +634,11 @@ def train(cfg: TrainConfig) -> list[TrainSummary]:
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     folds = range(cfg.cv_n_folds) if cfg.cv_fold is None else [cfg.cv_fold]
     latest = [a for k in folds for a in artifacts.attempts(fold_dir(cfg.out, k))[:1]] if cfg.resume else []
-    unit = max(latest, key=lambda a: a.path.stat().st_mtime).id if latest else artifacts.new_attempt_id()
+    attempt = max(latest, key=lambda a: a.path.stat().st_mtime).id if latest else artifacts.new_attempt_id()
     if cfg.resume and not latest:
         print(f"--resume: no training state in {cfg.out}; starting from scratch", flush=True)
-    trainers = [PerceptionTrainer(cfg.model_copy(update={"cv_fold": k}), attempt_id=unit, unit=unit) for k in folds]
+    unit = fold_unit(cfg.model_dump(mode="json"))
+    trainers = [PerceptionTrainer(cfg.model_copy(update={"cv_fold": k}), attempt_id=attempt, unit=unit) for k in folds]
     summaries = [trainer.fit(promote=False) for trainer in trainers]
     artifacts.promote_all([trainer.attempt for trainer in trainers])
     return summaries

@@ -38,6 +38,7 @@ from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.tracking import Trackers
+from alpha_core.train.walk_forward import fold_unit
 
 AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
 
@@ -117,7 +118,7 @@ def train_rl(
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
-    unit = attempt_id if promote else None
+    unit = fold_unit({**cfg.model_dump(mode="json"), "params": agent_cfg.model_dump(mode="json")}) if promote else None
     units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
     summaries = [
         artifacts.run_attempt(

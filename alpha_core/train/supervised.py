@@ -43,6 +43,7 @@ from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation,
 from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
+from alpha_core.train.walk_forward import fold_unit
 from alpha_core.weights import save_weights
 
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
@@ -135,7 +136,7 @@ def train_supervised(
     train_overrides = {**file_train, **cli_train}
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     attempt_id = attempt_id or artifacts.new_attempt_id()
-    unit = attempt_id if promote else None
+    unit = fold_unit({**cfg.model_dump(mode="json"), "params": params}) if promote else None
     units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
     summaries = [
         artifacts.run_attempt(

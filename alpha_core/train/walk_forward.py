@@ -25,3 +25,18 @@ class WalkForwardConfig(BaseModel):
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     seed: Seed = 0x4242
     device: Device | None = None  # None: cuda when available
+
+
+PER_CALL = {"cv_fold", "out", "output_dir", "predecoded_dir", "resume", "device"}  # where and which fold, not how
+
+
+def fold_unit(settings: dict) -> str:
+    """The unit a CLI-trained fold belongs to: a digest of the settings its folds share (not the fold, the output,
+    the cache or the device). Folds trained one call at a time with the same settings (how pods train) form one
+    unit, as one call for every fold does; a rerun with other settings is another unit, which a report never mixes
+    with this one."""
+    import hashlib
+    import json
+
+    shared = {k: v for k, v in settings.items() if k not in PER_CALL}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:16]
