@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import dagster as dg
 
@@ -128,12 +129,88 @@ def _validate_run_config(run_config: dict) -> None:
         error = exc.errors[0]
         raise PlanError(f"{flag(str(error.stack) + error.message)}: {error.message}") from None
     for op, entry in run_config.get("ops", {}).items():
-        kind = op.split("__")[0]
+        kind, _, model = op.partition("__")
         if kind in ("hyperopt", "checkpoints"):
             try:
                 (HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig)(**entry["config"])
+                _check_bounds(kind, model, entry["config"])
             except pydantic.ValidationError as exc:
                 raise PlanError(f"{flag(op)}: {describe_validation_error(exc)}") from None
+
+
+def trainer_config(kind: str, model: str):
+    """The config class that finally checks a step's settings: the search's, or the model's trainer's."""
+    from alpha_core.hyperopt.configs import HyperoptConfig
+    from alpha_core.train.configs import RLTrainConfig, SupervisedTrainConfig, TrainConfig
+
+    if kind == "hyperopt":
+        return HyperoptConfig
+    return {"supervised": SupervisedTrainConfig, "rl": RLTrainConfig}.get(registry.get(model).trainer, TrainConfig)
+
+
+def _check_bounds(kind: str, model: str, config: dict) -> None:
+    """Each value set against the bounds of the config that will use it (`{"epochs": 0}` is refused here, as
+    `--epochs 0` is, not in every step of the backfill)."""
+    import pydantic
+
+    fields = trainer_config(kind, model).model_fields
+    for key, value in config.items():
+        if value is None or key not in fields:
+            continue
+        field = fields[key]
+        try:
+            pydantic.TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            raise PlanError(
+                f"{'--hyperopt-config' if kind == 'hyperopt' else '--train-config'}: {key}: {error['msg']} (got {value!r})"
+            ) from None
+
+
+def config_keys(kind: str) -> str:
+    """The keys `--train-config` or `--hyperopt-config` takes, with their ranges, for `alpha run --help`."""
+    from alpha_assets.defs.training import HyperoptAssetConfig, TrainAssetConfig
+
+    asset = HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig
+    fields = trainer_config(kind, "tft").model_fields
+    out = []
+    for key in asset.model_fields:
+        metadata = getattr(fields.get(key), "metadata", [])
+        bounds = [
+            f"{op} {getattr(m, op)}" for m in metadata for op in ("ge", "gt", "le", "lt") if getattr(m, op, None) is not None
+        ]
+        out.append(key + (f" ({', '.join(bounds)})" if bounds else ""))
+    return ", ".join(out)
+
+
+def spend(p: Plan, remote: bool) -> list[str]:
+    """What the plan will spend and where, before it spends it: partitions, GPU and CPU steps, epochs, and a
+    warning when GPU steps are planned on a host without a GPU."""
+    from alpha_assets.execution import placement
+
+    steps = {"gpu": 0, "cpu": 0}
+    for key, partitions in p.targets.items():
+        kind, _, model = key.partition("/")
+        if kind in ("hyperopt", "checkpoints"):
+            steps["gpu" if placement(model).on_gpu else "cpu"] += len(partitions)
+        else:
+            steps["cpu"] += len(partitions)
+    ops = p.run_config.get("ops", {})
+    epochs = {(entry.get("config") or {}).get("epochs") for op, entry in ops.items() if op.startswith("checkpoints")}
+    epochs_text = ", ".join(str(e or "the trainer's default") for e in epochs) if epochs - {None} else "each trainer's default"
+    lines = [
+        f"plan: {p.size} asset partitions, {steps['gpu']} GPU step(s) and {steps['cpu']} CPU step(s), epochs "
+        f"{epochs_text}, at most {p.max_parallel} GPU steps at once, {'on the remote instance' if remote else 'on this host'}"
+    ]
+    if steps["gpu"] and not remote:
+        import torch
+
+        if not torch.cuda.is_available():
+            lines.append(
+                f"warning: {steps['gpu']} GPU step(s) planned and this host has no GPU: they run on its CPU, slowly "
+                "(fewer --models or --epochs, or --remote to a cluster with GPUs)"
+            )
+    return lines
 
 
 def parse_json_option(flag: str, text: str | None) -> dict | None:

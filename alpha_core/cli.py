@@ -914,6 +914,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{','.join(plan.symbols)}, models {','.join(plan.models)}, at most {plan.max_parallel} GPU steps at once",
         flush=True,
     )
+    for line in run.spend(plan, remote=bool(args.remote)):
+        print(line, flush=True)
     if args.dry_run:
         print(run.describe(plan))
         return 0
@@ -929,9 +931,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    p.add_argument("--symbols", type=_symbols, default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS)")
-    p.add_argument("--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS)")
-    p.add_argument("--phase", default=env("PHASE", "full"), help="hyperopt | train | eval | full (env PHASE)")
+    p.add_argument(
+        "--symbols", type=_symbols, default=env("SYMBOLS", "ES.FUT"), help="comma-separated (env SYMBOLS; default: %(default)s)"
+    )
+    p.add_argument(
+        "--models", default=env("MODELS", "all"), help="all | rl | supervised | a,b (env MODELS; default: %(default)s)"
+    )
+    p.add_argument(
+        "--phase", default=env("PHASE", "full"), help="hyperopt | train | eval | full (env PHASE; default: %(default)s)"
+    )
     # argparse converts string defaults with `type`, so a bad environment value is a clean usage error
     p.add_argument(
         "--max-parallel",
@@ -959,8 +967,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "its run); without it a run uses only what it materialized itself",
     )
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
-    p.add_argument("--train-config", help="JSON merged into every checkpoint's config (e.g. batch size)")
-    p.add_argument("--hyperopt-config", help="JSON merged into every hyperopt config")
+    from alpha_assets.run import config_keys
+
+    p.add_argument("--train-config", help=f"JSON merged into every checkpoint's config; keys: {config_keys('checkpoints')}")
+    p.add_argument("--hyperopt-config", help=f"JSON merged into every hyperopt config; keys: {config_keys('hyperopt')}")
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
     p.add_argument(
         "--allow-gate-failures",

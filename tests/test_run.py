@@ -159,6 +159,9 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
         "ensemble_report": {"config": {"models": ["kan", "tft"]}},
     }
     assert list(tmp_path.iterdir()) == [], "a dry run writes nothing"
+    # it tells before it spends: the plan's size and where it runs (this CI host has no GPU)
+    assert "plan: 11 asset partitions, 7 GPU step(s) and 4 CPU step(s), epochs 3" in ok.stdout
+    assert "warning: 7 GPU step(s) planned and this host has no GPU" in ok.stdout
 
     bad = subprocess.run(
         base + ["--symbols", "ES.FUT,XX.FUT"],
@@ -183,6 +186,9 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
         ({"epochs": 0}, "EPOCHS must be >= 1"),
         ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),
         ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
+        ({"train_config": {"epochs": 0}}, "--train-config: epochs: .*greater than or equal to 1"),  # as --epochs 0
+        ({"hyperopt_config": {"workers": 1000}}, "--hyperopt-config: workers: .*less than or equal to 256"),
+        ({"reuse_from": ["../demo"]}, "--reuse-from: '../demo' is not a RUN_ID"),
     ],
 )
 def test_every_trigger_variable_is_validated_before_anything_is_launched(change, message):
