@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json
 from alpha_core.errors import DataError
+from alpha_core.eval.export import tables
 from alpha_core.faults import crash_point
 from alpha_core.locks import Lock
 
@@ -499,7 +500,7 @@ def write_report(report: EnsembleReport, path: Path) -> None:
     lock = Lock(path.with_name(f".{path.name}.lock"), run=secrets.token_hex(6), step=str(path))
     with lock.hold():
         path.unlink(missing_ok=True)
-        companions = {path.with_suffix(".md").name: markdown(report).encode(), **plot(report)}
+        companions = {path.with_suffix(".md").name: markdown(report).encode(), **plot(report), **tables(report, path.stem)}
         for name, data in companions.items():
             atomic_write_bytes(path.parent / name, data)
         crash_point("report.before_json")
