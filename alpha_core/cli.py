@@ -579,7 +579,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def add_fetch_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.data.fetch import FetchConfig
+    from alpha_core.data.fetch import KEY_ENV, FetchConfig
 
     add_config_options(
         p,
@@ -607,7 +607,7 @@ def add_fetch_options(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=os.environ.get("ALPHA_DATA_DIR"),
         required=not os.environ.get("ALPHA_DATA_DIR"),
-        help="data root: files go to {SYMBOL}/{schema}/ (default: $ALPHA_DATA_DIR); the key: $DATABENTO_API_KEY only",
+        help=f"data root: files go to {{SYMBOL}}/{{schema}}/ (default: $ALPHA_DATA_DIR); the API key: ${KEY_ENV} only",
     )
 
 

@@ -239,3 +239,90 @@ def test_a_killed_fetch_resumes_its_job_and_its_partial_file(standin, served, tm
     assert resumed is not None and int(resumed.removeprefix("bytes=").split("-")[0]) > 0
     assert (data / "ES.FUT" / "mbp-10" / f"{Q1}.mbp-10.dbn.zst").read_bytes() == served[("mbp-10", "2024-01-01")]
     no_canary(data, output)
+
+
+# --- the Dagster door: the raw_dbn asset [quarter x symbol] and the closed-quarter sensor -----------------------
+
+
+def _materialize_raw_dbn(standin: Standin, data: Path, instance, **config):
+    import dagster as dg
+
+    from alpha_assets.defs.fetch import RawDbnConfig, raw_dbn
+    from alpha_assets.resources import DataRoot
+
+    fast = {"gateway": standin.gateway, "backoff_s": 0.0, "max_backoff_s": 0.01, "poll_s": 0.0}
+    return dg.materialize(
+        [raw_dbn],
+        partition_key="2024-01-01|ES.FUT",
+        resources={"data": DataRoot(root=str(data))},
+        run_config=dg.RunConfig({"raw_dbn": RawDbnConfig(**fast, **config)}),
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def _events_text(instance, run_id: str) -> str:
+    import dagster as dg
+
+    return "\n".join(dg.serialize_value(e) for e in instance.all_logs(run_id))
+
+
+@pytest.mark.slow  # Dagster runs
+def test_raw_dbn_fetches_a_quarter_as_the_cli_does_and_keeps_the_key_out_of_events(standin, served, tmp_path):
+    import dagster as dg
+
+    data = tmp_path / "data"
+    instance = dg.DagsterInstance.ephemeral()
+    result = _materialize_raw_dbn(standin, data, instance, batch_above_bytes=0)
+    assert result.success
+    assert visible(data) == [f"{s}/{Q1}.{s}.dbn.zst" for s in ("definition", "mbp-10", "ohlcv-1m")]
+    (mat,) = result.asset_materializations_for_node("raw_dbn")
+    assert mat.metadata["cost_usd"].value == "3.6" and mat.metadata["quarter"].value == "2024-Q1"
+    assert len(standin.calls("batch.submit_job")) == 3
+    no_canary(data, _events_text(instance, result.run_id))
+
+    before = len(standin.requests)
+    again = _materialize_raw_dbn(standin, data, instance)
+    assert again.success and standin.requests[before:] == []  # the same records: nothing downloaded twice
+
+    standin.fail("metadata.get_cost", 403, detail="not in your plan")
+    refused = _materialize_raw_dbn(standin, tmp_path / "other", instance, max_cost=100.0)
+    assert not refused.success
+    (failure,) = [e for e in refused.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    description = failure.step_failure_data.user_failure_data.description
+    assert description.startswith("ES.FUT 2024-Q1: ES.FUT mbp-10 2024-01-01..2024-03-31: metadata.get_cost: not entitled")
+    assert "\n" not in description
+    no_canary(tmp_path / "other", _events_text(instance, refused.run_id))
+
+
+def test_raw_dbn_is_upstream_of_the_sidecars_and_partitioned_by_quarter_and_symbol():
+    import dagster as dg
+
+    from alpha_assets.definitions import defs
+    from alpha_assets.partitions import split_symbol_quarter, symbol_quarter_key
+
+    graph = defs.resolve_asset_graph()
+    for sidecars in ("book_sidecars", "bar_sidecars"):
+        assert dg.AssetKey("raw_dbn") in graph.get(dg.AssetKey(sidecars)).parent_keys
+    keys = graph.get(dg.AssetKey("raw_dbn")).partitions_def.get_partition_keys()
+    assert keys[0] == "2010-07-01|ES.FUT" and "2024-01-01|NQ.FUT" in keys
+    assert split_symbol_quarter(symbol_quarter_key("ES.FUT", dt.date(2024, 4, 1))) == ("ES.FUT", dt.date(2024, 4, 1))
+    with pytest.raises(ValueError, match="Jan/Apr/Jul/Oct"):
+        symbol_quarter_key("ES.FUT", "2024-02-01")
+
+
+def test_the_closed_quarter_sensor_starts_stopped_and_fetches_each_quarter_once_it_closes():
+    import dagster as dg
+
+    from alpha_assets.defs.automation import fetch_closed_quarter
+    from alpha_assets.partitions import SYMBOLS, quarter_partitions
+
+    assert fetch_closed_quarter.default_status == dg.DefaultSensorStatus.STOPPED
+    closed = quarter_partitions.get_last_partition_key()
+    first = fetch_closed_quarter(dg.build_sensor_context(cursor=None))
+    assert first.run_requests == [] and first.cursor == closed  # turned on: past quarters are a backfill
+    assert isinstance(fetch_closed_quarter(dg.build_sensor_context(cursor=closed)), dg.SkipReason)
+    previous = quarter_partitions.get_partition_keys()[-2]
+    tick = fetch_closed_quarter(dg.build_sensor_context(cursor=previous))
+    assert [r.partition_key for r in tick.run_requests] == [f"{closed}|{s}" for s in SYMBOLS]
+    assert tick.cursor == closed
