@@ -81,6 +81,7 @@ class Standin:
         self.faults: dict[str, list[Fault]] = {}
         self.jobs: dict[str, dict] = {}
         self.expire_jobs = False
+        self.wrong_hash = False  # list_files announces a sha256 the file does not have
         self.cut_download = False
         self.hang_download = threading.Event()  # set: the next download sends half and waits for `release`
         self.hanging = threading.Event()  # a download is waiting
@@ -235,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "filename": n,
                     "size": len(b),
-                    "hash": "sha256:" + hashlib.sha256(b).hexdigest(),
+                    "hash": "sha256:" + hashlib.sha256(b + (b"x" if s.wrong_hash else b"")).hexdigest(),
                     "urls": {"https": f"{base}/{n}", "ftp": ""},
                 }
                 for n, b in files

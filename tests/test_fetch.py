@@ -150,6 +150,22 @@ def test_batch_route_verifies_the_manifest_and_resumes_a_cut_download(standin, s
     no_canary(data, capsys.readouterr().out)
 
 
+def test_a_file_that_does_not_match_the_manifest_is_discarded(standin, tmp_path, capsys):
+    data = tmp_path / "data"
+    standin.wrong_hash = True
+    assert main(args(standin, data, "--batch-above-bytes", "0", "--schemas", "ohlcv-1m")) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"alpha fetch: error: ES.FUT ohlcv-1m 2024-01-01..2024-03-31: {Q1}.ohlcv-1m.dbn.zst does not match the job "
+        "manifest's sha256; discarded, rerun to download it again"
+    )
+    assert visible(data) == [] and not list((data / ".fetch" / "ES.FUT" / "done").glob("*"))
+    standin.wrong_hash = False
+    assert main(args(standin, data, "--batch-above-bytes", "0", "--schemas", "ohlcv-1m")) == 0
+    assert len(standin.calls("batch.submit_job")) == 1  # the same job, downloaded again
+    assert visible(data) == [f"ohlcv-1m/{Q1}.ohlcv-1m.dbn.zst"]
+
+
 def test_a_rate_limit_storm_and_server_errors_are_retried_within_bounds(standin, tmp_path, capsys):
     data = tmp_path / "data"
     standin.fail("metadata.get_cost", 429, times=4, headers={"Retry-After": "1"})

@@ -300,8 +300,8 @@ def completed(layout: Layout, unit: Unit) -> dict | None:
     """The unit's record when every file it names is in place with its size; a file a kill left between the
     record (the commit point) and its rename is renamed now."""
     record = _read_json(layout.done(unit))
-    if record is None:
-        return None
+    if not isinstance(record, dict) or not isinstance(record.get("files"), list):
+        return None  # none, or not one this code wrote: fetched again
     for f in record["files"]:
         final = layout.symbol_dir / f["path"]
         if final.is_file() and final.stat().st_size == f["size"]:
@@ -549,8 +549,11 @@ def fetch(cfg: FetchConfig, log: Callable[[str], None] = print) -> FetchSummary:
     for unit in todo:
         result = results[unit]
         with _unit_lock(layout, unit):
-            if completed(layout, unit) is None:  # another fetch may have finished it meanwhile
+            record = completed(layout, unit)
+            if record is None:
                 (_batch if result.route == "batch" else _stream)(api, layout, unit, result)
+            else:  # another fetch finished it meanwhile
+                result.files = [FetchedFile.model_validate(f) for f in record["files"]]
         result.status = "fetched"
         log(f"{unit.label}: fetched {', '.join(f.path for f in result.files)} ({result.route})")
     return _summary(cfg, units, results)
