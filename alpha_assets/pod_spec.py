@@ -8,7 +8,8 @@ training and hyperopt assets carry these as op tags; every other step (sidecars,
   service-account token (`automount_service_account_token: False`): a step reads /data and writes /output, it never
   calls the Kubernetes API, so a compromised step cannot create pods, read Secrets or delete other runs' Jobs.
 - Non-root uid 10001, read-only root filesystem, no capabilities; writes go to emptyDirs and /output.
-- No Databento API key: no step fetches data (deploy/README.md, "Secrets").
+- No Databento API key, but for the one step that fetches data (`raw_dbn`, `FETCH_STEP_TAGS`): its pod alone reads
+  `DATABENTO_API_KEY` from the Secret `databento-api-key` (deploy/README.md, "Secrets").
 
 Training steps add their resources and node pool (`GPU_STEP_TAGS`, `CPU_STEP_TAGS`).
 """
@@ -102,3 +103,20 @@ CPU_STEP_TAGS = _step_tags(
     CPU_NODE_POOL,
     [{"key": CPU_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
 )
+
+
+DATABENTO_SECRET = "databento-api-key"  # created by the operator, never by the chart (deploy/README.md, "Secrets")
+# The fetch step's pod (raw_dbn): the Databento key from its Secret, as an env secretKeyRef of this pod only (the code
+# location's envSecrets would hand it to every run worker and step).
+FETCH_STEP_TAGS = {
+    "dagster-k8s/config": {
+        "container_config": {
+            "env": [
+                {
+                    "name": "DATABENTO_API_KEY",
+                    "value_from": {"secret_key_ref": {"name": DATABENTO_SECRET, "key": "DATABENTO_API_KEY"}},
+                }
+            ]
+        }
+    }
+}

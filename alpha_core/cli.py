@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union, get_args, get_origin
 
 import alpha_core
-from alpha_core.errors import DataError, PlanError, describe_validation_error
+from alpha_core.errors import DataError, FetchError, PlanError, describe_validation_error
 from alpha_core.processes import stop_group, stop_on_signals
 
 
@@ -116,6 +116,8 @@ def _option_type(annotation) -> tuple[Callable | None, list | None]:
         return _symbols, None
     if origin is dict:
         return _pairs, None
+    if annotation is dt.date:
+        return dt.date.fromisoformat, None
     return (_int if annotation is int else annotation), None
 
 
@@ -345,6 +347,8 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
         return 2, describe_validation_error(exc)
     if isinstance(exc, DataError | PlanError):
         return 2, _one_line(exc)
+    if isinstance(exc, FetchError):  # the work failed, in one line that already names what
+        return 1, _one_line(exc)
     chain = list(_chain(exc))
     os_errors = [e for e in chain if isinstance(e, OSError)]
     named = next((Path(e.filename) for e in os_errors if e.filename), None)
@@ -549,6 +553,62 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         "--book-sessions",
         type=int,
         help="--scale real: sessions around each roll with an MBP-10 book (default: the scale's, 3; 0: bars only)",
+    )
+
+
+# --- fetch ---------------------------------------------------------------------------------------------
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from alpha_core.data.fetch import FetchConfig, fetch
+
+    named = _named_symbol(Path(args.data_dir), schema_folder=True)
+    if named is not None:
+        raise PlanError(f"{args.data_dir} is {named}'s folder: --data-dir is the data root ({{SYMBOL}}/ folders go in it)")
+    check_output_path(Path(args.data_dir), True)
+    cfg = FetchConfig(**_given(args))
+    summary = fetch(cfg, log=lambda line: print(line, flush=True))
+    fetched = [u for u in summary.units if u.status == "fetched"]
+    if cfg.dry_run:
+        print(f"dry run: nothing fetched ({summary.cost_usd:.2f} USD for {len(summary.units)} unit(s) not yet complete)")
+    else:
+        print(
+            f"{summary.symbol}: {len(fetched)} unit(s) fetched, {len(summary.units) - len(fetched)} already complete, "
+            f"{summary.cost_usd:.2f} USD -> {Path(summary.data_dir) / summary.symbol}"
+        )
+    return 0
+
+
+def add_fetch_options(p: argparse.ArgumentParser) -> None:
+    from alpha_core.data.fetch import KEY_ENV, FetchConfig
+
+    add_config_options(
+        p,
+        FetchConfig,
+        {
+            "symbol": "parent symbol, e.g. ES or ES.FUT (stype_in=parent: every contract and spread of the product)",
+            "start": "first UTC date, YYYY-MM-DD",
+            "end": "UTC date after the last one (exclusive), YYYY-MM-DD",
+            "schemas": "comma-separated (definition: the contracts behind the rolls)",
+            "max_cost": "USD: refuse the whole fetch when the missing units cost more (metadata.get_cost)",
+            "dataset": "Databento dataset",
+            "gateway": "Historical API gateway",
+            "batch_above_bytes": "billable bytes above which a unit goes through a batch job (else timeseries.get_range)",
+            "poll_s": "seconds between batch job polls",
+            "job_timeout_s": "give up waiting for a batch job after this many seconds (a rerun resumes it)",
+            "max_attempts": "attempts per API call on 429 (after Retry-After) and 5xx or dropped connections (backoff)",
+            "backoff_s": "first backoff in seconds, doubled per attempt",
+            "max_backoff_s": "longest wait between attempts (Retry-After included)",
+            "dry_run": "print the cost and size, fetch nothing",
+        },
+        skip=("data_dir",),
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=os.environ.get("ALPHA_DATA_DIR"),
+        required=not os.environ.get("ALPHA_DATA_DIR"),
+        help=f"data root: files go to {{SYMBOL}}/{{schema}}/ (default: $ALPHA_DATA_DIR); the API key: ${KEY_ENV} only",
     )
 
 
@@ -1036,6 +1096,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "predecode": ("build or reuse the predecoded sidecars of every DBN file", add_predecode_options, cmd_predecode),
     "folds": ("print the walk-forward fold plan of one symbol's DBN files", add_folds_options, cmd_folds),
     "demo-data": ("write synthetic DBN files with a planted, learnable signal", add_demo_data_options, cmd_demo_data),
+    "fetch": ("download a symbol's MBP-10, OHLCV-1m and definitions from Databento", add_fetch_options, cmd_fetch),
     "train": ("train the Mamba2 -> CfC -> heads perception model on MBP-10 sidecars", add_train_options, cmd_train),
     "train-supervised": (
         "walk-forward training of a supervised registry model",

@@ -17,6 +17,11 @@ class PlanError(ValueError):
     """An impossible request (fold layout, horizon, symbol); the message says which numbers do not fit."""
 
 
+class FetchError(RuntimeError):
+    """A download that failed (refused key or entitlement, rate limits or server errors past their retries, an
+    expired batch job); the message names the symbol, schema and range, and never the API key."""
+
+
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 

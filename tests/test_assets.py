@@ -29,6 +29,7 @@ def test_definitions_load():
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     models = {"perception", "tft", "mamba2", "tggn", "tlob", "liquid", "kan", "xlstm", "diffusion", "dqn", "ppo"}
     assert keys == {
+        "raw_dbn",
         "book_sidecars",
         "bar_sidecars",
         "fold_plans",

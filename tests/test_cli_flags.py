@@ -80,6 +80,8 @@ def _filled(command: str) -> tuple[list[str], str]:
     argv, prefix = [command], None
     for action in parser._actions:
         value = str(action.choices[0]) if action.choices else "1"
+        if getattr(action.type, "__name__", "") == "fromisoformat":  # a date (alpha fetch --start)
+            value = "2024-01-01"
         if not action.option_strings:
             argv.append(value)
         elif action.required:
@@ -327,6 +329,7 @@ BAD_INPUT = {
     "train-rl": ["train-rl", "--model", "ppo", "--data-dir", "{data}/ES.FUT", "--output-dir", "{tmp}/o", "--epochs", "0"],
     "hyperopt": ["hyperopt", "--model", "kan", "--data-dir", "{data}/ES.FUT", "--output", "{tmp}/h.json"],
     "evaluate": ["evaluate", "--models-dir", "{tmp}/none", "--data-dir", "{data}", "--output", "{tmp}/r.json"],
+    "fetch": ["fetch", "--symbol", "XX", "--start", "2024-01-01", "--end", "2024-04-01", "--data-dir", "{tmp}/d"],
     "run": ["run", "--symbols", "ES,XX", "--dry-run"],
     "models": ["models", "--jsn"],
     "clean": ["clean", "{tmp}/none"],

@@ -44,7 +44,8 @@ SHA = "0123456789abcdef0123456789abcdef01234567"  # a commit, as CI substitutes 
 UID = 10001  # the Dockerfile's user
 GPU_ASSETS = ["checkpoints/perception", "checkpoints/tft", "hyperopt/mamba2"]
 CPU_TRAINING_ASSETS = ["checkpoints/ppo", "checkpoints/dqn", "hyperopt/dqn"]  # RL: deploy/README.md, which model where
-CPU_ASSETS = ["book_sidecars", "fold_plans", "ensemble_report"]
+CPU_ASSETS = ["raw_dbn", "book_sidecars", "fold_plans", "ensemble_report"]
+FETCH_STEP = "step:raw_dbn"  # the one pod with the Databento key and the internet (deploy/k8s/databento-fetch.yaml)
 
 
 @pytest.fixture(scope="module")
@@ -161,13 +162,16 @@ def step_executor_context() -> K8sContainerContext:
     return K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(config["step_k8s_config"]))
 
 
-def build_job(run_launcher, context: K8sContainerContext, name: str, component: str, image: str) -> dict:
+def build_job(
+    run_launcher, context: K8sContainerContext, name: str, component: str, image: str, labels: dict | None = None
+) -> dict:
     job = construct_dagster_k8s_job(
         context.get_k8s_job_config(job_image=image, run_launcher=run_launcher),
         args=["dagster", "api"],
         job_name=name,
         component=component,
         user_defined_k8s_config=context.run_k8s_config,
+        labels=labels,
     )
     return kubernetes.client.ApiClient().sanitize_for_serialization(job)
 
@@ -192,7 +196,9 @@ def jobs(values, run_launcher) -> dict[str, dict]:
     steps = context.merge(step_executor_context())
     for asset in GPU_ASSETS + CPU_TRAINING_ASSETS + CPU_ASSETS:
         step = steps.merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(op_tags(asset))))
-        out[f"step:{asset}"] = build_job(run_launcher, step, "dagster-step-abc", "step_worker", image)
+        # the executor labels each step's Job and pod with its step key (dagster_k8s.executor)
+        labels = {"dagster/op": asset.replace("/", "__")}
+        out[f"step:{asset}"] = build_job(run_launcher, step, "dagster-step-abc", "step_worker", image, labels)
     return out
 
 
@@ -538,6 +544,7 @@ def test_every_manifest_under_deploy_validates(manifests, client_job):
         "Deployment/alpha-webserver-auth",
         "NetworkPolicy/code-server",
         "NetworkPolicy/daemon",
+        "NetworkPolicy/databento-fetch",
         "NetworkPolicy/default-deny",
         "NetworkPolicy/dns",
         "NetworkPolicy/graphql-client",
@@ -743,6 +750,7 @@ def test_the_network_policy_allows_each_component_exactly_what_it_needs(manifest
         (OUTSIDER, auth, 4180),
     ]
     allowed += [(pods[s], PG, 5432) for s in steps]
+    allowed += [(pods[FETCH_STEP], INTERNET, 443)]
     denied = [
         (run, web, web_port),
         (run, code, code_port),
@@ -764,7 +772,9 @@ def test_the_network_policy_allows_each_component_exactly_what_it_needs(manifest
         (pods[s], target, port)
         for s in steps
         for target, port in ((API, 443), (API, 6443), (code, code_port), (web, web_port), (INTERNET, 443), (auth, 4180))
+        if (s, target) != (FETCH_STEP, INTERNET)
     ]
+    denied += [(pods[FETCH_STEP], target, 443) for target in (PRIVATE, PG, API)]
     for source, destination, port in allowed:
         assert connects(policies, source, destination, port), (source, destination, port)
     for source, destination, port in denied:
@@ -807,30 +817,34 @@ def test_the_webserver_is_reached_only_through_authentication(manifests, values,
 # -- secrets -------------------------------------------------------------------------------------------------------
 
 
-def test_no_pod_gets_the_databento_key(pods, values):
-    """No code reads DATABENTO_API_KEY (nothing fetches data in the cluster), so no pod gets it; code that starts to
-    read it fails here, to get the key in that data-fetch Job only (deploy/README.md, "Secrets")."""
-    readers = [
+def test_only_the_fetch_step_gets_the_databento_key(pods, values):
+    """Only `alpha_core.data.fetch` reads DATABENTO_API_KEY, and only the raw_dbn step's pod gets it, from its own
+    Secret through an env secretKeyRef (deploy/README.md, "Secrets"); code that starts to read it elsewhere fails here."""
+    readers = sorted(
         str(p.relative_to(REPO))
         for package in ("alpha_core", "alpha_assets")
         for p in (REPO / package).rglob("*.py")
         if "DATABENTO_API_KEY" in p.read_text()
-    ]
-    assert readers == [], f"{readers} read DATABENTO_API_KEY: give it to the pod that fetches data only"
+    )
+    assert readers == ["alpha_assets/pod_spec.py", "alpha_core/data/fetch.py"], readers
     assert "databento" not in json.dumps(values).lower()
     for name, pod in pods.items():
         for container in pod["containers"]:
             names = [e["name"] for e in container.get("env", [])] + [
                 str(e) for e in container.get("envFrom", []) if "secretRef" in e
             ]
-            assert not [n for n in names if "databento" in n.lower()], (name, names)
+            keys = [n for n in names if "databento" in n.lower()]
+            assert keys == (["DATABENTO_API_KEY"] if name == FETCH_STEP else []), (name, names)
             secrets = {e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e}
             secrets |= {
                 e["valueFrom"]["secretKeyRef"]["name"]
                 for e in container.get("env", [])
                 if "secretKeyRef" in e.get("valueFrom", {})
             }
-            assert secrets <= {"alpha-postgresql", "alpha-oauth2-proxy"}, (name, secrets)
+            allowed = {"alpha-postgresql", "alpha-oauth2-proxy"} | ({"databento-api-key"} if name == FETCH_STEP else set())
+            assert secrets <= allowed, (name, secrets)
+            if name == FETCH_STEP:
+                assert "databento-api-key" in secrets
             if secrets & {"alpha-oauth2-proxy"}:
                 assert name == "Deployment/alpha-webserver-auth", name
 

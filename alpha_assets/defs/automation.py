@@ -16,6 +16,10 @@
   in Dagster 1.13 a schedule cannot launch a backfill (the schedule daemon ignores
   `RunRequest.for_asset_graph_subset`; only sensors and declarative automation create backfills).
 
+- `fetch_closed_quarter` (sensor) requests one `raw_dbn` run per symbol for each calendar quarter once it has
+  closed (its partition appears); turned on, it starts with the next quarter to close: past quarters are
+  backfilled per symbol from the UI (raw_dbn's partitions), each costing what `max_cost` allows.
+
 Everything starts stopped: turn it on in the UI (Automation) or with `dagster sensor start`.
 """
 
@@ -30,7 +34,7 @@ import dagster as dg
 from alpha_assets.conditions import RETRAIN_CRON, RETRAIN_TIMEZONE
 from alpha_assets.dagster_private import latest_completed_cron_tick
 from alpha_assets.lineage import asset_graph_subset, lineage
-from alpha_assets.partitions import SYMBOLS
+from alpha_assets.partitions import SYMBOLS, quarter_partitions, symbol_quarter_key, symbol_quarter_partitions
 from alpha_assets.resources import RUN_ID_TAG, TRIGGER_TAG, DataRoot
 from alpha_core.data.dbn import DBN_SUFFIXES
 from alpha_core.models import registry
@@ -47,6 +51,12 @@ symbol_data_job = dg.define_asset_job(
     "symbol_data",
     selection=dg.AssetSelection.assets("book_sidecars", "bar_sidecars", "fold_plans"),
     description="A symbol's sidecars, then its fold plans",
+)
+raw_dbn_job = dg.define_asset_job(
+    "raw_dbn_fetch",
+    selection=dg.AssetSelection.assets("raw_dbn"),
+    partitions_def=symbol_quarter_partitions,
+    description="One quarter of one symbol from Databento (raw_dbn)",
 )
 fold_training_job = dg.define_asset_job(
     "fold_training",
@@ -80,6 +90,29 @@ def new_dbn_files(context: dg.SensorEvaluationContext, data: DataRoot) -> dg.Sen
     if not requests:
         return dg.SkipReason("no new DBN files")
     return dg.SensorResult(run_requests=requests, cursor=json.dumps(now))
+
+
+@dg.sensor(
+    name="fetch_closed_quarter",
+    job=raw_dbn_job,
+    minimum_interval_seconds=3600,
+    description="Each calendar quarter, once closed: one raw_dbn run per symbol (Databento, bounded by max_cost)",
+)
+def fetch_closed_quarter(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    closed = quarter_partitions.get_last_partition_key()  # a quarter's partition exists once it has ended
+    if context.cursor is None:  # turned on: start with the next quarter to close, never fetch (and pay) for past ones
+        return dg.SensorResult(skip_reason=f"first fetch when the quarter after {closed} closes", cursor=closed)
+    if closed is None or closed <= context.cursor:
+        return dg.SkipReason(f"no quarter closed since {context.cursor}")
+    requests = [
+        dg.RunRequest(
+            partition_key=symbol_quarter_key(symbol, closed),
+            run_key=f"raw_dbn-{closed}-{symbol}",
+            tags={TRIGGER_TAG: "quarter-closed"},
+        )
+        for symbol in SYMBOLS
+    ]
+    return dg.SensorResult(run_requests=requests, cursor=closed)
 
 
 def latest_tick(now: dt.datetime) -> dt.datetime:
@@ -119,8 +152,8 @@ def _retrain_sensor(symbol: str) -> dg.SensorDefinition:
 
 
 retrain_sensors = [_retrain_sensor(s) for s in SYMBOLS]
-sensors = [new_dbn_files, automation_sensor, *retrain_sensors]
-jobs = [symbol_data_job, fold_training_job]
+sensors = [new_dbn_files, fetch_closed_quarter, automation_sensor, *retrain_sensors]
+jobs = [symbol_data_job, raw_dbn_job, fold_training_job]
 
 
 @dg.definitions

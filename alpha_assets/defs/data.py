@@ -11,7 +11,7 @@ from alpha_assets import metadata
 from alpha_assets.conditions import FOLD_PLANS_AUTOMATION
 from alpha_assets.execution import CPU_POOL
 from alpha_assets.failures import fail_without_retry
-from alpha_assets.partitions import N_FOLDS, symbol_partitions
+from alpha_assets.partitions import N_FOLDS, SYMBOL_DIM, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
@@ -65,11 +65,16 @@ def _summary_table(items: list[Predecoded]) -> str:
     return "\n".join(lines)
 
 
+# a symbol's sidecars read every quarter `raw_dbn` fetched of it (and whatever else is in its folder)
+RAW_DBN_DEP = dg.AssetDep("raw_dbn", partition_mapping=dg.MultiToSingleDimensionPartitionMapping(SYMBOL_DIM))
+
+
 def _sidecar_asset(name: str, schema: str, description: str) -> dg.AssetsDefinition:
     @dg.asset(
         name=name,
         description=description,
         partitions_def=symbol_partitions,
+        deps=[RAW_DBN_DEP],
         group_name="data",
         kinds={"databento", "numpy"},
         code_version=FEATURE_VERSION,
