@@ -1067,6 +1067,18 @@ def add_clean_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from alpha_core.eval.compare import compare
+
+    print(compare(args.runs, Path(args.storage_root) if args.storage_root else None), end="")
+    return 0
+
+
+def add_compare_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN", help="RUN_IDs under the storage root, or report files/run folders")
+    p.add_argument("--storage-root", help="where the runs are (default: $ALPHA_STORAGE_ROOT, else storage)")
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dg dev` (webserver, daemon, code server) for this project's instance, stopped whole on Ctrl-C or SIGTERM."""
     import subprocess
@@ -1107,6 +1119,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "hyperopt": ("particle swarm search over a registry model's hyperparameters", add_hyperopt_options, cmd_hyperopt),
     "evaluate": ("out-of-sample backtests of every checkpoint and the ensemble report", add_evaluate_options, cmd_evaluate),
     "run": ("the CI trigger: SYMBOLS/MODELS/PHASE/... as one Dagster backfill (local or --remote)", add_run_options, cmd_run),
+    "compare": ("two or more runs' report rows side by side, and every setting that differs", add_compare_options, cmd_compare),
     "ui": ("Dagster's UI and daemon on $DAGSTER_HOME (dg dev), stopped whole on Ctrl-C or SIGTERM", add_ui_options, cmd_ui),
     "models": ("list the model registry (name, group, input, hyperopt space)", add_models_options, cmd_models),
     "clean": (

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import polars as pl
 import pytest
 
 pytestmark = pytest.mark.slow  # each test trains
@@ -76,6 +77,21 @@ def test_per_fold_calls_accumulate_into_one_unit_and_every_trainer_prints_its_ga
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "out of sample over 1 test fold(s)" in done.stdout
+
+    # the rows and equity as tables, and two reports compared side by side with what differs between them
+    rows = pl.read_parquet(tmp_path / "eval" / "report_rows.parquet")
+    assert rows.filter(pl.col("row") == "kan")["folds"].to_list() == ["0,1,2"]
+    assert pl.read_csv(tmp_path / "eval" / "report_rows.csv").shape == rows.shape
+    equity = pl.read_parquet(tmp_path / "eval" / "report_equity.parquet")
+    assert set(equity["row"]) == {"kan", "equal_weight", "validation_weighted"} and equity["time"].dtype == pl.Datetime(
+        "ns", "UTC"
+    )
+    done = alpha("compare", str(report), str(tmp_path / "eval1" / "report.json"))
+    assert done.returncode == 0, done.stderr
+    assert "ES.FUT: out-of-sample Sharpe (DSR) per run" in done.stdout
+    (kan,) = [line for line in done.stdout.splitlines() if line.strip().startswith("kan ")]
+    assert kan.count("(") == 2, kan  # a Sharpe (DSR) cell for each report
+    assert "kan.data.fold 0.test" in done.stdout, "the folds one report has and the other lacks are named"
 
 
 def test_strict_gate_makes_a_miss_exit_1(tiny_data, tmp_path):
