@@ -149,6 +149,12 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     reasons = {(e["model"], e["fold"]): e["reason"] for e in body["excluded"]}
     assert reasons[("kan", 1)].startswith("gate failed in run shared: mean validation AUC")
 
+    # the UI's comparison of the two runs: the same text as `alpha compare shared second`
+    compared = run(["run_comparison"], None, {"ops": {"run_comparison": {"config": {"runs": ["shared", "second"]}}}})
+    assert compared.success
+    text = compared.get_asset_materialization_events()[0].materialization.metadata["comparison"].value
+    assert "ES.FUT: out-of-sample Sharpe (DSR) per run" in text and "setting(s) differ" in text
+
     summary = run(["run_summary"], None)
     assert summary.success
     meta = summary.get_asset_materialization_events()[0].materialization.metadata

@@ -723,6 +723,38 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
 (run_summary,) = dg.with_source_code_references([run_summary])
 
 
+class ComparisonConfig(dg.Config):
+    """The runs to set side by side (RUN_IDs under the storage root), as `alpha compare` takes them."""
+
+    runs: list[str]
+
+
+@dg.asset(
+    group_name="evaluation",
+    kinds={"markdown"},
+    code_version="1",
+    owners=OWNERS,
+    metadata=metadata.code_references(("alpha_core.eval.compare", "compare")),
+    description="Two or more runs' reports side by side (`alpha compare`): each row's Sharpe and DSR per run, each "
+    "run's verdict, and every setting, param, data file and code version that differs. Materialize it with the runs "
+    "in its config.",
+)
+def run_comparison(context: dg.AssetExecutionContext, config: ComparisonConfig, storage: StorageRoot) -> dg.MaterializeResult:
+    from alpha_core.errors import DataError
+    from alpha_core.eval.compare import compare
+
+    if len(config.runs) < 2:
+        raise dg.Failure("runs: name two or more RUN_IDs to compare", allow_retries=False)
+    try:
+        text = compare(config.runs, Path(storage.root))
+    except DataError as exc:
+        raise dg.Failure(str(exc), allow_retries=False) from None
+    return dg.MaterializeResult(metadata={"runs": ", ".join(config.runs), "comparison": dg.MetadataValue.md(f"```\n{text}```")})
+
+
+(run_comparison,) = dg.with_source_code_references([run_comparison])
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[*hyperopt_assets, *checkpoint_assets, ensemble_report, run_summary])
+    return dg.Definitions(assets=[*hyperopt_assets, *checkpoint_assets, ensemble_report, run_summary, run_comparison])
