@@ -41,6 +41,7 @@ from alpha_core.models import registry
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
+EW_SHARPE, EW_DSR = "equal_weight_sharpe", "equal_weight_dsr"  # the report's plotted series
 ALPHA_RUN = "alpha_run"  # metadata key: the pipeline RUN_ID a materialization or check belongs to
 GATE_TAG = "alpha/gate"  # `alpha/gate/<model>` on a run whose checkpoint missed its gate: the reason, in the runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
@@ -586,8 +587,9 @@ def ensemble_report(
                 "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
                 if figure.is_file()
                 else None,
-                metadata.series("sharpe", symbol): equal.oos.sharpe if equal else None,  # the equal-weight ensemble's
-                metadata.series("dsr", symbol): equal.oos.dsr if equal else None,
+                # plotted across materializations: the equal-weight ensemble's, named so on the page
+                metadata.series(EW_SHARPE, symbol): equal.oos.sharpe if equal else None,
+                metadata.series(EW_DSR, symbol): equal.oos.dsr if equal else None,
                 "results": metadata.table(
                     [
                         {
@@ -685,7 +687,7 @@ def run_summary(context: dg.AssetExecutionContext, config: CostConfig, storage: 
     for symbol in symbol_partitions.get_partition_keys():
         meta = latest_metadata(context, dg.AssetKey("ensemble_report"), symbol)
         if meta:
-            sharpe = meta.get(metadata.series("sharpe", symbol), meta.get("ensemble_sharpe"))  # (before: unkeyed)
+            sharpe = meta.get(metadata.series(EW_SHARPE, symbol), meta.get(metadata.series("sharpe", symbol)))  # or before
             symbols[symbol] = {"report": meta["path"], "ensemble_sharpe": sharpe}
     gpu_hours = sum(s["wall_time_s"] for s in steps if s["device"].startswith("cuda")) / 3600
     compute_hours = sum(s["wall_time_s"] for s in steps) / 3600
