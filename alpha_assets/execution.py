@@ -18,6 +18,8 @@ no `job_image`. ALPHA_TRAINING_IMAGE overrides it (a pinned tag or digest, never
 """
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import dagster as dg
@@ -101,3 +103,17 @@ def executor() -> dg.ExecutorDefinition:
         return k8s_job_executor.configured(config)
     # forkserver: each step forks from a process that imported the code once, instead of importing it again
     return dg.multiprocess_executor.configured({"max_concurrent": MAX_PARALLEL, "start_method": {"forkserver": {}}})
+
+
+@contextmanager
+def leased_device(place: Placement, context: dg.AssetExecutionContext) -> Iterator[None]:
+    """A GPU step on a host with several GPUs runs on one of its own (alpha_core.devices); others run as they are."""
+    if not place.on_gpu:
+        yield
+        return
+    from alpha_core.devices import gpu_lease
+
+    with gpu_lease(run=context.run.run_id, step=f"{context.asset_key.to_user_string()}[{context.partition_key}]") as gpu:
+        if gpu is not None:
+            context.log.info(f"leased GPU {gpu} of this host")
+        yield

@@ -117,8 +117,8 @@ def _validate_run_config(run_config: dict) -> None:
     (keys, types), then the config classes themselves (their bounds)."""
     import pydantic
 
+    from alpha_assets.asset_configs import HyperoptAssetConfig, TrainAssetConfig
     from alpha_assets.definitions import defs
-    from alpha_assets.defs.training import HyperoptAssetConfig, TrainAssetConfig
 
     def flag(where: str) -> str:
         return "--hyperopt-config" if "hyperopt__" in where else "--train-config"
@@ -169,7 +169,7 @@ def _check_bounds(kind: str, model: str, config: dict) -> None:
 
 def config_keys(kind: str) -> str:
     """The keys `--train-config` or `--hyperopt-config` takes, with their ranges, for `alpha run --help`."""
-    from alpha_assets.defs.training import HyperoptAssetConfig, TrainAssetConfig
+    from alpha_assets.asset_configs import HyperoptAssetConfig, TrainAssetConfig
 
     asset = HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig
     fields = trainer_config(kind, "tft").model_fields

@@ -3,7 +3,7 @@ GPU utilisation per job, and what the whole costs and how long it takes with MAX
 
     .venv/bin/python bench/bench_ensemble.py --data-dir DATA/ES.FUT [--predecoded-dir PD] [--epochs 2 --trials 1]
 
-The jobs are the pipeline's (alpha_assets/defs/training.py), calling the same alpha_core functions the assets
+The jobs are the pipeline's (alpha_assets/defs/checkpoints.py, hyperopt.py), calling the same alpha_core functions the assets
 call, without Dagster (the GPU machine has none): `hyperopt/<model>` for each searchable model (PSO,
 alpha_core/hyperopt/pso.py), `train/<model>/<fold>` for every registry model and walk-forward fold (its hyperopt's
 best params when that ran), then `evaluate` (alpha_core/eval) over every checkpoint. Each job runs on the device its
@@ -648,7 +648,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-parallel-cpu", type=int, help="CPU pods at once (default: --max-parallel, the deploy's pool default_limit)"
     )
-    p.add_argument("--eur-per-gpu-hour", type=float, default=repo_default("alpha_assets/defs/training.py", "eur_per_gpu_hour"))
+    p.add_argument("--eur-per-gpu-hour", type=float, default=repo_default("alpha_assets/asset_configs.py", "eur_per_gpu_hour"))
     p.add_argument(
         "--eur-per-cpu-hour",
         type=float,

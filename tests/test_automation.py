@@ -197,5 +197,6 @@ def test_the_asset_graph_is_the_same_whatever_the_environment():
         for k in graph.get_all_asset_keys()
     )
     assert out.stdout.strip() == str(here)
-    assert len(here) == 4 + len(SEARCHABLE) + len(registry.select("all")) + 2  # raw_dbn, sidecars x2, fold plans
+    # raw_dbn, sidecars x2, fold plans; the report, the run summary and the comparison of runs
+    assert len(here) == 4 + len(SEARCHABLE) + len(registry.select("all")) + 3
     assert dict(here)["checkpoints/kan"] == tuple(k for s in SYMBOLS for k in symbol_fold_keys(s))

@@ -28,7 +28,7 @@ from dagster_k8s.container_context import K8sContainerContext
 from dagster_k8s.job import UserDefinedDagsterK8sConfig, construct_dagster_k8s_job
 
 from alpha_assets.definitions import defs
-from alpha_assets.defs import training
+from alpha_assets.defs import checkpoints
 from alpha_assets.execution import CPU_TRAINING_POOL, GPU_POOL, executor, placement
 from alpha_assets.pod_spec import GPU_STEP_TAGS
 from alpha_core.errors import PlanError
@@ -321,7 +321,7 @@ def test_a_model_goes_back_to_the_gpu_by_environment(monkeypatch):
     assert placement("dqn").pool == CPU_TRAINING_POOL and placement("tft").pool == GPU_POOL
     monkeypatch.setenv("ALPHA_GPU_MODELS", "dqn")
     assert placement("dqn").pool == GPU_POOL and placement("ppo").pool == CPU_TRAINING_POOL
-    asset = training._checkpoint_asset("dqn")
+    asset = checkpoints._checkpoint_asset("dqn")
     assert asset.op.pool == GPU_POOL
     assert json.loads(asset.op.tags["dagster-k8s/config"]) == GPU_STEP_TAGS["dagster-k8s/config"]
     assert asset.op.config_schema.config_type.fields["device"].default_value is None

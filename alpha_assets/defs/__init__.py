@@ -2,7 +2,10 @@
 takes each module's `@dg.definitions def defs()` at its bottom.
 
 - `data`: the data assets [symbol]: book and bar sidecars, fold plans, and their blocking checks.
-- `training`: hyperopt [symbol], checkpoints [symbol x fold], the ensemble report [symbol] and the run summary.
+- `fetch`: `raw_dbn` [quarter x symbol], one calendar quarter of a symbol downloaded from Databento.
+- `hyperopt`: the PSO search of each model with a search space [symbol], with its isolation check.
+- `checkpoints`: every model's walk-forward folds [symbol x fold], each behind its validation gate.
+- `report`: the ensemble report [symbol], the run summary and the comparison of runs.
 - `automation`: the jobs, the new-DBN-files sensor, the automation-condition sensor and each symbol's weekly
   retrain.
 - `cleanup`: the daily `storage_cleanup` job and its schedule.
