@@ -64,7 +64,7 @@ class CostConfig(dg.Config):
 class ComparisonConfig(dg.Config):
     """The runs to set side by side (RUN_IDs under the storage root), as `alpha compare` takes them."""
 
-    runs: list[str]
+    runs: list[str] = []  # a default, so that no other job's run config must name it; fewer than two fail the step
 
 
 def given(config: dg.Config, fields) -> dict:

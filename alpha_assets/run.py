@@ -33,7 +33,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Annotated
 
 import dagster as dg
 
@@ -45,7 +44,7 @@ from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import RUN_ID_RE, StorageRoot, default_resources
-from alpha_core import cpus
+from alpha_core import cpus, step_settings
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 
@@ -133,54 +132,9 @@ def _validate_run_config(run_config: dict) -> None:
         if kind in ("hyperopt", "checkpoints"):
             try:
                 (HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig)(**entry["config"])
-                _check_bounds(kind, model, entry["config"])
+                step_settings.check(kind, registry.get(model).trainer, entry["config"])
             except pydantic.ValidationError as exc:
                 raise PlanError(f"{flag(op)}: {describe_validation_error(exc)}") from None
-
-
-def trainer_config(kind: str, model: str):
-    """The config class that finally checks a step's settings: the search's, or the model's trainer's."""
-    from alpha_core.hyperopt.configs import HyperoptConfig
-    from alpha_core.train.configs import RLTrainConfig, SupervisedTrainConfig, TrainConfig
-
-    if kind == "hyperopt":
-        return HyperoptConfig
-    return {"supervised": SupervisedTrainConfig, "rl": RLTrainConfig}.get(registry.get(model).trainer, TrainConfig)
-
-
-def _check_bounds(kind: str, model: str, config: dict) -> None:
-    """Each value set against the bounds of the config that will use it (`{"epochs": 0}` is refused here, as
-    `--epochs 0` is, not in every step of the backfill)."""
-    import pydantic
-
-    fields = trainer_config(kind, model).model_fields
-    for key, value in config.items():
-        if value is None or key not in fields:
-            continue
-        field = fields[key]
-        try:
-            pydantic.TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
-        except pydantic.ValidationError as exc:
-            error = exc.errors()[0]
-            raise PlanError(
-                f"{'--hyperopt-config' if kind == 'hyperopt' else '--train-config'}: {key}: {error['msg']} (got {value!r})"
-            ) from None
-
-
-def config_keys(kind: str) -> str:
-    """The keys `--train-config` or `--hyperopt-config` takes, with their ranges, for `alpha run --help`."""
-    from alpha_assets.asset_configs import HyperoptAssetConfig, TrainAssetConfig
-
-    asset = HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig
-    fields = trainer_config(kind, "tft").model_fields
-    out = []
-    for key in asset.model_fields:
-        metadata = getattr(fields.get(key), "metadata", [])
-        bounds = [
-            f"{op} {getattr(m, op)}" for m in metadata for op in ("ge", "gt", "le", "lt") if getattr(m, op, None) is not None
-        ]
-        out.append(key + (f" ({', '.join(bounds)})" if bounds else ""))
-    return ", ".join(out)
 
 
 def spend(p: Plan, remote: bool) -> list[str]:

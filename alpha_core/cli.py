@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union, get_args, get_origin
 
 import alpha_core
+from alpha_core.argparse_private import actions, is_subcommands
 from alpha_core.errors import DataError, FetchError, PlanError, describe_validation_error
 from alpha_core.processes import stop_group, stop_on_signals
 
@@ -88,8 +89,8 @@ class Parser(argparse.ArgumentParser):
 def short_usage(parser: argparse.ArgumentParser) -> str:
     """`usage: alpha train-supervised --data-dir DATA_DIR ... [options]`: what is required, then a pointer."""
     parts = [parser.prog]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+    for action in actions(parser):
+        if is_subcommands(action):
             parts.append("COMMAND ...")
         elif not action.option_strings:
             name = action.metavar or action.dest.upper()
@@ -1027,10 +1028,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "its run); without it a run uses only what it materialized itself",
     )
     p.add_argument("--remote", help="a running Dagster webserver, e.g. http://dagster-webserver:80")
-    from alpha_assets.run import config_keys
+    from alpha_core.step_settings import describe
 
-    p.add_argument("--train-config", help=f"JSON merged into every checkpoint's config; keys: {config_keys('checkpoints')}")
-    p.add_argument("--hyperopt-config", help=f"JSON merged into every hyperopt config; keys: {config_keys('hyperopt')}")
+    p.add_argument("--train-config", help=f"JSON merged into every checkpoint's config; keys: {describe('checkpoints')}")
+    p.add_argument("--hyperopt-config", help=f"JSON merged into every hyperopt config; keys: {describe('hyperopt')}")
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
     p.add_argument(
         "--allow-gate-failures",

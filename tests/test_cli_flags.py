@@ -333,6 +333,8 @@ BAD_INPUT = {
     "run": ["run", "--symbols", "ES,XX", "--dry-run"],
     "models": ["models", "--jsn"],
     "clean": ["clean", "{tmp}/none"],
+    "compare": ["compare", "nosuchrun", "other", "--storage-root", "{tmp}"],
+    "ui": ["ui", "--port", "many"],
 }
 
 

@@ -29,6 +29,11 @@ from alpha_core.rl.agents import (
 )
 
 
+def local_bar(env) -> tuple[np.ndarray, np.ndarray]:
+    """(file, bar index inside that file) of each env's next acting bar."""
+    return env.file.copy(), env.t - env.data.offsets[env.file]
+
+
 def minutes(n: int) -> np.ndarray:
     """Bar timestamps one minute apart from Mon 2024-01-08 23:00 UTC (17:00 CT): a new CME session every 1,380 bars."""
     return np.datetime64("2024-01-08T23:00", "ns").astype(np.int64) + np.arange(n, dtype=np.int64) * 60_000_000_000
@@ -100,7 +105,7 @@ def test_batched_step_equals_hand_stepping():
     steps_done = np.zeros(5, dtype=int)
     seen_files, n_done = set(), 0
     for _ in range(60):
-        files_now, bars_now = env.local_bar()
+        files_now, bars_now = local_bar(env)
         actions = rng.integers(0, 3, size=5)
         obs, rew, dones, infos = env.step(actions)
         for i in range(5):
@@ -143,7 +148,7 @@ def test_reward_arithmetic_on_hand_made_prices():
     # window 1, 5 acting bars: the only valid episode is bars 0..4
     env = TradingVecEnv([series], EnvConfig(window=1, episode_len=5, cost_per_turnover=0.25, n_envs=2), seed=0)
     env.reset()
-    assert (env.local_bar()[1] == 0).all()
+    assert (local_bar(env)[1] == 0).all()
     actions = [2, 2, 0, 1, 2]  # long, long, short, flat, long
     expected = [2 - 0.25, -4.0, 0.0 - 0.5, 0.0 - 0.25, -4 - 0.25]
     for k, (a, e) in enumerate(zip(actions, expected, strict=True)):
@@ -186,14 +191,14 @@ def test_episodes_never_cross_a_file_end(tiny_sidecars):
     files_seen, starts = set(), []
     ep_file = env.file.copy()
     for _ in range(1500):
-        f, bar = env.local_bar()
+        f, bar = local_bar(env)
         n = np.array(lengths)[f]
         assert (f == ep_file).all()  # an episode stays in its file
         assert (bar >= cfg.window - 1).all() and (bar <= n - 2).all()  # window inside, next bar inside
         files_seen.update(f.tolist())
         _, _, dones, _ = env.step(rng.integers(0, 3, size=16))
         ep_file[dones] = env.file[dones]
-        starts.extend(env.local_bar()[1][dones].tolist())
+        starts.extend(local_bar(env)[1][dones].tolist())
     assert files_seen == set(range(len(bars)))
     assert min(starts) >= cfg.window - 1 and max(starts) <= max(lengths) - 1 - cfg.episode_len
 
@@ -201,7 +206,7 @@ def test_episodes_never_cross_a_file_end(tiny_sidecars):
     exact = random_series(16 + 150, 5)
     env2 = TradingVecEnv([exact], cfg, seed=0)
     env2.reset()
-    assert (env2.local_bar()[1] == 15).all()
+    assert (local_bar(env2)[1] == 15).all()
     with pytest.raises(DataError):
         TradingVecEnv([random_series(16 + 149, 5)], cfg)
 

@@ -208,6 +208,14 @@ def test_every_trigger_variable_is_validated_before_anything_is_launched(change,
         run.plan(**request)
 
 
+def test_the_step_settings_alpha_run_checks_are_the_launchpads():
+    from alpha_assets.asset_configs import HyperoptAssetConfig, TrainAssetConfig
+    from alpha_core.step_settings import STEP_KEYS
+
+    assert tuple(TrainAssetConfig.model_fields) == STEP_KEYS["checkpoints"]
+    assert tuple(HyperoptAssetConfig.model_fields) == STEP_KEYS["hyperopt"]
+
+
 def test_json_options_must_be_json_objects():
     from alpha_assets.run import parse_json_option
     from alpha_core.errors import PlanError

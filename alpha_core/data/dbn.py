@@ -37,6 +37,7 @@ from alpha_core.bounds import MAX_METADATA_BYTES, MAX_RECORDS, MAX_ZSTD_RATIO, Z
 from alpha_core.data import validate
 from alpha_core.data.products import parse_contract, product
 from alpha_core.data.validate import RecordChecks, RecordRange
+from alpha_core.databento_private import message_dtype
 from alpha_core.errors import DataError
 
 MBP10 = "mbp-10"
@@ -442,7 +443,7 @@ def record_dtype(info: DbnFile) -> np.dtype:
     if name is None or (info.version < 3 and info.schema in V3_ONLY_SCHEMAS):
         raise DataError(info.path, f"metadata.schema {info.schema!r} has no known record layout")
     module = {1: dbn.v1, 2: dbn.v2}.get(info.version, dbn)
-    return np.dtype(getattr(module, name)._dtypes)
+    return message_dtype(getattr(module, name))
 
 
 def iter_records(info: DbnFile, chunk_records: int | None = None, checks: RecordChecks | None = None) -> Iterator[np.ndarray]:

@@ -78,6 +78,7 @@ from scipy.signal import lfilter
 from scipy.special import expit, ndtr
 
 from alpha_core.data.products import MONTH_CODES, PRODUCTS, Product, product
+from alpha_core.databento_private import message_dtype
 from alpha_core.errors import PlanError
 
 BOOK_HORIZONS = (10, 100, 1000)  # snapshots
@@ -140,8 +141,8 @@ _TICK_GAP = 3  # minimum ns between events; the book record after a trade comes 
 _CT = ZoneInfo("America/Chicago")
 _NS_MIN = 60 * 1_000_000_000
 _UNDEF = dbn.UNDEF_PRICE
-_MBP10_DT = np.dtype(dbn.MBP10Msg._dtypes)
-_OHLCV_DT = np.dtype(dbn.OHLCVMsg._dtypes)
+_MBP10_DT = message_dtype(dbn.MBP10Msg)
+_OHLCV_DT = message_dtype(dbn.OHLCVMsg)
 
 
 @dataclass(frozen=True)

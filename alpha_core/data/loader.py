@@ -243,9 +243,6 @@ class WindowLoader:
         self._cursor += take
         return batch
 
-    def next_sequence(self) -> WindowBatch | None:
-        return self.next_batch(1)
-
     def batches(self, batch_size: int, drop_last: bool = False) -> Iterator[WindowBatch]:
         while (batch := self.next_batch(batch_size, drop_last)) is not None:
             yield batch

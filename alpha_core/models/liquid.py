@@ -59,7 +59,9 @@ class LiquidModel(nn.Module):
 
     def _fused(self, x: Tensor) -> Tensor:
         from alpha_core.models.ltc_triton import ltc_states
+        from alpha_core.ncps_private import ltc_params
 
         cell = self.ltc.rnn_cell
         states = ltc_states(cell, x)[..., : cell.motor_size]  # ncps's output mapping, per bar
-        return self.heads(states * cell._params["output_w"] + cell._params["output_b"])
+        params = ltc_params(cell)
+        return self.heads(states * params["output_w"] + params["output_b"])

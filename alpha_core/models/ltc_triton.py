@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from alpha_core.ncps_private import ltc_epsilon, ltc_map_inputs, ltc_ode_unfolds, ltc_params
+
 NUM_WARPS = 2  # per program (one batch row); U = 32 is a [32, 32] tile: 16 elements per thread
 
 
@@ -239,15 +241,16 @@ class LTCScan(torch.autograd.Function):
 def ltc_states(cell, x: Tensor) -> Tensor:
     """The states [B, L, U] that `ncps.torch.LTC` (from a zero state, no timespans) computes with `cell` (an
     `LTCCell`) over the inputs x [B, L, F], through the fused kernels."""
-    p, positive = cell._params, cell.make_positive_fn
-    x = cell._map_inputs(x.float())
+    p, positive = ltc_params(cell), cell.make_positive_fn
+    x = ltc_map_inputs(cell, x.float())
     sensory = positive(p["sensory_w"]) * torch.sigmoid(p["sensory_sigma"] * (x[..., None] - p["sensory_mu"]))
     sensory = sensory * p["sensory_sparsity_mask"]  # [B, L, F, U]
     ns = (sensory * p["sensory_erev"]).sum(2).contiguous()
     ds = sensory.sum(2).contiguous()
-    cmt = positive(p["cm"]) / (1.0 / cell._ode_unfolds)  # ncps's cm / (elapsed_time / unfolds), elapsed 1
+    unfolds = ltc_ode_unfolds(cell)
+    cmt = positive(p["cm"]) / (1.0 / unfolds)  # ncps's cm / (elapsed_time / unfolds), elapsed 1
     gleak = positive(p["gleak"])
     params = [positive(p["w"]) * p["sparsity_mask"], p["sigma"], p["mu"], p["erev"], cmt, gleak, gleak * p["vleak"]]
     params = [q.float().contiguous() for q in params]
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (ns, ds, *params))
-    return LTCScan.apply(ns, ds, *params, cell._ode_unfolds, cell._epsilon, save)
+    return LTCScan.apply(ns, ds, *params, unfolds, ltc_epsilon(cell), save)

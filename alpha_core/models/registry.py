@@ -198,10 +198,6 @@ _ENTRIES += [
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _ENTRIES}
 
 
-def register(spec: ModelSpec) -> None:
-    REGISTRY[spec.name] = spec
-
-
 def get(name: str) -> ModelSpec:
     if name not in REGISTRY:
         raise PlanError(f"unknown model {name!r}; registered: {', '.join(REGISTRY)}")

@@ -13,7 +13,6 @@ under several names: it keeps each alias once). SB3's own `.zip` (cloudpickle) i
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -218,9 +217,6 @@ class EvalResult(BaseModel):
     n_bars: int  # acting bars with a next-bar return
     cost_ticks: float
     reward_unit: str
-
-    def to_json(self) -> str:
-        return json.dumps(self.model_dump())
 
 
 def _market(

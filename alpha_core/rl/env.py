@@ -176,7 +176,7 @@ class TradingVecEnv(VecEnv):
         local = k - (self._cum_starts[f] - self._n_starts[f]) + self.window - 1
         return f, self.data.offsets[f] + local
 
-    def _start_episodes(self, idx: np.ndarray) -> None:
+    def start_episodes(self, idx: np.ndarray) -> None:
         f, start = self._draw_starts(len(idx))
         self.file[idx] = f
         self.t[idx] = start
@@ -184,23 +184,27 @@ class TradingVecEnv(VecEnv):
         self.position[idx] = 0.0
         self.episode_return[idx] = 0.0
 
-    def _obs(self) -> np.ndarray:
+    def observe(self) -> np.ndarray:
         return self.data.observations(self.t, self.position)[0]
 
     # -- VecEnv API ------------------------------------------------------------------------------------
     def reset(self) -> np.ndarray:
-        if self._seeds[0] is not None:
-            self._rng = np.random.default_rng(self._seeds[0])
-        self._reset_seeds()
+        rng = np.random.default_rng(self._seeds[0]) if self._seeds[0] is not None else self._rng
+        self._reset_seeds()  # SB3 VecEnv's own bookkeeping
         self._reset_options()
-        self._start_episodes(np.arange(self.num_envs))
+        return self.start(rng)
+
+    def start(self, rng: np.random.Generator) -> np.ndarray:
+        """Draw every env's episode with `rng` (which then drives later starts too) and return the observations."""
+        self._rng = rng
+        self.start_episodes(np.arange(self.num_envs))
         self._started = True
-        return self._obs()
+        return self.observe()
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
 
-    def _advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def advance(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Apply one action per env (no auto-reset): rewards [n] float64 and which episodes just ended."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
@@ -216,8 +220,8 @@ class TradingVecEnv(VecEnv):
         return rewards, self.t > self.end
 
     def step_wait(self):
-        rewards, dones = self._advance(self._actions)
-        obs = self._obs()
+        rewards, dones = self.advance(self._actions)
+        obs = self.observe()
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         done_idx = np.flatnonzero(dones)
         if len(done_idx):
@@ -225,7 +229,7 @@ class TradingVecEnv(VecEnv):
                 infos[i]["terminal_observation"] = obs[i].copy()
                 infos[i]["TimeLimit.truncated"] = True
                 infos[i]["episode_return"] = float(self.episode_return[i])
-            self._start_episodes(done_idx)
+            self.start_episodes(done_idx)
             obs[done_idx] = self.data.observations(self.t[done_idx], self.position[done_idx])[0]
         return obs, rewards.astype(np.float32), dones, infos
 
@@ -246,11 +250,6 @@ class TradingVecEnv(VecEnv):
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices=None) -> list[bool]:
         return [False for _ in self._get_indices(indices)]
 
-    # -- helpers -----------------------------------------------------------------------------------------
-    def local_bar(self) -> tuple[np.ndarray, np.ndarray]:
-        """(file, bar index inside that file) of each env's next acting bar."""
-        return self.file.copy(), self.t - self.data.offsets[self.file]
-
 
 class SingleTradingEnv(gym.Env):
     """One episode of a `TradingVecEnv` as a plain gymnasium Env (for `check_env` and debugging)."""
@@ -267,11 +266,8 @@ class SingleTradingEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.vec._rng = self.np_random  # gymnasium's seeded generator drives the starts
-        self.vec._start_episodes(np.arange(1))
-        self.vec._started = True
-        return self.vec._obs()[0], {}
+        return self.vec.start(self.np_random)[0], {}  # gymnasium's seeded generator drives the starts
 
     def step(self, action):
-        rewards, dones = self.vec._advance(np.asarray([action], dtype=np.int64).reshape(1))
-        return self.vec._obs()[0], float(rewards[0]), False, bool(dones[0]), {}
+        rewards, dones = self.vec.advance(np.asarray([action], dtype=np.int64).reshape(1))
+        return self.vec.observe()[0], float(rewards[0]), False, bool(dones[0]), {}

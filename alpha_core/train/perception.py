@@ -44,6 +44,7 @@ from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.progress import TrainingReporter, horizon_metrics
+from alpha_core.torch_private import foreach_norm
 from alpha_core.train.configs import TrainConfig
 from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
@@ -291,7 +292,7 @@ class PerceptionTrainer:
         grad_norm = None
         if self.trace is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
-            grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            grad_norm = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
         self.optimizer.step()
         self.update_controllers(parts)
         return loss.detach(), parts, grad_norm
