@@ -25,9 +25,16 @@ class StorageRoot(dg.ConfigurableResource):
 
     root: str
 
+    def marked(self) -> Path:
+        """The root, with the marker that lets `storage_cleanup` and `alpha clean` clean it (written once)."""
+        from alpha_core.cleanup import mark_storage_root
+
+        mark_storage_root(self.root)
+        return Path(self.root)
+
     def predecoded_dir(self, symbol: str) -> Path:
         """Content-addressed sidecar cache, shared by every run (a sidecar is built once)."""
-        return Path(self.root, "predecoded", symbol)
+        return self.marked() / "predecoded" / symbol
 
     def run_dir(self, run_id: str) -> Path:
         """`{root}/{run_id}`: the id must be a plain folder name (a tag reaches here from whoever can reach the
@@ -38,7 +45,7 @@ class StorageRoot(dg.ConfigurableResource):
                 f"starting with a letter or digit",
                 allow_retries=False,
             )
-        return Path(self.root, run_id)
+        return self.marked() / run_id
 
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
