@@ -34,8 +34,8 @@ from pathlib import Path
 from alpha_core.atomic import TMP_MARK, atomic_write_json, lease_seconds, owner_is_dead
 from alpha_core.errors import DataError
 from alpha_core.locks import BROKEN, Holder, is_abandoned, read_holder
+from alpha_core.storage import STORAGE_MARKER
 
-STORAGE_MARKER = ".alpha-storage"  # in every storage root alpha writes into: what `clean` requires
 TRIAL_PREFIX = "alpha-trial-"
 LOCK = ".lock"
 MANIFEST = "manifest.json"

@@ -179,6 +179,8 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
         ({"models": "nope"}, "nope"),
         ({"phase": "deploy"}, "PHASE must be one of"),
         ({"run_id": "../x"}, "RUN_ID"),
+        ({"run_id": "predecoded"}, "RUN_ID='predecoded': 'predecoded' is reserved: the storage root's predecoded/"),
+        ({"run_id": "Predecoded"}, "RUN_ID='Predecoded': 'Predecoded' is reserved"),
         ({"max_parallel": 0}, "MAX_PARALLEL must be >= 1"),
         ({"epochs": 0}, "EPOCHS must be >= 1"),
         ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),

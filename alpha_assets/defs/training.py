@@ -38,6 +38,7 @@ from alpha_core import artifacts
 from alpha_core.eval.report import epoch_curves
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
+from alpha_core.storage import PREDECODED
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
@@ -521,7 +522,7 @@ def ensemble_report(
             data_dir=Path(data.root),
             output=out / "ensemble_report.json",
             symbols=[symbol],
-            predecoded_dir=Path(storage.root) / "predecoded",
+            predecoded_dir=storage.marked() / PREDECODED,
             upstream_excluded=upstream_excluded,
             gate=None,
         )

@@ -139,7 +139,9 @@ def default_predecoded_dir(explicit: Path | None, output_dir: Path) -> Path:
     """The explicit cache, else `$ALPHA_STORAGE_ROOT/predecoded`, else `{output_dir}/.predecoded`."""
     import os
 
+    from alpha_core.storage import PREDECODED
+
     if explicit is not None:
         return explicit
     root = os.environ.get("ALPHA_STORAGE_ROOT")
-    return Path(root, "predecoded") if root else output_dir / ".predecoded"
+    return Path(root, PREDECODED) if root else output_dir / ".predecoded"
