@@ -375,7 +375,9 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
     os_errors = [e for e in chain if isinstance(e, OSError)]
     named = next((Path(e.filename) for e in os_errors if e.filename), None)
     if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or _NO_SPACE.search(str(e)) for e in chain):
-        path = named or next((p for p, _ in _outputs(args)), None)
+        # no file named: the command's own output (--output, --output-dir) before the sidecar cache it may also fill
+        outputs = sorted(_outputs(args), key=lambda o: o[0] == getattr(args, "predecoded_dir", None))
+        path = named or next((p for p, _ in outputs), None)
         return 2, f"{path or 'output'}: no space left on device ({_one_line(exc)})"
     if os_errors:
         e = os_errors[0]
