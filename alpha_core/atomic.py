@@ -119,7 +119,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         crash_point("tmp.after_commit")
         _fsync(path.parent)
     except OSError as exc:
-        if exc.filename is None or exc.filename == str(tmp):  # a failed write() names no file: name the output
+        if exc.errno is not None and exc.filename in (None, str(tmp)):  # a failed write() names no file: the output
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     finally:

@@ -1,4 +1,7 @@
-"""The daily `storage_cleanup`: what crashed writers left on the storage volume (`alpha clean`, alpha_core.cleanup)."""
+"""The daily `storage_cleanup`: what crashed writers left on the storage volume (`alpha clean`, alpha_core.cleanup).
+
+It cleans only what alpha wrote, under a root holding alpha's marker (every run writes it, `StorageRoot.marked`): a
+misconfigured ALPHA_STORAGE_ROOT (a home or a shared volume) fails the run, naming the root, with nothing removed."""
 
 from pathlib import Path
 
