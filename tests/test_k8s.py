@@ -984,6 +984,22 @@ def test_a_run_worker_token_cannot_create_any_other_job(change, job_admission, j
         assert admission(policy, _with(jobs["run-worker"], FORBIDDEN_STEPS[change]), LAUNCHER), change
 
 
+def test_only_the_fetch_step_may_carry_the_databento_key(job_admission, jobs):
+    """The raw_dbn step (labelled by the executor with its op) reads DATABENTO_API_KEY from its Secret; no other step
+    and no run worker may."""
+    policy = job_admission["ValidatingAdmissionPolicy"]
+    ref = {"name": "databento-api-key", "key": "DATABENTO_API_KEY"}
+    key = {"name": "DATABENTO_API_KEY", "valueFrom": {"secretKeyRef": ref}}
+
+    def fetch(template: dict) -> None:
+        _container(template)["env"].append(key)
+        template["metadata"]["labels"]["dagster/op"] = "raw_dbn"
+
+    assert admission(policy, _with(jobs["step:book_sidecars"], fetch), RUN_WORKER) == []
+    assert admission(policy, _with(jobs["step:book_sidecars"], lambda t: _container(t)["env"].append(key)), RUN_WORKER)
+    assert admission(policy, _with(jobs["run-worker"], fetch), LAUNCHER)
+
+
 def test_the_policy_applies_to_alpha_s_launchers_only(job_admission, jobs, client_job):
     """CI's run client carries the GraphQL label: created with CI's deploy credential, which the policy does not match
     (the launchers' accounts cannot create it); a step Job from the launcher's account is refused."""
