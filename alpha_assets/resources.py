@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from alpha_core.storage import PREDECODED, run_id_problem
+from alpha_core.storage import PREDECODED, RUN_ID_RE, run_id_problem  # noqa: F401 (RUN_ID_RE: the name others import)
 
 
 class DataRoot(dg.ConfigurableResource):

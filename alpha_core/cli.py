@@ -36,7 +36,6 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 
 import alpha_core
 from alpha_core.errors import DataError, PlanError, describe_validation_error
-from alpha_core.storage import PREDECODED
 
 
 def _iso(ts_ns: int | None) -> str | None:
@@ -286,7 +285,7 @@ def resolve_one_symbol(args: argparse.Namespace) -> None:
     args.symbol = symbol
     cache = getattr(args, "predecoded_dir", None)
     if cache is None and args.command != "folds" and os.environ.get("ALPHA_STORAGE_ROOT"):
-        cache = Path(os.environ["ALPHA_STORAGE_ROOT"], PREDECODED)
+        cache = Path(os.environ["ALPHA_STORAGE_ROOT"], "predecoded")
     if cache is not None:
         args.predecoded_dir = symbol_cache_dir(Path(cache), symbol)
 

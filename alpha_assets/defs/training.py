@@ -38,7 +38,6 @@ from alpha_core import artifacts
 from alpha_core.eval.report import epoch_curves
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
-from alpha_core.storage import PREDECODED
 
 HYPEROPT_CHECK = "hyperopt_isolation"
 REPORT_CHECK = "report_complete"
@@ -522,7 +521,7 @@ def ensemble_report(
             data_dir=Path(data.root),
             output=out / "ensemble_report.json",
             symbols=[symbol],
-            predecoded_dir=storage.marked() / PREDECODED,
+            predecoded_dir=Path(storage.root) / "predecoded",
             upstream_excluded=upstream_excluded,
             gate=None,
         )
