@@ -161,3 +161,28 @@ def test_a_commands_output_folder_is_marked(tmp_path, tiny_data):
     assert main(["predecode", "--data-dir", str(tiny_data / "ES.FUT"), "--output-dir", str(cache)]) == 0
     assert (cache / STORAGE_MARKER).is_file()
     assert main(["clean", str(cache)]) == 0
+
+
+def test_the_daily_storage_cleanup_runs_the_same_rules(tmp_path, monkeypatch):
+    """The Dagster door: the same function, so other tools' locks stay, alpha's abandoned ones go, and a root without
+    the marker fails the run naming it, with nothing removed."""
+    from alpha_assets.defs.cleanup import storage_cleanup
+    from alpha_assets.resources import StorageRoot
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    dead = _dead_owner()
+    for name, marked in (("storage", True), ("home", False)):
+        root = tmp_path / name
+        ours = _lock(root / "run" / "eval" / "ES.FUT" / ".ensemble_report.json.lock", dead)
+        (root / "uv.lock").write_text(OTHER_LOCKS["uv.lock"])
+        if marked:
+            mark_storage_root(root)
+        result = storage_cleanup.execute_in_process(resources={"storage": StorageRoot(root=str(root))}, raise_on_error=False)
+        assert result.success == marked and (root / "uv.lock").exists()
+        if marked:
+            assert not ours.exists() and result.output_for_node("clean_storage") == 1
+        else:
+            (failure,) = [e for e in result.all_events if e.is_step_failure]
+            message = failure.step_failure_data.user_failure_data.description
+            assert message.startswith(f"{root}: not an alpha storage root") and "\n" not in message and ours.exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.failures import fail_without_retry
 from alpha_assets.resources import StorageRoot
 
 
@@ -14,7 +15,8 @@ from alpha_assets.resources import StorageRoot
 def clean_storage(context: dg.OpExecutionContext, storage: StorageRoot) -> dg.Output[int]:
     from alpha_core.cleanup import clean
 
-    removed = clean([Path(storage.root)])
+    with fail_without_retry():  # a root that is not alpha's: one line naming it
+        removed = clean([Path(storage.root)])
     for removal in removed:
         context.log.info(f"removed {removal.path}: {removal.reason}")
     return dg.Output(
