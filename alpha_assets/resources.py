@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import dagster as dg
+
+from alpha_core.storage import PREDECODED, run_id_problem
 
 
 class DataRoot(dg.ConfigurableResource):
@@ -25,20 +26,23 @@ class StorageRoot(dg.ConfigurableResource):
 
     root: str
 
+    def marked(self) -> Path:
+        """The root, with the marker that lets `storage_cleanup` and `alpha clean` clean it (written once)."""
+        from alpha_core.cleanup import mark_storage_root
+
+        mark_storage_root(self.root)
+        return Path(self.root)
+
     def predecoded_dir(self, symbol: str) -> Path:
         """Content-addressed sidecar cache, shared by every run (a sidecar is built once)."""
-        return Path(self.root, "predecoded", symbol)
+        return self.marked() / PREDECODED / symbol
 
     def run_dir(self, run_id: str) -> Path:
         """`{root}/{run_id}`: the id must be a plain folder name (a tag reaches here from whoever can reach the
         webserver's API; `..` or `/` would write outside the storage root)."""
-        if not RUN_ID_RE.fullmatch(run_id):
-            raise dg.Failure(
-                f"{RUN_ID_TAG}={run_id!r}: a run id must be 1-64 letters, digits, '.', '_' or '-', "
-                f"starting with a letter or digit",
-                allow_retries=False,
-            )
-        return Path(self.root, run_id)
+        if (problem := run_id_problem(run_id)) is not None:
+            raise dg.Failure(f"{RUN_ID_TAG}={run_id!r}: {problem}", allow_retries=False)
+        return self.marked() / run_id
 
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
@@ -49,7 +53,6 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
 
 
 RUN_ID_TAG = "alpha/run_id"  # the pipeline RUN_ID: every run of one `alpha run` or retrain shares it
-RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name and a tag value
 REUSE_TAG = "alpha/reuse_from"  # other runs whose checkpoints and searches this run may use, by name, comma-separated
 DEFAULT_RUN_ID = "default"  # the run of a Dagster run without the tag (a click in the UI, an automation condition)
 TRIGGER_TAG = "alpha/trigger"  # what launched the run: alpha-run, schedule, new-dbn-files, automation

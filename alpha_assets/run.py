@@ -43,10 +43,11 @@ from alpha_assets.execution import CPU_POOL, CPU_TRAINING_POOL, GPU_POOL
 from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.remote import RemoteBackfill
-from alpha_assets.resources import RUN_ID_RE, StorageRoot, default_resources
+from alpha_assets.resources import StorageRoot, default_resources
 from alpha_core import cpus, step_settings
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
+from alpha_core.storage import run_id_problem
 
 MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
 BACKFILL_TAG = "dagster/backfill"
@@ -85,14 +86,12 @@ def plan(
     names = list(dict.fromkeys(registry.select(models)))
     if not names:
         raise PlanError("MODELS selects no model")
-    if not RUN_ID_RE.fullmatch(run_id):
-        raise PlanError(
-            f"RUN_ID must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got {run_id!r})"
-        )
+    if (problem := run_id_problem(run_id)) is not None:
+        raise PlanError(f"RUN_ID={run_id!r}: {problem}")
     reuse_from = list(dict.fromkeys(r for r in reuse_from or [] if r != run_id))
-    bad = [r for r in reuse_from if not RUN_ID_RE.fullmatch(r)]
-    if bad:
-        raise PlanError(f"--reuse-from: {bad[0]!r} is not a RUN_ID")
+    for reused in reuse_from:
+        if (problem := run_id_problem(reused)) is not None:
+            raise PlanError(f"--reuse-from: {reused!r}: {problem}")
     for name, value in (("MAX_PARALLEL", max_parallel), ("EPOCHS", epochs), ("HYPEROPT_TRIALS", trials)):
         if value is not None and value < 1:
             raise PlanError(f"{name} must be >= 1 (got {value})")

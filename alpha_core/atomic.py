@@ -118,6 +118,10 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
         crash_point("tmp.after_commit")
         _fsync(path.parent)
+    except OSError as exc:
+        if exc.errno is not None and exc.filename in (None, str(tmp)):  # a failed write() names no file: the output
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 

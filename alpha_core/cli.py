@@ -308,6 +308,32 @@ def _outputs(args: argparse.Namespace) -> Iterator[tuple[Path, bool]]:
                 yield Path(getattr(args, name)), is_dir
 
 
+STORAGE_WRITERS = ("train", "train-supervised", "train-rl", "predecode", "hyperopt", "evaluate")
+
+
+def storage_roots(args: argparse.Namespace) -> list[Path]:
+    """The folders a command writes alpha's artifacts into, as given (before a symbol's folder is picked): they get
+    the marker that lets `alpha clean` clean them (`alpha_core.cleanup.mark_storage_root`)."""
+    if args.command not in STORAGE_WRITERS:
+        return []
+    roots = [Path(getattr(args, name)) for name in OUTPUT_DIRS if getattr(args, name, None) is not None]
+    if getattr(args, "predecoded_dir", None) is None and os.environ.get("ALPHA_STORAGE_ROOT"):
+        roots.append(Path(os.environ["ALPHA_STORAGE_ROOT"]))  # the default sidecar cache's root
+    return roots
+
+
+def mark_storage_roots(roots: list[Path]) -> None:
+    """Mark the roots a command wrote into (a folder it left empty, or never made, stays unmarked: nothing partial)."""
+    from alpha_core.cleanup import STORAGE_MARKER, mark_storage_root
+
+    for root in roots:
+        try:
+            if root.is_dir() and any(p.name != STORAGE_MARKER for p in root.iterdir()):
+                mark_storage_root(root)
+        except OSError:
+            pass  # a full or read-only volume: the command's own error (if any) is the one to show
+
+
 def check_output_path(path: Path, is_dir: bool) -> None:
     """An output must be (or be creatable as) a directory or a file where this process may write."""
     if is_dir and path.exists() and not path.is_dir():
@@ -354,7 +380,9 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
     os_errors = [e for e in chain if isinstance(e, OSError)]
     named = next((Path(e.filename) for e in os_errors if e.filename), None)
     if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or _NO_SPACE.search(str(e)) for e in chain):
-        path = named or next((p for p, _ in _outputs(args)), None)
+        # no file named: the command's own output (--output, --output-dir) before the sidecar cache it may also fill
+        outputs = sorted(_outputs(args), key=lambda o: o[0] == getattr(args, "predecoded_dir", None))
+        path = named or next((p for p, _ in outputs), None)
         return 2, f"{path or 'output'}: no space left on device ({_one_line(exc)})"
     if os_errors:
         e = os_errors[0]
@@ -1183,6 +1211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from alpha_core import progress
 
     progress.set_quiet(getattr(args, "quiet", False))
+    roots = storage_roots(args)
     try:
         with warnings.catch_warnings(), stop_on_signals():  # SIGTERM stops any command as Ctrl-C does
             if not debug:  # a library warning is one line too
@@ -1205,6 +1234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, message = describe_error(exc, args)
         print(f"alpha {args.command}: error: {message}", file=sys.stderr)
         return code
+    finally:
+        mark_storage_roots(roots)
 
 
 if __name__ == "__main__":

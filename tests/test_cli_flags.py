@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from alpha_core.cleanup import STORAGE_MARKER
 from alpha_core.cli import COMMANDS, build_parser, main
 
 HEAVY = ("torch", "dagster", "nevergrad", "scipy")
@@ -205,7 +206,7 @@ def test_symbols_are_normalised_never_a_second_cache_folder(capsys, tiny_data, t
     assert len(again) == len(built) and all(line.startswith("reused") for line in again)
     assert main(["predecode", "--data-dir", str(tiny_data / "ES.FUT"), "--output-dir", str(cache)]) == 0  # a folder
     assert all(line.startswith("reused") for line in capsys.readouterr().out.splitlines())
-    assert sorted(p.name for p in cache.iterdir()) == ["ES.FUT"]
+    assert sorted(p.name for p in cache.iterdir()) == [STORAGE_MARKER, "ES.FUT"]
     assert main(["predecode", "--data-dir", str(tiny_data), "--output-dir", str(cache), "--symbols", "XX"]) == 2
     assert capsys.readouterr().err == (
         "alpha predecode: error: unknown symbol 'XX'; known symbols: ES.FUT, NQ.FUT, ZN.FUT, 6E.FUT\n"
@@ -314,7 +315,8 @@ def test_hyperopt_prints_a_line_per_trial_and_the_best_params_rounded(capsys, ti
     assert best.startswith(
         f"best validation mean AUC (higher is better): {results['best_score']:.4f} with lr={lr:.3g} d_model="
     ) and best.endswith(f"-> {out} (full precision)"), best  # ... not the line
-    assert sorted(p.name for p in (tmp_path / "pd").iterdir()) == ["ES.FUT"]  # the cache root got the symbol's folder
+    # the cache root got the symbol's folder (and the marker `alpha clean` requires)
+    assert sorted(p.name for p in (tmp_path / "pd").iterdir()) == [STORAGE_MARKER, "ES.FUT"]
 
 
 # --- exit codes: 0 done, 1 the work failed, 2 bad input or usage ---------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -468,6 +470,28 @@ def test_a_second_evaluate_into_the_same_report_fails_fast_and_sets_stay_one_wri
     out.with_suffix(".md").write_text("another writer's Markdown\n")
     with pytest.raises(DataError, match="not the one written with this report"):
         load_report(out)
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_the_report_names_the_report_s_path(trained, tiny_data, tmp_path, capsys):
+    """The report's folder fills up: the one line names where the write failed, not the sidecar cache."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip()}")
+    root, pd = trained
+    out = full / "ensemble_report.json"
+    try:
+        argv = ["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out)]
+        code = main([*argv, "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD])
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": warning: " not in line]
+    assert code == 2 and len(errors) == 1 and "no space left on device" in errors[0], errors
+    assert errors[0].startswith(f"alpha evaluate: error: {full}/") and str(pd) not in errors[0], errors
 
 
 def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp_path):

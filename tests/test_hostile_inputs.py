@@ -784,3 +784,26 @@ def test_a_read_only_or_full_cache_is_one_line_and_leaves_nothing(tiny_data, sma
     with pytest.raises(DataError, match=rf"{full}: cannot write the sidecar of {book.name}: no space left on device"):
         ensure_sidecar(book, full)
     assert list(full.iterdir()) == []  # the temporary directory went with the error
+
+
+@pytest.mark.parametrize("factor", [2.0, 0.5])
+def test_a_file_of_doubled_prices_is_refused_naming_both_files_and_the_field(factor, tiny_data, tmp_path, capsys):
+    """Doubled ES prices stay inside ES's range and on its tick grid, so no record check sees them: the jump from the
+    previous file's last close to this file's first is beyond what ES moves between files (products.max_file_move)."""
+    folder = tmp_path / "data" / "ES.FUT" / BARS
+    folder.mkdir(parents=True)
+    for quarter in (1, 3):
+        shutil.copy(source(tiny_data, BARS, quarter), folder)
+    meta, records = load(source(tiny_data, BARS, 2))
+    for field in ("open", "high", "low", "close"):
+        records[field] = (records[field] * factor).astype(records[field].dtype)
+    bad = write(folder / source(tiny_data, BARS, 2).name, meta, records)
+    cache = tmp_path / "predecoded"
+    code, err = run(capsys, "predecode", "--data-dir", tmp_path / "data", "--predecoded-dir", cache)
+    assert code == 2, err
+    lines = err.splitlines()
+    neighbours = [str(folder / source(tiny_data, BARS, quarter).name) for quarter in (1, 3)]
+    assert len(lines) == 1 and lines[0].startswith("alpha predecode: error: "), err
+    assert str(bad) in lines[0] and any(n in lines[0] for n in neighbours), err  # the jump into or out of the file
+    assert "close (front month) starts at " in lines[0] and "ES.FUT moves between consecutive files" in lines[0], err
+    assert nothing_left(cache), sorted(cache.rglob("*"))

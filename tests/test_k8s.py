@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import cel
 import dagster as dg
 import kubernetes
 import kubernetes_validate
@@ -162,12 +163,20 @@ def step_executor_context() -> K8sContainerContext:
     return K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(config["step_k8s_config"]))
 
 
+# the container args dagster-k8s passes (ExecuteRunArgs / ExecuteStepArgs.get_command_args: the code server's entry
+# point `dagster`, then the command; a run's serialized arguments follow, a step's come in DAGSTER_EXECUTE_STEP_ARGS)
+ARGS = {
+    "run_worker": ["dagster", "api", "execute_run", '{"__class__": "ExecuteRunArgs"}'],
+    "step_worker": ["dagster", "api", "execute_step"],
+}
+
+
 def build_job(
     run_launcher, context: K8sContainerContext, name: str, component: str, image: str, labels: dict | None = None
 ) -> dict:
     job = construct_dagster_k8s_job(
         context.get_k8s_job_config(job_image=image, run_launcher=run_launcher),
-        args=["dagster", "api"],
+        args=ARGS[component],
         job_name=name,
         component=component,
         user_defined_k8s_config=context.run_k8s_config,
@@ -509,6 +518,27 @@ def test_postgres_password_comes_from_a_secret(values, instance_config, jobs):
         env = {e["name"]: e for e in container["env"]}
         assert env["DAGSTER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "postgresql-password"}
         assert "value" not in env["DAGSTER_PG_PASSWORD"], name
+
+
+def test_step_pods_need_the_database_because_execute_step_opens_the_instance(jobs):
+    """Why every step pod holds the password (deploy/README.md, "Secrets"): the command dagster-k8s runs in a step pod
+    opens the Dagster instance from its ref and writes the step's events there itself. Read from the installed source:
+    should a release stop doing that, this fails and the password can leave the step pods."""
+    import dagster._cli.api as api
+
+    tree = ast.parse(Path(api.__file__).read_text())
+    (command,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "execute_step_command"]
+    opens = [
+        n
+        for n in ast.walk(command)
+        if isinstance(n, ast.Call)
+        and getattr(n.func, "id", None) == "get_instance_for_cli"
+        and [k.arg for k in n.keywords] == ["instance_ref"]
+    ]
+    assert opens, "execute_step no longer opens the instance: step pods may not need DAGSTER_PG_PASSWORD"
+    for name, job in jobs.items():
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:3] == ["dagster", "api", "execute_step" if name.startswith("step:") else "execute_run"]
 
 
 def test_helm_run_launcher_matches_the_reference_instance(values, instance_config):
@@ -879,6 +909,118 @@ def test_the_namespace_enforces_the_restricted_pod_security_profile_and_every_po
             added = set((container.get("securityContext") or {}).get("capabilities", {}).get("add", []))
             assert added <= {"NET_BIND_SERVICE"}, name
             assert not any(p.get("hostPort") for p in container.get("ports", [])), name
+
+
+# -- Jobs the launchers may create (deploy/cluster/job-admission.yaml) ------------------------------------------------
+
+LAUNCHER, RUN_WORKER = "system:serviceaccount:dagster:alpha-dagster", "system:serviceaccount:dagster:alpha-run-worker"
+
+
+@pytest.fixture(scope="module")
+def job_admission() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "cluster" / "job-admission.yaml").read_text()) if d]
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    return {d["kind"]: d for d in docs}
+
+
+def admission(policy: dict, job: dict, username: str) -> list[str] | None:
+    """What the API server answers a Job create under `policy` (its CEL evaluated as a ValidatingAdmissionPolicy is):
+    None when the policy does not apply, else the messages of the validations that fail (empty: admitted)."""
+    spec = policy["spec"]
+    context = {"object": job, "request": {"userInfo": {"username": username}, "operation": "CREATE"}, "variables": {}}
+    if not all(cel.evaluate(m["expression"], context) for m in spec["matchConditions"]):
+        return None
+    for variable in spec["variables"]:  # in order: each may use the ones before it
+        context["variables"][variable["name"]] = cel.evaluate(variable["expression"], context)
+    return [
+        cel.evaluate(v["messageExpression"], context) if "messageExpression" in v else v["message"]
+        for v in spec["validations"]
+        if cel.evaluate(v["expression"], context) is not True
+    ]
+
+
+def test_the_admission_policy_admits_the_jobs_dagster_k8s_builds_and_only_in_namespace_dagster(job_admission, jobs):
+    binding, policy = job_admission["ValidatingAdmissionPolicyBinding"], job_admission["ValidatingAdmissionPolicy"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert admission(policy, jobs["run-worker"], LAUNCHER) == []
+    for name, job in jobs.items():
+        if name.startswith("step:"):
+            assert admission(policy, job, RUN_WORKER) == [], name
+
+
+def _with(job: dict, change) -> dict:
+    job = json.loads(json.dumps(job))
+    change(job["spec"]["template"])
+    return job
+
+
+def _container(template: dict) -> dict:
+    return template["spec"]["containers"][0]
+
+
+FORBIDDEN_STEPS = {
+    "a Secret volume": lambda t: t["spec"]["volumes"].append({"name": "s", "secret": {"secretName": "alpha-oauth2-proxy"}}),
+    "a projected Secret": lambda t: t["spec"]["volumes"].append(
+        {"name": "s", "projected": {"sources": [{"secret": {"name": "alpha-oauth2-proxy"}}]}}
+    ),
+    "a CSI volume": lambda t: t["spec"]["volumes"].append({"name": "s", "csi": {"driver": "secrets-store.csi.k8s.io"}}),
+    "envFrom a Secret": lambda t: _container(t).setdefault("envFrom", []).append({"secretRef": {"name": "alpha-oauth2-proxy"}}),
+    "another Secret's key": lambda t: _container(t)["env"].append(
+        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "alpha-oauth2-proxy", "key": "OAUTH2_PROXY_CLIENT_SECRET"}}}
+    ),
+    "the GraphQL client's label": lambda t: t["metadata"]["labels"].update({"app.kubernetes.io/component": "graphql-client"}),
+    "a chart component's label": lambda t: t["metadata"]["labels"].update({"component": "dagster-webserver"}),
+    "the run worker's account": lambda t: t["spec"].update({"serviceAccountName": "alpha-run-worker"}),
+    "a token": lambda t: t["spec"].update({"automountServiceAccountToken": True}),
+    "another image": lambda t: _container(t).update({"image": "docker.io/library/alpine:3"}),
+    "a command": lambda t: _container(t).update({"command": ["sh", "-c", "cat /var/run/secrets/*"]}),
+    "a run worker's args": lambda t: _container(t).update({"args": ARGS["run_worker"]}),
+    "an image pull Secret": lambda t: t["spec"].update({"imagePullSecrets": [{"name": "alpha-postgresql"}]}),
+    "an init container": lambda t: (
+        t["spec"]
+        .setdefault("initContainers", [])
+        .append({"name": "x", "image": "docker.io/library/alpine:3", "args": ARGS["step_worker"]})
+    ),
+}
+
+
+@pytest.mark.parametrize("change", FORBIDDEN_STEPS)
+def test_a_run_worker_token_cannot_create_any_other_job(change, job_admission, jobs):
+    """What `jobs create` would let a stolen run-worker token do, refused: other Secrets, the label the webserver lets
+    past oauth2-proxy, another account or a token, another image or command."""
+    policy = job_admission["ValidatingAdmissionPolicy"]
+    job = _with(jobs["step:checkpoints/tft"], FORBIDDEN_STEPS[change])
+    assert admission(policy, job, RUN_WORKER), change
+    if change not in ("the run worker's account", "a token", "a run worker's args"):  # the launcher's own Job is as strict
+        assert admission(policy, _with(jobs["run-worker"], FORBIDDEN_STEPS[change]), LAUNCHER), change
+
+
+def test_only_the_fetch_step_may_carry_the_databento_key(job_admission, jobs):
+    """The raw_dbn step (labelled by the executor with its op) reads DATABENTO_API_KEY from its Secret; no other step
+    and no run worker may."""
+    policy = job_admission["ValidatingAdmissionPolicy"]
+    ref = {"name": "databento-api-key", "key": "DATABENTO_API_KEY"}
+    key = {"name": "DATABENTO_API_KEY", "valueFrom": {"secretKeyRef": ref}}
+
+    def fetch(template: dict) -> None:
+        _container(template)["env"].append(key)
+        template["metadata"]["labels"]["dagster/op"] = "raw_dbn"
+
+    assert admission(policy, _with(jobs["step:book_sidecars"], fetch), RUN_WORKER) == []
+    assert admission(policy, _with(jobs["step:book_sidecars"], lambda t: _container(t)["env"].append(key)), RUN_WORKER)
+    assert admission(policy, _with(jobs["run-worker"], fetch), LAUNCHER)
+
+
+def test_the_policy_applies_to_alpha_s_launchers_only(job_admission, jobs, client_job):
+    """CI's run client carries the GraphQL label: created with CI's deploy credential, which the policy does not match
+    (the launchers' accounts cannot create it); a step Job from the launcher's account is refused."""
+    policy = job_admission["ValidatingAdmissionPolicy"]
+    assert admission(policy, client_job, "gitlab-ci-deployer") is None
+    assert admission(policy, client_job, RUN_WORKER) and admission(policy, client_job, LAUNCHER)
+    assert admission(policy, jobs["step:checkpoints/tft"], LAUNCHER)  # the launcher starts run workers, not steps
 
 
 # -- CI's run client -------------------------------------------------------------------------------------------------

@@ -315,3 +315,17 @@ def test_a_batch_that_cannot_fit_in_memory_is_refused(capsys, tmp_path, es, cach
     )
     assert code == 2 and message in err and "elements in one batch (limit 2**31)" in err, err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_missing_params_file_trains_on_defaults_and_says_so_in_one_line(capsys, tmp_path, es, cache):
+    """The original system trains on defaults when the params file is absent: a mistyped path must not go unseen."""
+    missing = tmp_path / "hyperopt" / "results.json"
+    argv = ["train-supervised", "--model", "tft", "--data-dir", str(es), "--output-dir", str(tmp_path / "out")]
+    small = ["--epochs", "1", "--n-train-seqs", "64", "--n-val-seqs", "32", "--seq-len", "16", "--batch-size", "32"]
+    flags = ["--predecoded-dir", str(cache), "--cv-n-folds", "1", "--param", "d_model=8", "--param", "n_heads=2"]
+    code = main([*argv, *small, *flags, "--params-file", str(missing), "--device", "cpu"])
+    err = capsys.readouterr().err
+    notices = [line for line in err.splitlines() if str(missing) in line]
+    assert code == 0, err
+    assert notices == [f"alpha train-supervised: warning: {missing}: no such params file; training with the default parameters"]

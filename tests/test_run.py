@@ -182,13 +182,15 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
         ({"models": "nope"}, "nope"),
         ({"phase": "deploy"}, "PHASE must be one of"),
         ({"run_id": "../x"}, "RUN_ID"),
+        ({"run_id": "predecoded"}, "RUN_ID='predecoded': 'predecoded' is reserved: the storage root's predecoded/"),
+        ({"run_id": "Predecoded"}, "RUN_ID='Predecoded': 'Predecoded' is reserved"),
         ({"max_parallel": 0}, "MAX_PARALLEL must be >= 1"),
         ({"epochs": 0}, "EPOCHS must be >= 1"),
         ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),
         ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
         ({"train_config": {"epochs": 0}}, "--train-config: epochs: .*greater than or equal to 1"),  # as --epochs 0
         ({"hyperopt_config": {"workers": 1000}}, "--hyperopt-config: workers: .*less than or equal to 256"),
-        ({"reuse_from": ["../demo"]}, "--reuse-from: '../demo' is not a RUN_ID"),
+        ({"reuse_from": ["../demo"]}, "--reuse-from: '../demo': "),
     ],
 )
 def test_every_trigger_variable_is_validated_before_anything_is_launched(change, message):

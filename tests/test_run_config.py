@@ -71,13 +71,15 @@ def test_a_bad_run_config_value_fails_once_in_one_line_naming_it(lineage, asset,
     assert not list(storage.rglob("summary.json")) and not list(storage.rglob("alpha_train_summary.json"))
 
 
-@pytest.mark.parametrize("tag", ["../../escaped", "/tmp/absolute", "a/b", ".hidden", ""])
+@pytest.mark.parametrize("tag", ["../../escaped", "/tmp/absolute", "a/b", ".hidden", "", "predecoded", "PREDECODED"])
 def test_a_run_id_tag_that_is_no_folder_name_is_refused_before_anything_is_written(lineage, tmp_path, tag):
+    """A folder name, and never one of the storage root's own (`predecoded` would write into the sidecar cache)."""
     run, _, storage = lineage
     before = {p for p in storage.parent.rglob("*")}
     result = run("fold_plans", "ES.FUT", tags={"alpha/run_id": tag})
     assert not result.success
     message = _failure(result)
-    assert "alpha/run_id" in message and "a run id must be 1-64 letters" in message, message
+    expected = "is reserved" if tag.lower() == "predecoded" else "a run id must be 1-64 letters"
+    assert "alpha/run_id" in message and expected in message, message
     assert {p for p in storage.parent.rglob("*")} - before == set(), "nothing written, inside or outside the root"
     assert not (storage.parent.parent / "escaped").exists() and not (tmp_path.parent / "escaped").exists()

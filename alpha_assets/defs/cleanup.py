@@ -1,9 +1,13 @@
-"""The daily `storage_cleanup`: what crashed writers left on the storage volume (`alpha clean`, alpha_core.cleanup)."""
+"""The daily `storage_cleanup`: what crashed writers left on the storage volume (`alpha clean`, alpha_core.cleanup).
+
+It cleans only what alpha wrote, under a root holding alpha's marker (every run writes it, `StorageRoot.marked`): a
+misconfigured ALPHA_STORAGE_ROOT (a home or a shared volume) fails the run, naming the root, with nothing removed."""
 
 from pathlib import Path
 
 import dagster as dg
 
+from alpha_assets.failures import fail_without_retry
 from alpha_assets.resources import StorageRoot
 
 
@@ -11,7 +15,8 @@ from alpha_assets.resources import StorageRoot
 def clean_storage(context: dg.OpExecutionContext, storage: StorageRoot) -> dg.Output[int]:
     from alpha_core.cleanup import clean
 
-    removed = clean([Path(storage.root)])
+    with fail_without_retry():  # a root that is not alpha's: one line naming it
+        removed = clean([Path(storage.root)])
     for removal in removed:
         context.log.info(f"removed {removal.path}: {removal.reason}")
     return dg.Output(

@@ -9,13 +9,16 @@ the rows per session, and for bar labels the rows up to the longest horizon afte
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterator
 
 import numpy as np
 
 from alpha_core.data.front_month import NS_PER_DAY, session_days
 from alpha_core.data.labels import NS_PER_MINUTE
+from alpha_core.data.products import product
 from alpha_core.data.sidecar import BOOK, Sidecar
+from alpha_core.errors import DataError
 
 BLOCK_ROWS = 1 << 15  # rows per block: about 4 MB of book features (float16)
 # legal but suspicious data (a failed check, not an error): thresholds far outside what CME data shows
@@ -217,3 +220,27 @@ def label_tail_problems(sc: Sidecar) -> list[str]:
         if arr_name in wrong
         for row, h in [wrong[arr_name]]
     ]
+
+
+def check_continuity(sidecars: list[Sidecar]) -> None:
+    """Refuse a symbol's file set in which the reference price (the front month's mid, or close) jumps from the end
+    of one file to the start of the next by more than the product's `max_file_move` (a file of doubled prices, say),
+    naming both files and the field. `sidecars` in time order; each schema is its own series. The prices compared are
+    the sidecars' (stitched at rolls inside a file: a carry, far under the bound)."""
+    last: dict[str, Sidecar] = {}
+    for sc in sidecars:
+        if sc.rows == 0:
+            continue
+        before, last[sc.meta.kind] = last.get(sc.meta.kind), sc
+        if before is None:
+            continue
+        end, start = float(before.read("price", before.rows - 1, before.rows)[0]), float(sc.read("price", 0, 1)[0])
+        bound = product(sc.meta.symbol).max_file_move
+        if end > 0 and start > 0 and abs(math.log(start / end)) > math.log(bound):
+            field = "mid (front month)" if sc.meta.kind == BOOK else "close (front month)"
+            raise DataError(
+                sc.meta.source.path,
+                f"{field} starts at {start:g}, {start / end:.2f} times where the previous file {before.meta.source.path} "
+                f"ends ({end:g}): more than the factor {bound:g} that {sc.meta.symbol} moves between consecutive files "
+                f"(wrong prices in one of the two)",
+            )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alpha_core import progress
+from alpha_core.data.checks import check_continuity
 from alpha_core.data.dbn import discover, scan
 from alpha_core.data.folds import FileRef
 from alpha_core.data.products import PRODUCTS, product
@@ -50,9 +51,9 @@ def predecode(
 ) -> list[Predecoded]:
     """Sidecars of every DBN file under `directory` (optionally one schema), in chronological order.
 
-    All or nothing: when a file fails (a hostile record is only found while its sidecar is built), the
-    sidecars this call built and the folders it created are removed again, so a failed step leaves the
-    cache as it found it.
+    All or nothing: when a file fails (a hostile record is only found while its sidecar is built) or the set does
+    (a price jump between consecutive files, `checks.check_continuity`), the sidecars this call built and the
+    folders it created are removed again, so a failed step leaves the cache as it found it.
     """
     files = discover(directory, schema, symbol)
     cache = Path(predecoded_dir)
@@ -61,6 +62,7 @@ def predecode(
     try:
         for f in progress.bar(files, desc=f"predecode {symbol or Path(directory).name}", unit="file"):
             items.append(Predecoded(*ensure_sidecar(f.path, cache, symbol=symbol, label_config=label_config)))
+        check_continuity([item.sidecar for item in items])
     except BaseException:
         for item in items:
             if item.status != "reused":
@@ -139,7 +141,9 @@ def default_predecoded_dir(explicit: Path | None, output_dir: Path) -> Path:
     """The explicit cache, else `$ALPHA_STORAGE_ROOT/predecoded`, else `{output_dir}/.predecoded`."""
     import os
 
+    from alpha_core.storage import PREDECODED
+
     if explicit is not None:
         return explicit
     root = os.environ.get("ALPHA_STORAGE_ROOT")
-    return Path(root, "predecoded") if root else output_dir / ".predecoded"
+    return Path(root, PREDECODED) if root else output_dir / ".predecoded"

@@ -9,6 +9,15 @@ far (ES 1,010-6,900, NQ 1,700-25,000, ZN 104-140, 6E 0.96-1.60), so a real price
 future has made since 2010. The ranges overlap where the products' history does (NQ traded at ES's prices
 until about 2021): they catch another product's data where its prices are far apart, as they are now; the tick
 grid catches ZN or 6E prices labelled ES or NQ.
+
+Within the range, one file of a symbol's set can still hold wrong prices (doubled, scaled by ten, another
+contract's): `max_file_move` bounds the move of the reference price from the end of one file to the start of the
+next (`alpha_core.data.checks.check_continuity`). A boundary is a night or a weekend between consecutive files, a
+few weeks where a set has a hole; the bound is a factor no such move has come near since 2010 (the largest within
+a quarter: ES down 35% and NQ up 51% in 2020, ZN down about 10% in 2022, 6E down about 16% over the turn of 2015),
+and it stays under 2, so a file of doubled or halved prices is refused. It is wider than real markets need because
+the demo's quarters are drawn independently: at scale `real` (every session, 4M events a quarter) consecutive demo
+files of ES jump by up to a factor 1.8 (seed 0), of ZN and 6E by up to 1.5 (seed 7, the default).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ class Product:
     tick_size: float  # minimum price increment
     name: str
     price_range: tuple[float, float]  # plausible outright prices (module docstring)
+    max_file_move: float  # the largest plausible factor between one file's last price and the next's first
     dataset: str = "GLBX.MDP3"  # the Databento dataset its data must come from (CME Globex MDP 3.0)
 
     @property
@@ -40,10 +50,10 @@ class Product:
 PRODUCTS: dict[str, Product] = {
     p.symbol: p
     for p in (
-        Product("ES.FUT", "ES", 0.25, "E-mini S&P 500", (500.0, 15_000.0)),
-        Product("NQ.FUT", "NQ", 0.25, "E-mini Nasdaq-100", (800.0, 60_000.0)),
-        Product("ZN.FUT", "ZN", 1.0 / 64.0, "10-Year T-Note", (50.0, 300.0)),
-        Product("6E.FUT", "6E", 0.00005, "Euro FX", (0.4, 3.0)),
+        Product("ES.FUT", "ES", 0.25, "E-mini S&P 500", (500.0, 15_000.0), 1.9),
+        Product("NQ.FUT", "NQ", 0.25, "E-mini Nasdaq-100", (800.0, 60_000.0), 1.9),
+        Product("ZN.FUT", "ZN", 1.0 / 64.0, "10-Year T-Note", (50.0, 300.0), 1.6),
+        Product("6E.FUT", "6E", 0.00005, "Euro FX", (0.4, 3.0), 1.6),
     )
 }
 

@@ -17,6 +17,7 @@ behind a checkpoint (the DSR's N and V) from the checkpoint itself, whichever do
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,12 @@ class ParamsFile:
 
 
 def load_params_file(path: str | Path | None) -> ParamsFile:
-    if path is None or not Path(path).exists():
+    """The params of `path`; a missing file means the defaults, as in the original system, said in one line (a
+    mistyped path would otherwise train on defaults without a word)."""
+    if path is None:
+        return ParamsFile()
+    if not Path(path).exists():
+        warnings.warn(f"{path}: no such params file; training with the default parameters", stacklevel=2)
         return ParamsFile()
     path = Path(path)
     try:
