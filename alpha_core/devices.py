@@ -1,4 +1,5 @@
-"""GPU leases: on a host with several GPUs and no Kubernetes, each GPU step runs on a GPU of its own.
+"""Which device a command runs on (`resolve_device`), and GPU leases: on a host with several GPUs and no
+Kubernetes, each GPU step runs on a GPU of its own.
 
 A local `alpha run` runs up to MAX_PARALLEL steps at once as processes of one host; without leases every GPU step
 would pick `cuda` = GPU 0. A step leases one of the GPUs this process sees (`CUDA_VISIBLE_DEVICES`, else every GPU
@@ -66,3 +67,18 @@ def gpu_lease(run: str, step: str, wait_s: float = 3600.0, poll_s: float = 2.0) 
         if time.monotonic() > deadline:
             raise PlanError(f"no GPU of {', '.join(gpus)} came free in {wait_s:.0f} s (leases in {lease_dir()})")
         time.sleep(poll_s)
+
+
+def resolve_device(name: str | None):
+    """The device to train or evaluate on (default: cuda when available). On CUDA, every command keeps fp32
+    storage and lets matmuls use TF32 tensor cores: the same numerics for training and evaluation, and what
+    the fused CfC kernel needs to be fast."""
+    import torch
+
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name is None else name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise PlanError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return device

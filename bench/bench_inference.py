@@ -22,10 +22,10 @@ import torch
 
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.sidecar import load_sidecar
+from alpha_core.devices import resolve_device
 from alpha_core.eval.predict import BATCH, _window_probs
 from alpha_core.models import registry
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
-from alpha_core.train.perception import resolve_device
 
 
 def main() -> None:

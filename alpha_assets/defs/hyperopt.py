@@ -53,8 +53,8 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, config: config_class, data: DataRoot, storage: StorageRoot
     ) -> dg.MaterializeResult:
         from alpha_core.data.folds import FoldPlan, hyperopt_leakage
+        from alpha_core.devices import resolve_device
         from alpha_core.hyperopt.pso import HyperoptConfig, hyperopt
-        from alpha_core.train.perception import resolve_device
 
         symbol = context.partition_key
         plans = plan_metadata(context, symbol)

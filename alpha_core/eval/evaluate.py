@@ -44,6 +44,7 @@ from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import predecode, symbol_dir
 from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
+from alpha_core.devices import resolve_device
 from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics, validation
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
@@ -73,7 +74,6 @@ from alpha_core.eval.validation import next_move_ticks
 from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 from alpha_core.train.params import HyperoptRecord, load_params_file
-from alpha_core.train.perception import resolve_device
 
 
 def find_checkpoints(

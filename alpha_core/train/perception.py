@@ -40,6 +40,7 @@ from alpha_core.data.loader import EpochCursor, WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import file_ref, predecode
 from alpha_core.data.sidecar import LabelConfig
+from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
@@ -138,19 +139,6 @@ def validate(cfg: TrainConfig) -> None:
         raise PlanError(f"--cv-fold {cfg.cv_fold} must be < --cv-n-folds {cfg.cv_n_folds}")
     if cfg.cv_train_window < 0:
         raise PlanError(f"--cv-train-window must be >= 0 (got {cfg.cv_train_window})")
-
-
-def resolve_device(name: str | None) -> torch.device:
-    """The device to train or evaluate on (default: cuda when available). On CUDA, every command keeps fp32
-    storage and lets matmuls use TF32 tensor cores: the same numerics for training and evaluation, and what
-    the fused CfC kernel needs to be fast."""
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name is None else name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise PlanError(f"--device {name}: CUDA is not available on this machine")
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    return device
 
 
 def fold_dir(out: Path, fold: int) -> Path:

@@ -29,6 +29,7 @@ from alpha_core.bounds import check_batch_fits
 from alpha_core.data.dbn import OHLCV_1M
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
+from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval.validation import ValidationScore
 from alpha_core.progress import TrainingReporter
@@ -36,7 +37,6 @@ from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_
 from alpha_core.rl.agents import evaluate_sessions, session_spans
 from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
-from alpha_core.train.perception import resolve_device
 from alpha_core.train.tracking import Trackers
 from alpha_core.train.walk_forward import fold_unit
 

@@ -31,6 +31,7 @@ from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
+from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval import validation
 from alpha_core.eval.predict import Checkpoint, load
@@ -40,7 +41,6 @@ from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
-from alpha_core.train.perception import resolve_device
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 from alpha_core.train.walk_forward import fold_unit
