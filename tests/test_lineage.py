@@ -116,7 +116,10 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert headline[0] == "| model | sessions | Sharpe | 95% CI | DSR | max DD | PnL |"
     assert [line.split(" | ")[0] for line in headline[2:]] == ["| mamba2", "| **equal_weight**", "| **validation_weighted**"]
     assert len(meta["headline"].value) < 1000, "Dagster shows Markdown of under 1,000 characters on the page itself"
-    assert plotted(meta) == {"equal_weight_sharpe [ES.FUT]", "equal_weight_dsr [ES.FUT]"}, "every plotted number says whose"
+    assert plotted(meta) == {"sharpe [ES.FUT]", "dsr [ES.FUT]"}
+    assert meta["plotted"].value.endswith("the equal-weight ensemble's, one point per report"), (
+        "every plotted number says whose"
+    )
 
     for _ in range(2):  # `make demo` twice: a report re-run under the same RUN_ID rebuilds its view
         again = run(["ensemble_report"], "ES.FUT", {"ops": {"ensemble_report": {"config": {"models": ["mamba2"]}}}})

@@ -311,7 +311,8 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
         assert all(name in catalog for name in lineage)
         partitions = render(f"{server.url}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2", expect=symbols)
         assert all(symbol in partitions for symbol in symbols)
-    assert list((tmp_path / "storage").glob(f"{run_id}/folds/NQ.FUT/fold_plans.json"))
+    # submitted without an alpha/run_id tag: the run `default` (docs/pipeline.md, "A run is a unit")
+    assert list((tmp_path / "storage").glob("default/folds/NQ.FUT/fold_plans.json"))
     monkeypatch.setenv("DAGSTER_HOME", str(server.home))
     checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
         dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
