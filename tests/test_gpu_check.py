@@ -29,18 +29,19 @@ def _outputs(tmp_path: Path, raw: dict[str, dict], log: str) -> Path:
 
 
 def _job(model: str, wall: float, rc: int = 0, error: str | None = None) -> dict:
-    return {"id": f"train/{model}/0", "run": True, "result": {"wall_s": wall, "rc": rc, "error": error}}
+    stages = {"data": 0.2, "epochs": wall / 2, "val_score": 0.5}
+    return {"id": f"train/{model}/0", "run": True, "result": {"wall_s": wall, "rc": rc, "error": error, "stage_s": stages}}
 
 
-def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
+def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path, capsys):
     ensemble = [_job(m, 8.0) for m in gpu_check.SUPERVISED if m != "liquid"] + [_job("liquid", 0.0, 1, "OOM")]
     out = _outputs(
         tmp_path,
         {
             "b1_fp32": {"modes": [{"sequences_per_s": 3100.0}]},
             "b4096_bf16": {"modes": [{"error": "RuntimeError: index out of bounds"}]},
-            "fold_cold": {"marks": [["fit done", 24.0]]},
-            "fold_warm": {"marks": [["fit done", 14.0]]},
+            "fold_cold": {"marks": [["fit done", 24.0]], "stage_s": {"imports": 3.0, "compile": 12.0, "total": 24.0}},
+            "fold_warm": {"marks": [["fit done", 14.0]], "stage_s": {"imports": 3.0, "compile": 2.0, "total": 14.0}},
             "ensemble_fold": {"jobs": ensemble},
             "dqn_fold": {"jobs": [_job("dqn", 44.0)]},
         },
@@ -49,7 +50,10 @@ def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
     stages = {name: {"rc": 0} for name in gpu_check.DEFAULT_STAGES.split(",")}
     stages["cuda_tests"]["rc"] = 1
     stages["b4096_fp32"] = {"rc": "timeout"}
-    rows = {r["id"]: r for r in gpu_check.verdicts(gpu_check.figures(out, stages), stages)}
+    fig = gpu_check.figures(out, stages)
+    rows = {r["id"]: r for r in gpu_check.verdicts(fig, stages)}
+    # each fold's stages, as its trainer recorded them, for the report (issue 33 item 1)
+    assert fig["stage_s"]["flagship warm"]["compile"] == 2.0 and fig["stage_s"]["tft"]["val_score"] == 0.5
     assert set(rows) == {"cuda_tests", *(t.id for t in gpu_check.TARGETS)}
     assert rows["cuda_tests"]["blocks"] and "tests/test_a.py::test_b" in rows["cuda_tests"]["note"]
     assert rows["b1_fp32"]["pass"] and rows["fold_cold"]["pass"] and rows["fold_warm"]["pass"]
@@ -59,6 +63,10 @@ def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
     assert liquid["blocks"] and liquid["note"] == "OOM"  # a failed job's wall time is no figure
     assert rows["ensemble_sum"]["blocks"] and "liquid" in rows["ensemble_sum"]["note"]
     assert rows["dqn_fold"]["pass"]
+    gpu_check.report({"stages": stages, "figures": fig, "targets": list(rows.values())})
+    printed = capsys.readouterr().out
+    assert "stages of flagship cold, s: imports 3.00  compile 12.00  total 24.00" in printed
+    assert "BLOCKED by: CUDA test set" in printed
 
 
 def _figures(

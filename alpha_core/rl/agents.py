@@ -318,7 +318,7 @@ def evaluate(
     The files' bars, in time order, form one series (each file's last bar has no next move); every series
     needs bar timestamps (`MarketSeries.ts`, a sidecar's `ts`) for the daily sessions. The cost is the
     environment's `cost_per_turnover` (the project's `DEFAULT_COST_TICKS` unless set otherwise)."""
-    from alpha_core.eval.metrics import summarize
+    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
 
     market, cfg = _market(data, env_cfg, norm)
     positions = greedy_positions(agent, data, env_cfg, norm, segment_len)
@@ -333,7 +333,7 @@ def evaluate(
             for i in order
         ]
     )
-    stats = summarize(ts, pos, moves, cfg.cost_per_turnover)
+    stats = headline(ts, pos, moves, cfg.cost_per_turnover)
     acting = np.concatenate(
         [np.arange(off + cfg.window - 1, off + n - 1) for off, n in zip(market.offsets, market.lengths, strict=True)]
     )
@@ -391,7 +391,7 @@ def evaluate_sessions(
     runs as the evaluator runs a file (from flat, its windows reading the bars before it; a bar after it gives its
     last bar the file's next move), and `sharpe` is `summarize`'s daily-session Sharpe over those sessions' bars.
     Its cost is the sessions', whatever the files' length."""
-    from alpha_core.eval.metrics import summarize
+    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
 
     cfg = env_cfg or EnvConfig()
     series = as_series(data)
@@ -420,7 +420,7 @@ def evaluate_sessions(
         acting_n += len(acting)
     if not acting_n:
         raise ValueError(f"no session is longer than window + 1 = {cfg.window + 1} bars")
-    stats = summarize(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
+    stats = headline(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
     held_all = np.concatenate(held)
     return EvalResult(
         sharpe=stats["sharpe"],
