@@ -1,7 +1,8 @@
 """Compiled kernels that outlive the process (issue 33 item 2): a fold pod's torch.compile (Inductor's FX graph and
 AOTAutograd caches) and Triton kernels go to `<root>/<key>/`, so the second pod of a run, and every later run of the
 same code on the same card, loads them instead of compiling (a cold flagship fold spends most of its first step
-compiling, bench/README.md).
+compiling, bench/README.md), and so do the CfC scan's CUDA C kernels (`alpha_core/models/nvrtc.py`, about 1.3 s of
+NVRTC per kernel set).
 
 `<root>`: `$ALPHA_COMPILE_CACHE`, else `$ALPHA_STORAGE_ROOT/compile-cache` (the shared output volume of every step
 pod), else none (torch's own per-machine default is left alone); `ALPHA_COMPILE_CACHE=off` turns it off. `<key>`:
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 ENV = "ALPHA_COMPILE_CACHE"
+_active: Path | None = None  # the folder `use` chose for this process
 
 
 def root() -> Path | None:
@@ -68,4 +70,11 @@ def use(device) -> Path | None:
     (folder / "triton").mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    global _active
+    _active = folder
     return folder
+
+
+def active() -> Path | None:
+    """The folder `use` chose for this process (our own NVRTC kernels are kept in its `nvrtc/`), None before."""
+    return _active
