@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import copy
 import json
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
 from alpha_core.bounds import MAX_COUNT, Count, Dim, LearningRate, NonNegFloat, NonNegInt, PositiveFloat, UnitFloat
@@ -120,6 +123,56 @@ class WindowEncoderExtractor(BaseFeaturesExtractor):
         return torch.cat([self._encode(self.encoder, x), observations[:, -1:]], dim=1)
 
 
+def _plain_mlp(net: torch.nn.Module) -> list[torch.nn.Module] | None:
+    """The layers of an SB3 Q-network that is a flattened observation into Linear and ReLU layers only (the default
+    `MlpPolicy`), else None."""
+    layers = list(getattr(net, "q_net", []))
+    if not isinstance(getattr(net, "features_extractor", None), FlattenExtractor) or not layers:
+        return None
+    plain = all(type(m) in (torch.nn.Linear, torch.nn.ReLU) and not getattr(m, "inplace", False) for m in layers)
+    return layers if plain else None
+
+
+def _mlp_forward(self, obs: torch.Tensor) -> torch.Tensor:
+    """`QNetwork.forward` of a plain MLP as the same functional ops (bitwise the same values and gradients) without
+    the eight module calls (`_call_impl` and hooks) around them."""
+    x = torch.flatten(preprocess_obs(obs, self.observation_space, normalize_images=self.normalize_images), 1)
+    for layer in self._plain_layers:
+        x = F.linear(x, layer.weight, layer.bias) if isinstance(layer, torch.nn.Linear) else F.relu(x)
+    return x
+
+
+class LeanDQN(DQN):
+    """SB3's DQN, the same update to the bit (tests/test_rl.py), cheaper per gradient step on a CPU pod (issue 33
+    item 5: one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python):
+    Adam's multi-tensor (`foreach`) form, the same arithmetic in fewer calls; the plain MLP Q-networks run their
+    Linear and ReLU layers as functions rather than through eight module calls; and the policy's train/eval switch,
+    which SB3 makes before every gradient step and every action (a walk over every submodule), is skipped where no
+    module behaves differently in training (no dropout, no batch norm)."""
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        policy = self.policy
+        for net in (policy.q_net, policy.q_net_target):
+            layers = _plain_mlp(net)
+            if layers is not None:
+                net._plain_layers = layers
+                net.forward = types.MethodType(_mlp_forward, net)
+        if policy.device.type == "cpu":  # on CUDA torch picks foreach (or fused) itself
+            for group in policy.optimizer.param_groups:
+                group["foreach"] = True
+        if all(type(m) in _MODE_FREE or type(m).__module__.startswith("stable_baselines3") for m in policy.modules()):
+            policy.set_training_mode = types.MethodType(_record_mode, policy)
+
+
+_MODE_FREE = (torch.nn.Linear, torch.nn.ReLU, torch.nn.Flatten, torch.nn.Sequential)  # train() changes nothing
+
+
+def _record_mode(self, mode: bool) -> None:
+    """`set_training_mode` of a policy whose modules ignore it: the flag, without the walk over its submodules."""
+    self.training = mode
+
+
 def build_agent(
     name: Literal["dqn", "ppo"],
     env: VecEnv,
@@ -150,7 +203,7 @@ def build_agent(
         learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed, device=device, verbose=0
     )
     if name == "dqn":
-        agent = DQN(
+        agent = LeanDQN(
             "MlpPolicy",
             env,
             buffer_size=cfg.buffer_size,
