@@ -185,6 +185,14 @@ FUSED_EQUALS_LOOP = textwrap.dedent("""
     grads = [torch.autograd.grad(y.sum(), list(layer.parameters())) for y in (got, want)]
     for a, c in zip(*grads, strict=True):
         torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+    # the once-a-shape check the CUDA path makes: passes against the loop, and a mismatch keeps the loop, with a warning
+    import warnings
+    from alpha_core.models import slstm_triton
+    assert slstm_triton.usable(wx, lambda w, r: slstm_loop(w, r)[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not slstm_triton.usable(wx[:, :8], lambda w, r: slstm_loop(w, r)[0] + 1e-3)
+    assert "using the loop" in str(caught[0].message)
     print("ok")
 """)
 
@@ -214,7 +222,7 @@ def test_cuda_float32_takes_the_fused_slstm_and_equals_the_cpu_loop():
     model.cuda()
     got = model(x.cuda())
     (got * weights.cuda()).sum().backward()
-    assert slstm_triton._checked.get(got.device) is True  # the fused kernels ran, not the fallback loop
+    assert slstm_triton._checked.get((got.device, 64, 4, 8)) is True  # the fused kernels ran, not the fallback loop
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad.cpu(), grads[name], rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")

@@ -295,7 +295,7 @@ class SLSTMLayer(nn.Module):
         if state is None and wx.is_cuda and wx.dtype == self.R.dtype == torch.float32 and self.d_head <= FUSED_MAX_HEAD:
             from alpha_core.models import slstm_triton  # CUDA only: one fused kernel per direction
 
-            if slstm_triton.usable(wx.device, lambda wx, R: slstm_loop(wx, R)[0]):
+            if slstm_triton.usable(wx, lambda wx, R: slstm_loop(wx, R)[0]):
                 return slstm_triton.slstm_scan(wx, self.R)
         return slstm_loop(wx, self.R, state)
 
