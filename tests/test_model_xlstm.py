@@ -3,10 +3,12 @@ its (unstabilised) equations, and the model as a causal, trainable, serialisable
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -205,6 +207,33 @@ def test_fused_slstm_equals_the_loop_in_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernels are defined: a fresh interpreter
     done = subprocess.run([sys.executable, "-c", FUSED_EQUALS_LOOP], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length,heads,width", [(64, 4, 8), (5, 2, 6), (64, 2, 32)])
+def test_fused_slstm_kernels_compile_for_sm90_without_spills(length, heads, width):
+    """What the interpreter cannot show: the kernels compile for an H100/H200 (Triton's own ptxas, no GPU needed),
+    at the member's sizes, a padded head width and the widest head the member sends them, with no local memory."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from alpha_core.models import slstm_triton
+
+    spec = importlib.util.spec_from_file_location("triton_asm", Path(__file__).resolve().parent.parent / "bench/triton_asm.py")
+    triton_asm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(triton_asm)
+    padded = triton.next_power_of_2(width)
+    for kernel, extra in ((slstm_triton._slstm_fwd_kernel, {"SAVE": True}), (slstm_triton._slstm_bwd_kernel, {})):
+        given = {"T": length, "NH": heads, "DH": width, "DP": padded, **extra}
+        constexprs = {(kernel.arg_names.index(n),): given[n] for n in kernel.arg_names if n in given}
+        signature = {n: "constexpr" if n in given else "*fp32" for n in kernel.arg_names}
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": slstm_triton._warps(padded), "num_stages": 1},
+        )
+        assert triton_asm.resources(compiled.asm["cubin"])["local_bytes"] == 0  # no spills (cuobjdump's count)
 
 
 @pytest.mark.cuda
