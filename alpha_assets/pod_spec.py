@@ -63,8 +63,9 @@ def _step_tags(requests: dict, limits: dict, node_pool: str, tolerations: list[d
                     # the root filesystem is read-only: every cache goes to the writable home emptyDir
                     {"name": "HOME", "value": HOME},
                     {"name": "XDG_CACHE_HOME", "value": f"{HOME}/.cache"},
-                    # compiled kernels on the shared volume: only the first pod of an image compiles the
-                    # flagship (about 11 s on an H200); the caches key on torch, GPU and source, and write atomically
+                    # compiled kernels on the shared volume: every trainer moves them to
+                    # $ALPHA_STORAGE_ROOT/compile-cache/<code>-<card>-torch<v>-py<v>/ (alpha_core/compile_cache.py), so
+                    # only the first pod of a code version compiles; these two serve anything compiled outside a trainer
                     {"name": "TRITON_CACHE_DIR", "value": f"{COMPILE_CACHE}/triton"},
                     {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{COMPILE_CACHE}/torchinductor"},
                     {"name": "MPLCONFIGDIR", "value": f"{HOME}/.config/matplotlib"},

@@ -321,6 +321,7 @@ def _run_train(spec: dict) -> dict:
         "epoch_s": [m.get("epoch_s") for m in s.epoch_metrics],
         "early_stopped": s.early_stopped,
         "device_used": s.device,
+        "stage_s": s.stage_s,  # where the fold's seconds went (alpha_core/stages.py)
         "params_file": params,
         **metric,
     }

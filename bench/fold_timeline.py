@@ -21,6 +21,7 @@ import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import pstats  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -106,6 +107,8 @@ def main() -> None:
         "sequences_per_s": summary.sequences_per_s,
         "best_mean_auc": summary.best_mean_auc,
         "epoch_s": [m.get("epoch_s") for m in summary.epoch_metrics],
+        "stage_s": summary.stage_s,  # the trainer's own stages (alpha_core/stages.py)
+        "compile_cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),  # where this process's compiled kernels went
         "dynamo_compile_times": compile_times(repr="str"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

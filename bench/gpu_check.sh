@@ -5,8 +5,10 @@
 # every stage's output in $OUT/gpu_check.log and the stages' own JSON files in $OUT/raw.tgz.
 #   here:          bash bench/prepare_gpu_carry.sh            (the cp312 wheels in .whl/)
 #   on the device: run(command="GPU_CHECK_COMMIT=<sha> bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600)
-# Exit status 1 when a target fails. Run it in any session that touches models, trainers, kernels, the loader or
-# evaluation, and put its output in the closing note.
+# Exit status 1 (a FAIL blocks) when a figure regressed beyond its noise band against the last check recorded in
+# bench/results/ for the same card, a figure is missing, or a CUDA test failed; commit $OUT/gpu_check.json where its
+# report says (bench/results/<gpu>-<date>/) so the next check compares with it. Run it in any session that touches
+# models, trainers, kernels, the loader or evaluation, and put its output in the closing note.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS

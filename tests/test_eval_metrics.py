@@ -6,6 +6,8 @@ import datetime as dt
 import json
 import math
 import statistics
+import subprocess
+import sys
 from collections import defaultdict
 from statistics import NormalDist
 from zoneinfo import ZoneInfo
@@ -26,6 +28,7 @@ from alpha_core.eval.metrics import (
     deflated_sharpe_ratio,
     expected_max_sharpe,
     finite_or_none,
+    headline,
     hit_rate,
     json_safe,
     max_drawdown,
@@ -530,6 +533,7 @@ def test_summarize_consistent_with_parts():
         f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(position, next_return, c))[1]) for c in COST_SENSITIVITY_TICKS
     }
     assert s["dsr_n_trials"] == 20 and s["dsr_variance"] == 1 / (len(daily) - 1)  # the null variance
+
     assert s["dsr_null"] == s["dsr"]  # no dispersion among trials given: the DSR is the one at the null variance
     wide = summarize(ts, position, next_return, 0.05, n_trials=20, trials_dispersion=0.05)
     assert wide["dsr_variance"] == pytest.approx(1 / (len(daily) - 1) + 0.05)
@@ -555,6 +559,24 @@ def test_summarize_consistent_with_parts():
         "dsr_n_trials",
         "dsr_variance",
     }
+
+
+def test_headline_is_summarize_s_numbers_without_scipy():
+    """A checkpoint's validation score and the RL validation read `headline`: summarize's own numbers, to the bit,
+    and a process that computes them never imports scipy.stats (over a second of every training pod's time)."""
+    rng = np.random.default_rng(5)
+    ts = _minutes("2024-03-04T23:00", 4 * 1380)
+    position, next_return = random_backtest(rng, len(ts))
+    full, head = summarize(ts, position, next_return, 0.25), headline(ts, position, next_return, 0.25)
+    assert head == {k: full[k] for k in ("n_bars", "n_sessions", "total_pnl", "sharpe", "turnover")}
+    code = (
+        "import sys, numpy as np; from alpha_core.eval.metrics import headline; "
+        "ts = 1_700_000_000_000_000_000 + np.arange(5000) * 60_000_000_000; "
+        "headline(ts, np.sign(np.sin(np.arange(5000.0))), np.cos(np.arange(5000.0)), 0.25); "
+        "print('scipy.stats' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_summarize_no_trades():

@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import sys
 import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(spec)
+sys.modules["gpu_check"] = gpu_check  # its dataclasses look their module up
 spec.loader.exec_module(gpu_check)
 
 
@@ -27,17 +29,19 @@ def _outputs(tmp_path: Path, raw: dict[str, dict], log: str) -> Path:
 
 
 def _job(model: str, wall: float, rc: int = 0, error: str | None = None) -> dict:
-    return {"id": f"train/{model}/0", "run": True, "result": {"wall_s": wall, "rc": rc, "error": error}}
+    stages = {"data": 0.2, "epochs": wall / 2, "val_score": 0.5}
+    return {"id": f"train/{model}/0", "run": True, "result": {"wall_s": wall, "rc": rc, "error": error, "stage_s": stages}}
 
 
-def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
+def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path, capsys):
     ensemble = [_job(m, 8.0) for m in gpu_check.SUPERVISED if m != "liquid"] + [_job("liquid", 0.0, 1, "OOM")]
     out = _outputs(
         tmp_path,
         {
             "b1_fp32": {"modes": [{"sequences_per_s": 3100.0}]},
             "b4096_bf16": {"modes": [{"error": "RuntimeError: index out of bounds"}]},
-            "fold_cold": {"marks": [["fit done", 24.0]]},
+            "fold_cold": {"marks": [["fit done", 24.0]], "stage_s": {"imports": 3.0, "compile": 12.0, "total": 24.0}},
+            "fold_warm": {"marks": [["fit done", 14.0]], "stage_s": {"imports": 3.0, "compile": 2.0, "total": 14.0}},
             "ensemble_fold": {"jobs": ensemble},
             "dqn_fold": {"jobs": [_job("dqn", 44.0)]},
         },
@@ -46,14 +50,107 @@ def test_every_target_is_judged_and_a_missing_figure_fails(tmp_path):
     stages = {name: {"rc": 0} for name in gpu_check.DEFAULT_STAGES.split(",")}
     stages["cuda_tests"]["rc"] = 1
     stages["b4096_fp32"] = {"rc": "timeout"}
-    rows = {r["target"].split(",")[0]: r for r in gpu_check.verdicts(gpu_check.figures(out, stages), stages)}
-    assert len(rows) == 8
-    assert not rows["CUDA test set (pytest -m cuda)"]["pass"]
-    assert "tests/test_a.py::test_b" in rows["CUDA test set (pytest -m cuda)"]["note"]
-    assert rows["flagship B=1 fp32"]["pass"] and rows["flagship fold at the defaults"]["pass"]
-    assert not rows["flagship B=4096 bf16"]["pass"]  # the mode failed: no figure
-    assert not rows["flagship B=4096 fp32"]["pass"] and "timeout" in rows["flagship B=4096 fp32"]["note"]
-    liquid = rows["Liquid fold at the defaults (GPU)"]
-    assert not liquid["pass"] and liquid["note"] == "OOM"  # a failed job's wall time is no figure
-    assert not rows["ensemble fold: 8 supervised members at the defaults (GPU)"]["pass"]
-    assert rows["DQN fold at the defaults"]["pass"]
+    fig = gpu_check.figures(out, stages)
+    rows = {r["id"]: r for r in gpu_check.verdicts(fig, stages)}
+    # each fold's stages, as its trainer recorded them, for the report (issue 33 item 1)
+    assert fig["stage_s"]["flagship warm"]["compile"] == 2.0 and fig["stage_s"]["tft"]["val_score"] == 0.5
+    assert set(rows) == {"cuda_tests", *(t.id for t in gpu_check.TARGETS)}
+    assert rows["cuda_tests"]["blocks"] and "tests/test_a.py::test_b" in rows["cuda_tests"]["note"]
+    assert rows["b1_fp32"]["pass"] and rows["fold_cold"]["pass"] and rows["fold_warm"]["pass"]
+    assert rows["b4096_bf16"]["result"] == "NO FIGURE" and rows["b4096_bf16"]["blocks"]  # the mode failed: no figure
+    assert rows["b4096_fp32"]["blocks"] and "timeout" in rows["b4096_fp32"]["note"]
+    liquid = rows["fold_liquid"]
+    assert liquid["blocks"] and liquid["note"] == "OOM"  # a failed job's wall time is no figure
+    assert rows["ensemble_sum"]["blocks"] and "liquid" in rows["ensemble_sum"]["note"]
+    assert rows["dqn_fold"]["pass"]
+    gpu_check.report({"stages": stages, "figures": fig, "targets": list(rows.values())})
+    printed = capsys.readouterr().out
+    assert "stages of flagship cold, s: imports 3.00  compile 12.00  total 24.00" in printed
+    assert "BLOCKED by: CUDA test set" in printed
+
+
+def _figures(
+    b1: float | None, fold_cold: float | None, members: float | None, dqn: float | None, warm: float | None = None
+) -> dict:
+    """A check's `figures` as gpu_check.figures writes them (the records before the two-pod stage have no warm fold)."""
+    job = {"rc": 0, "error": None}
+    return {
+        "cuda_tests": {"passed": 40, "failed": 0, "skipped": 0, "failures": []},
+        "b1_fp32": {"sequences_per_s": b1},
+        "b4096_bf16": {"sequences_per_s": 420_000.0},
+        "b4096_fp32": {"sequences_per_s": 390_000.0},
+        "fold_cold": {"fold_s": fold_cold},
+        "fold_warm": {"fold_s": warm},
+        "ensemble": {
+            **{m: {**job, "wall_s": members} for m in gpu_check.SUPERVISED},
+            "dqn": {**job, "wall_s": dqn},
+        },
+    }
+
+
+def _recorded(results: Path, folder: str, name: str, device: str, commit: str, fig: dict) -> None:
+    (results / folder).mkdir(parents=True, exist_ok=True)
+    (results / folder / name).write_text(json.dumps({"commit": commit, "device": device, "stages": {}, "figures": fig}))
+
+
+def test_each_figure_is_compared_with_the_last_one_recorded_on_the_same_card(tmp_path):
+    results = tmp_path / "results"
+    h200 = "NVIDIA H200 2.11.0+cu130"
+    _recorded(results, "h200-2026-12-01", "gpu_check.json", h200, "old", _figures(2000.0, 30.0, 5.0, 40.0))
+    # the newest H200 record without a B=1 figure: B=1 is compared with the one before it
+    _recorded(results, "h200-2026-12-02b", "gpu_check_call1.json", h200, "c1", _figures(None, 36.0, 6.0, 44.0))
+    _recorded(results, "h200-2026-12-02b", "gpu_check_call2.json", h200, "c2", _figures(2300.0, None, None, None))
+    _recorded(results, "h200-2026-12-02", "gpu_check.json", h200, "older", _figures(9999.0, 1.0, 1.0, 1.0))
+    # another card, newer, much faster: never the H200's baseline
+    _recorded(results, "h100-2026-12-05", "gpu_check.json", "NVIDIA H100 80GB HBM3 2.12.0", "h1", _figures(9e9, 1.0, 1.0, 1.0))
+    (results / "h200-2026-12-04").mkdir()
+    (results / "h200-2026-12-04" / "gpu_check.json").write_text("{not json")  # unreadable: skipped, not fatal
+
+    last = gpu_check.last_recorded(results, "NVIDIA H200")
+    assert (last["b1_fp32"]["value"], last["b1_fp32"]["commit"]) == (2300.0, "c2")
+    assert (last["fold_cold"]["value"], last["fold_cold"]["commit"]) == (36.0, "c1")
+    assert last["ensemble_sum"]["value"] == 6.0 * len(gpu_check.SUPERVISED)
+    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["b1_fp32"]["value"] == 9e9
+
+    def judged(fig: dict) -> dict:
+        result = {"device": "NVIDIA H200 2.12.0", "gpu": "NVIDIA H200", "stages": {"cuda_tests": {"rc": 0}}, "figures": fig}
+        return gpu_check.judge(result, results)
+
+    # within every band (B=1 3% below 2,300; the cold fold 10% above 36 s; each member 15% + 1 s above 6 s):
+    # not blocked (the sum 10% above 8 x 6 s), though the goals (B=1 >= 3,000, cold fold < 25 s, DQN < 45 s) are not met
+    ok = judged(_figures(2240.0, 39.0, 6.5, 46.0, warm=12.0))
+    rows = {r["id"]: r for r in ok["targets"]}
+    assert not ok["blocked"]
+    assert rows["b1_fp32"]["result"] == rows["fold_cold"]["result"] == rows["dqn_fold"]["result"] == "BELOW GOAL"
+    assert rows["fold_tft"]["result"] == "PASS" and rows["ensemble_sum"]["result"] == "PASS"
+    assert rows["fold_warm"]["result"] == "PASS" and rows["fold_warm"]["note"] == "first figure on this card"
+    # beyond the bands: blocked, and the row says against what
+    bad = judged(_figures(2200.0, 40.0, 8.0, 49.0, warm=12.0))
+    rows = {r["id"]: r for r in bad["targets"]}
+    assert bad["blocked"]
+    assert {k for k, r in rows.items() if r["result"] == "REGRESSED"} == {
+        "b1_fp32",
+        "fold_cold",
+        "ensemble_sum",
+        "dqn_fold",
+        *(f"fold_{m}" for m in gpu_check.SUPERVISED),
+    }
+    assert "c2" in rows["b1_fp32"]["note"] and rows["b1_fp32"]["last_value"] == 2300.0
+    # a card with no record yet: the figures are its first, nothing regressed
+    first = gpu_check.judge({"gpu": "NVIDIA B200", "stages": {}, "figures": _figures(2200.0, 20.0, 8.0, 40.0)}, results)
+    assert not any(r["result"] == "REGRESSED" for r in first["targets"])
+
+
+def test_a_check_s_record_is_what_the_next_check_compares_with(tmp_path):
+    """The JSON a check writes, committed where it says, is read back by the next check on that card."""
+    results = tmp_path / "results"
+    result = {"gpu": "NVIDIA H100 80GB HBM3", "device": "NVIDIA H100 80GB HBM3 2.11.0", "stages": {}}
+    result |= {"figures": _figures(2500.0, 30.0, 7.0, 44.0), "date": "2026-12-06T04:00:00+00:00"}
+    gpu_check.judge(result, results)
+    assert gpu_check._slug(result["gpu"]) == "h100" and gpu_check._slug("NVIDIA H200") == "h200"
+    where = tmp_path / f"bench/results/{gpu_check._slug(result['gpu'])}-2026-12-06/gpu_check.json"
+    where.parent.mkdir(parents=True)
+    gpu_check.atomic_text(where, json.dumps(result, default=str))
+    last = gpu_check.last_recorded(tmp_path / "bench/results", "NVIDIA H100 80GB HBM3")
+    assert last["b1_fp32"]["value"] == 2500.0 and last["dqn_fold"]["value"] == 44.0
+    assert not list(where.parent.glob(".*tmp"))

@@ -3,6 +3,13 @@ its (unstabilised) equations, and the model as a causal, trainable, serialisable
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 from model_harness import assert_causal, fit_and_score
@@ -144,6 +151,112 @@ def test_safetensors_round_trip(tmp_path):
     x = torch.randn(2, 9, 7)
     with torch.no_grad():
         assert torch.equal(model(x), other(x))
+
+
+FUSED_EQUALS_LOOP = textwrap.dedent("""
+    import torch
+    from alpha_core.models.slstm_triton import slstm_scan
+    from alpha_core.models.xlstm import XLSTMConfig, XLSTMModel, slstm_loop
+
+    # padded head widths (6, 3), the member's default (4 heads of 8), a batch of one, one bar
+    for b, t, nh, dh in [(3, 5, 2, 6), (2, 9, 4, 8), (1, 4, 1, 3), (2, 1, 2, 8)]:
+        gen = torch.Generator().manual_seed(1)
+        wx = (torch.randn(b, t, 4, nh, dh, generator=gen) * 2).requires_grad_()
+        with torch.no_grad():
+            wx[:, 0, 0] -= 50  # input gates far below the others at the first bar: the stabiliser matters
+        R = (torch.randn(nh, dh, 4, dh, generator=gen) * 0.3).requires_grad_()
+        want, want_state = slstm_loop(wx, R)
+        got, got_state = slstm_scan(wx, R)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for a, c in zip(got_state, want_state, strict=True):
+            torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+        weights = torch.randn(want.shape, generator=gen)
+        expected = torch.autograd.grad((want * weights).sum(), (wx, R))
+        for a, c in zip(torch.autograd.grad((got * weights).sum(), (wx, R)), expected, strict=True):
+            torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+        with torch.no_grad():  # inference: nothing saved for a backward
+            torch.testing.assert_close(slstm_scan(wx, R)[0], want, rtol=1e-5, atol=1e-5)
+    # the member's own sLSTM layer: its wx through the fused kernels and through its loop
+    torch.manual_seed(0)
+    layer = XLSTMModel(XLSTMConfig(n_features=6)).blocks[1].cell
+    x, xc = torch.randn(2, 16, 32), torch.randn(2, 16, 32)
+    wx = torch.cat([layer.w_if(xc), layer.w_zo(x)], dim=-1).reshape(2, 16, 4, layer.n_heads, layer.d_head)
+    want = layer(x, xc)[0]
+    got = slstm_scan(wx, layer.R)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grads = [torch.autograd.grad(y.sum(), list(layer.parameters())) for y in (got, want)]
+    for a, c in zip(*grads, strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+    # the once-a-shape check the CUDA path makes: passes against the loop, and a mismatch keeps the loop, with a warning
+    import warnings
+    from alpha_core.models import slstm_triton
+    assert slstm_triton.usable(wx, lambda w, r: slstm_loop(w, r)[0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not slstm_triton.usable(wx[:, :8], lambda w, r: slstm_loop(w, r)[0] + 1e-3)
+    assert "using the loop" in str(caught[0].message)
+    print("ok")
+""")
+
+
+@pytest.mark.slow
+def test_fused_slstm_equals_the_loop_in_the_triton_interpreter():
+    """The CUDA path's kernels (alpha_core/models/slstm_triton.py), run on the CPU by Triton's interpreter, against
+    the loop the member ran before: values, final states and gradients within 1e-5."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernels are defined: a fresh interpreter
+    done = subprocess.run([sys.executable, "-c", FUSED_EQUALS_LOOP], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("length,heads,width", [(64, 4, 8), (5, 2, 6), (64, 2, 32)])
+def test_fused_slstm_kernels_compile_for_sm90_without_spills(length, heads, width):
+    """What the interpreter cannot show: the kernels compile for an H100/H200 (Triton's own ptxas, no GPU needed),
+    at the member's sizes, a padded head width and the widest head the member sends them, with no local memory."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from alpha_core.models import slstm_triton
+
+    spec = importlib.util.spec_from_file_location("triton_asm", Path(__file__).resolve().parent.parent / "bench/triton_asm.py")
+    triton_asm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(triton_asm)
+    padded = triton.next_power_of_2(width)
+    for kernel, extra in ((slstm_triton._slstm_fwd_kernel, {"SAVE": True}), (slstm_triton._slstm_bwd_kernel, {})):
+        given = {"T": length, "NH": heads, "DH": width, "DP": padded, **extra}
+        constexprs = {(kernel.arg_names.index(n),): given[n] for n in kernel.arg_names if n in given}
+        signature = {n: "constexpr" if n in given else "*fp32" for n in kernel.arg_names}
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": slstm_triton._warps(padded), "num_stages": 1},
+        )
+        assert triton_asm.resources(compiled.asm["cubin"])["local_bytes"] == 0  # no spills (cuobjdump's count)
+
+
+@pytest.mark.cuda
+def test_cuda_float32_takes_the_fused_slstm_and_equals_the_cpu_loop():
+    from alpha_core.models import slstm_triton
+
+    torch.manual_seed(3)
+    model = XLSTMModel(XLSTMConfig(n_features=6))
+    x = torch.randn(37, 64, 6)
+    expected = model(x)
+    weights = torch.randn_like(expected)
+    (expected * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.cuda()
+    got = model(x.cuda())
+    (got * weights.cuda()).sum().backward()
+    assert slstm_triton._checked.get((got.device, 64, 4, 8)) is True  # the fused kernels ran, not the fallback loop
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad.cpu(), grads[name], rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    with torch.no_grad():
+        torch.testing.assert_close(model(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.cuda

@@ -260,6 +260,31 @@ def trained(toy_train):
     return agents
 
 
+@pytest.mark.slow
+def test_lean_dqn_learns_exactly_as_sb3s_dqn(toy_train, toy_val, monkeypatch):
+    """Issue 33 item 5: the DQN every door builds takes its cheaper per-step path (foreach Adam, functional MLP, no
+    train/eval walk) and learns the same weights, to the bit, as SB3's own DQN with the same settings and seed."""
+    import stable_baselines3
+
+    import alpha_core.rl.agents as agents_module
+
+    cfg = DQNConfig(learning_starts=100, target_update_interval=100, exploration_fraction=0.2)
+    lean = build_agent("dqn", TradingVecEnv(toy_train, TOY_CFG, seed=0), cfg, seed=0)
+    assert lean.q_net.forward.__func__ is agents_module._mlp_forward
+    assert lean.q_net_target.forward.__func__ is agents_module._mlp_forward
+    assert lean.policy.optimizer.param_groups[0]["foreach"] is True
+    lean.learn(1200)  # before the other is built: SB3 seeds the global RNGs at construction and learns from them
+    monkeypatch.setattr(agents_module, "LeanDQN", stable_baselines3.DQN)  # the same build, SB3's class
+    plain = build_agent("dqn", TradingVecEnv(toy_train, TOY_CFG, seed=0), cfg, seed=0)
+    assert type(plain) is stable_baselines3.DQN
+    plain.learn(1200)
+    for net in ("q_net", "q_net_target"):
+        got, want = getattr(lean, net).state_dict(), getattr(plain, net).state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want), net
+    assert lean._n_updates == plain._n_updates > 100
+    assert evaluate(lean, toy_val, TOY_CFG) == evaluate(plain, toy_val, TOY_CFG)
+
+
 @pytest.mark.parametrize("name", ["dqn", "ppo"])
 def test_agent_beats_flat_on_toy(trained, toy_val, name):
     flat = evaluate(Always(1), toy_val, TOY_CFG)

@@ -64,6 +64,7 @@ def test_train_rl_writes_each_fold_with_the_best_policy(bars_dir, tmp_path, caps
         assert summary["val_sharpe"] == max(summary["val_sharpe_per_epoch"])
         assert summary["params"]["gamma"] == 0.5 and summary["params"]["learning_rate"] == 0.0005
         assert summary["timesteps"] >= 2048
+        assert set(summary["stage_s"]) >= {"data", "build", "epochs", "validation", "writing", "total"}  # issue 33
     assert "best validation Sharpe" in capsys.readouterr().out
 
 

@@ -9,6 +9,7 @@ import torch
 from model_harness import assert_causal
 from safetensors.torch import load_model, save_model
 
+from alpha_core import stages as stages_module
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
 from alpha_core.errors import PlanError
@@ -97,7 +98,8 @@ def test_bad_params_files_name_the_key(bars_dir, tmp_path, content, message):
     assert "bad.json" in str(err.value)
 
 
-def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys):
+def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(stages_module, "_first_clock_taken", False)  # as in a fresh process: the CLI's first clock
     argv = [
         "train-supervised",
         "--model",
@@ -144,6 +146,12 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys)
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["fold"] == k and summary["epochs"] == 2 and len(summary["val_auc"]) == 3
         assert summary["params"]["n_layers"] == 1
+        # where the fold's seconds went (issue 33 item 1): the process's own stages on the first fold only
+        stages = summary["stage_s"]
+        first = {"process_start", "imports"} if k == 0 else set()
+        assert set(stages) >= {"data", "build", "first_step", "epochs", "validation", "val_score", "writing", "total"} | first
+        assert all(v >= 0 for v in stages.values()) and (k == 1) == ("imports" not in stages)
+        assert sum(v for n, v in stages.items() if n != "total") <= stages["total"] + 1e-3
     assert (
         main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "p")])
         == 2

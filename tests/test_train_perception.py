@@ -217,6 +217,9 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
     # float32 resolution, so no weight moves) scores the same AUC
     summary = PerceptionTrainer(cfg).fit()
     assert summary.early_stopped and summary.epochs == 3 and summary.best_mean_auc_epoch == 0
+    # where the fold's seconds went (issue 33 item 1); nothing compiles on the CPU
+    assert set(summary.stage_s) >= {"data", "build", "compile", "epochs", "validation", "writing", "total"}
+    assert summary.stage_s["compile"] == 0 and summary.stage_s["epochs"] > 0
 
 
 @pytest.mark.slow

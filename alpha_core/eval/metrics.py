@@ -424,6 +424,38 @@ def deflated_sharpe_ratio(returns: Any, n_trials: int, trials_sharpe_var: float 
 # ----------------------------------------------------------------------------------------------- summary
 
 
+def _backtest(ts_ns: Any, position: Any, next_return: Any, cost_per_unit: Any) -> tuple[np.ndarray, ...]:
+    """The checked timestamps and positions, the bar PnL and the daily session PnL of one backtest."""
+    ts = np.asarray(ts_ns)
+    if ts.dtype.kind == "M":
+        ts = ts.astype("datetime64[ns]")
+    ts = _vec("ts_ns", ts.astype(np.int64), dtype=np.int64)
+    pos = _vec("position", position)
+    _same_len(ts_ns=ts, position=pos)
+    if len(ts) > 1 and not (np.diff(ts) > 0).all():
+        raise ValueError("ts_ns must be strictly increasing")
+    pnl = bar_pnl(pos, next_return, cost_per_unit)
+    _, daily = daily_pnl(ts, pnl)
+    return ts, pos, pnl, daily
+
+
+def headline(
+    ts_ns: Any, position: Any, next_return: Any, cost_per_unit: Any = DEFAULT_COST_TICKS, periods_per_year: float = 252
+) -> dict[str, Any]:
+    """`summarize`'s ``n_bars``, ``n_sessions``, ``total_pnl``, ``sharpe`` and ``turnover``, the same numbers, without
+    the rest: for the callers that read only these (a checkpoint's validation score, the RL agents' validation every
+    epoch), which would otherwise pay the bootstrap's 2,000 resamples, the cost sensitivity and, once a process,
+    importing scipy.stats for the PSR (1-1.7 s of a training pod, bench/README.md)."""
+    _, pos, pnl, daily = _backtest(ts_ns, position, next_return, cost_per_unit)
+    return {
+        "n_bars": len(pnl),
+        "n_sessions": len(daily),
+        "total_pnl": float(pnl.sum()),
+        "sharpe": sharpe(daily, periods_per_year),
+        "turnover": turnover(pos),
+    }
+
+
 def summarize(
     ts_ns: Any,
     position: Any,
@@ -450,16 +482,7 @@ def summarize(
     (`trials_sharpe_dispersion`; None or 0: the null variance alone, and then ``dsr == dsr_null``).
     Pass the result through `json_safe` before writing JSON.
     """
-    ts = np.asarray(ts_ns)
-    if ts.dtype.kind == "M":
-        ts = ts.astype("datetime64[ns]")
-    ts = _vec("ts_ns", ts.astype(np.int64), dtype=np.int64)
-    pos = _vec("position", position)
-    _same_len(ts_ns=ts, position=pos)
-    if len(ts) > 1 and not (np.diff(ts) > 0).all():
-        raise ValueError("ts_ns must be strictly increasing")
-    pnl = bar_pnl(pos, next_return, cost_per_unit)
-    _, daily = daily_pnl(ts, pnl)
+    ts, pos, pnl, daily = _backtest(ts_ns, position, next_return, cost_per_unit)
     ci_low, ci_high = bootstrap_sharpe_interval(daily, periods_per_year)
     by_cost = {
         f"{c:g}": sharpe(daily_pnl(ts, bar_pnl(pos, next_return, c))[1], periods_per_year) for c in COST_SENSITIVITY_TICKS

@@ -43,7 +43,7 @@ def next_move_ticks(bars: Sidecar) -> np.ndarray:
 
 def file_score(bars: Sidecar, position: np.ndarray, cost_ticks: float = metrics.DEFAULT_COST_TICKS) -> tuple[float, int]:
     """The evaluator's Sharpe of positions on one bar file (annualised, daily sessions) and its sessions."""
-    summary = metrics.summarize(np.asarray(bars.ts), position, next_move_ticks(bars), cost_ticks)
+    summary = metrics.headline(np.asarray(bars.ts), position, next_move_ticks(bars), cost_ticks)
     return summary["sharpe"], summary["n_sessions"]
 
 

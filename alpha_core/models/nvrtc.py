@@ -12,14 +12,20 @@ graph capture like any other kernel, and they work inside a torch.library custom
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import glob
+import hashlib
+import json
 import os
 import sys
 import threading
 from functools import cache
 
 import torch
+
+from alpha_core import compile_cache
+from alpha_core.atomic import atomic_write_json
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -151,6 +157,26 @@ class Kernel:
         _check_driver(_driver().cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, 0, stream, params, None), "launch")
 
 
+def cubin_for(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dict]:
+    """`compile_cubin`'s cubin and lowered names, kept in the process's compile cache (`compile_cache.use`:
+    `<folder>/nvrtc/<hash>.json`, written atomically) so that a pod after the first of its run loads the kernels
+    instead of compiling them; the hash covers the source, the names and the architecture (the folder's key the
+    torch build, and so NVRTC). A cache file that cannot be read is compiled again and replaced."""
+    folder = compile_cache.active()
+    if folder is None:
+        return compile_cubin(source, list(names), arch)[:2]
+    digest = hashlib.sha256(json.dumps([source, list(names), arch]).encode()).hexdigest()[:32]
+    path = folder / "nvrtc" / f"{digest}.json"
+    try:
+        kept = json.loads(path.read_text())
+        return base64.b64decode(kept["cubin"]), kept["lowered"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    cubin, lowered, _ = compile_cubin(source, list(names), arch)
+    atomic_write_json(path, {"arch": arch, "names": list(names), "lowered": lowered, "cubin": base64.b64encode(cubin).decode()})
+    return cubin, lowered
+
+
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, dict[str, Kernel]] = {}
 
@@ -163,7 +189,7 @@ def load(source: str, names: tuple[str, ...], device: torch.device) -> dict[str,
     with _LOCK:
         if key not in _LOADED:
             major, minor = torch.cuda.get_device_capability(index)
-            cubin, lowered, _ = compile_cubin(source, list(names), f"sm_{major}{minor}")
+            cubin, lowered = cubin_for(source, names, f"sm_{major}{minor}")
             _make_current(_primary_context(index))
             module = ctypes.c_void_p()
             _check_driver(_driver().cuModuleLoadData(ctypes.byref(module), cubin), "module load")

@@ -13,24 +13,28 @@ under several names: it keeps each alias once). SB3's own `.zip` (cloudpickle) i
 from __future__ import annotations
 
 import copy
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from stable_baselines3.common.vec_env import VecEnv
 
 from alpha_core.bounds import MAX_COUNT, Count, Dim, LearningRate, NonNegFloat, NonNegInt, PositiveFloat, UnitFloat
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.rl.env import ACTION_TO_POSITION, EnvConfig, MarketData, MarketSeries, TradingVecEnv, as_series
+from alpha_core.sb3_private import subclass_with_setup
 
 OBS_BATCH_ELEMENTS = 2**24  # one batched policy forward in greedy_positions: 64 MiB of float32 observations
 
@@ -119,6 +123,56 @@ class WindowEncoderExtractor(BaseFeaturesExtractor):
         return torch.cat([self._encode(self.encoder, x), observations[:, -1:]], dim=1)
 
 
+def _plain_mlp(net: torch.nn.Module) -> list[torch.nn.Module] | None:
+    """The layers of an SB3 Q-network that is a flattened observation into Linear and ReLU layers only (the default
+    `MlpPolicy`), else None."""
+    layers = list(getattr(net, "q_net", []))
+    if not isinstance(getattr(net, "features_extractor", None), FlattenExtractor) or not layers:
+        return None
+    plain = all(type(m) in (torch.nn.Linear, torch.nn.ReLU) and not getattr(m, "inplace", False) for m in layers)
+    return layers if plain else None
+
+
+def _mlp_forward(self, obs: torch.Tensor) -> torch.Tensor:
+    """`QNetwork.forward` of a plain MLP as the same functional ops (bitwise the same values and gradients) without
+    the eight module calls (`_call_impl` and hooks) around them."""
+    x = torch.flatten(preprocess_obs(obs, self.observation_space, normalize_images=self.normalize_images), 1)
+    for layer in self._plain_layers:
+        x = F.linear(x, layer.weight, layer.bias) if isinstance(layer, torch.nn.Linear) else F.relu(x)
+    return x
+
+
+def _lean(self: DQN) -> None:
+    """SB3's DQN, the same update to the bit (tests/test_rl.py), cheaper per gradient step on a CPU pod (issue 33
+    item 5: one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python):
+    Adam's multi-tensor (`foreach`) form, the same arithmetic in fewer calls; the plain MLP Q-networks run their
+    Linear and ReLU layers as functions rather than through eight module calls; and the policy's train/eval switch,
+    which SB3 makes before every gradient step and every action (a walk over every submodule), is skipped where no
+    module behaves differently in training (no dropout, no batch norm)."""
+    policy = self.policy
+    for net in (policy.q_net, policy.q_net_target):
+        layers = _plain_mlp(net)
+        if layers is not None:
+            net._plain_layers = layers
+            net.forward = types.MethodType(_mlp_forward, net)
+    if policy.device.type == "cpu":  # on CUDA torch picks foreach (or fused) itself
+        for group in policy.optimizer.param_groups:
+            group["foreach"] = True
+    if all(type(m) in _MODE_FREE or type(m).__module__.startswith("stable_baselines3") for m in policy.modules()):
+        policy.set_training_mode = types.MethodType(_record_mode, policy)
+
+
+_MODE_FREE = (torch.nn.Linear, torch.nn.ReLU, torch.nn.Flatten, torch.nn.Sequential)  # train() changes nothing
+
+
+def _record_mode(self, mode: bool) -> None:
+    """`set_training_mode` of a policy whose modules ignore it: the flag, without the walk over its submodules."""
+    self.training = mode
+
+
+LeanDQN = subclass_with_setup(DQN, _lean, "LeanDQN")
+
+
 def build_agent(
     name: Literal["dqn", "ppo"],
     env: VecEnv,
@@ -149,7 +203,7 @@ def build_agent(
         learning_rate=cfg.learning_rate, gamma=cfg.gamma, policy_kwargs=policy_kwargs, seed=seed, device=device, verbose=0
     )
     if name == "dqn":
-        agent = DQN(
+        agent = LeanDQN(
             "MlpPolicy",
             env,
             buffer_size=cfg.buffer_size,
@@ -314,7 +368,7 @@ def evaluate(
     The files' bars, in time order, form one series (each file's last bar has no next move); every series
     needs bar timestamps (`MarketSeries.ts`, a sidecar's `ts`) for the daily sessions. The cost is the
     environment's `cost_per_turnover` (the project's `DEFAULT_COST_TICKS` unless set otherwise)."""
-    from alpha_core.eval.metrics import summarize
+    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
 
     market, cfg = _market(data, env_cfg, norm)
     positions = greedy_positions(agent, data, env_cfg, norm, segment_len)
@@ -329,7 +383,7 @@ def evaluate(
             for i in order
         ]
     )
-    stats = summarize(ts, pos, moves, cfg.cost_per_turnover)
+    stats = headline(ts, pos, moves, cfg.cost_per_turnover)
     acting = np.concatenate(
         [np.arange(off + cfg.window - 1, off + n - 1) for off, n in zip(market.offsets, market.lengths, strict=True)]
     )
@@ -387,7 +441,7 @@ def evaluate_sessions(
     runs as the evaluator runs a file (from flat, its windows reading the bars before it; a bar after it gives its
     last bar the file's next move), and `sharpe` is `summarize`'s daily-session Sharpe over those sessions' bars.
     Its cost is the sessions', whatever the files' length."""
-    from alpha_core.eval.metrics import summarize
+    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
 
     cfg = env_cfg or EnvConfig()
     series = as_series(data)
@@ -416,7 +470,7 @@ def evaluate_sessions(
         acting_n += len(acting)
     if not acting_n:
         raise ValueError(f"no session is longer than window + 1 = {cfg.window + 1} bars")
-    stats = summarize(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
+    stats = headline(np.concatenate(ts), np.concatenate(pos), np.concatenate(moves), cfg.cost_per_turnover)
     held_all = np.concatenate(held)
     return EvalResult(
         sharpe=stats["sharpe"],

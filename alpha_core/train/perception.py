@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from safetensors.torch import load_file, save_file
 
 import alpha_core
-from alpha_core import artifacts, cpus
+from alpha_core import artifacts, compile_cache, cpus
 from alpha_core.atomic import atomic_directory, atomic_write_json
 from alpha_core.bounds import (
     MAX_BATCH_ELEMENTS,
@@ -45,6 +45,7 @@ from alpha_core.errors import PlanError
 from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.progress import TrainingReporter, horizon_metrics
+from alpha_core.stages import StageClock
 from alpha_core.torch_private import foreach_norm
 from alpha_core.train.configs import TrainConfig
 from alpha_core.train.metrics import auc_per_horizon
@@ -108,6 +109,9 @@ class TrainSummary(BaseModel):
     precision: str
     wall_time_s: float
     sequences_per_s: float
+    # seconds per stage (alpha_core/stages.py): process_start and imports (the first fold of a process), data, build,
+    # compile (the first steps: torch.compile, warm-up and CUDA graph capture), epochs, validation, writing, total
+    stage_s: dict[str, float] = {}
     versions: dict[str, str]
     epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
     attempt: str = ""
@@ -151,6 +155,7 @@ class PerceptionTrainer:
     a fresh one, the one `--resume` continues, or `attempt_id`'s."""
 
     def __init__(self, cfg: TrainConfig, attempt_id: str | None = None, unit: str | None = None, retry: bool = False) -> None:
+        self.clock = StageClock()
         validate(cfg)
         self.unit, self.retry = unit, retry
         self.cfg = cfg = cfg.model_copy(update={"cv_fold": cfg.cv_fold or 0})
@@ -158,9 +163,17 @@ class PerceptionTrainer:
         self.device = resolve_device(cfg.device)
         if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
+        compile_cache.use(self.device)  # before anything compiles: a pod after the first of its run starts warm
         self.attempt = self._choose_attempt(attempt_id)
         self.out = self.attempt.path
-        self._prepare_data()
+        with self.clock.stage("data"):
+            self._prepare_data()
+        with self.clock.stage("build"):
+            self._build()
+
+    def _build(self) -> None:
+        """The model, its optimiser, the compiled step and the captured graph's LR table (the `build` stage)."""
+        cfg = self.cfg
         check_batch_fits(batch_size=cfg.batch_size, seq_len=cfg.seq_len, n_features=len(self.norm.feature_names))
         n_h = len(self.horizons)
         self.model_cfg = model_cfg = PerceptionConfig(
@@ -197,6 +210,8 @@ class PerceptionTrainer:
             torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
         )
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
+        # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
+        self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
         self.trackers = Trackers()
         self.trace = StepTrace(self._inside_attempt(cfg.kernel_step_trace)) if cfg.kernel_step_trace else None
 
@@ -296,7 +311,9 @@ class PerceptionTrainer:
             batches = itertools.repeat(None, self.train_loader.n_windows // cfg.batch_size)
         else:
             batches = self.train_loader.batches(cfg.batch_size)
+        epoch_started, compile_s = time.perf_counter(), 0.0
         for batch in batches:
+            step_started = time.perf_counter()
             lrs = self.lrs_at(t.global_step) if self.graph is None or self.trace is not None else None
             if self.graph is not None:
                 loss, parts, grad_norm = self.graph()
@@ -311,7 +328,14 @@ class PerceptionTrainer:
             t.global_step += 1
             t.train_seqs += cfg.batch_size if batch is None else len(batch)
             self.report.step()
+            if self._first_steps:
+                self._first_steps -= 1
+                if not self._first_steps:
+                    torch.cuda.synchronize(self.device)  # once a process: the compiled step has run
+                compile_s += time.perf_counter() - step_started
         total = float(loss_sum)  # one host sync per epoch
+        self.clock.add("compile", compile_s)
+        self.clock.add("epochs", time.perf_counter() - epoch_started - compile_s)
         t.train_loss_sum += total
         t.train_steps += steps
         if self.trace is not None:
@@ -372,9 +396,11 @@ class PerceptionTrainer:
         started = time.perf_counter() - t.wall_time_s
         for epoch in range(t.epochs_completed, cfg.epochs if not t.early_stopped else t.epochs_completed):
             train_loss = self.train_epoch(epoch)
-            val_loss, aucs = self.validate_epoch(epoch)
+            with self.clock.stage("validation"):
+                val_loss, aucs = self.validate_epoch(epoch)
             t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
-            self._track(epoch, val_loss, aucs)
+            with self.clock.stage("writing"):
+                self._track(epoch, val_loss, aucs)
             self.report.epoch(
                 epoch, train_loss=train_loss, val_loss=val_loss, **horizon_metrics("val_auc", self.horizons, aucs)
             )
@@ -385,7 +411,8 @@ class PerceptionTrainer:
             t.wall_time_s = time.perf_counter() - started
             stop = self._early_stop()
             t.early_stopped = stop
-            self._save_state()
+            with self.clock.stage("writing"):
+                self._save_state()
             if stop:
                 self.report.say(f"early stopping at epoch {epoch} on {cfg.early_stop_metric}")
                 break
@@ -451,6 +478,7 @@ class PerceptionTrainer:
             precision=self.cfg.precision,
             wall_time_s=t.wall_time_s,
             sequences_per_s=t.train_seqs / max(t.wall_time_s, 1e-9),
+            stage_s=self.clock.as_dict(),
             versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
             epoch_metrics=t.epoch_metrics,
             attempt=self.attempt.id,

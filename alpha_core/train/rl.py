@@ -23,7 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
-from alpha_core import artifacts, cpus
+from alpha_core import artifacts, compile_cache, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import check_batch_fits
 from alpha_core.data.dbn import OHLCV_1M
@@ -35,6 +35,7 @@ from alpha_core.eval.validation import ValidationScore
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, load_policy, save_policy
 from alpha_core.rl.agents import evaluate_sessions, session_spans
+from alpha_core.stages import StageClock
 from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.tracking import Trackers
@@ -75,6 +76,9 @@ class RLFoldSummary(BaseModel):
     device: str
     wall_time_s: float
     env_steps_per_s: float
+    # seconds per stage (alpha_core/stages.py): process_start and imports (the first fold of a process), data, build,
+    # epochs (learning), validation (each epoch's scoring), val_score (the kept policy on the whole files), writing
+    stage_s: dict[str, float] = {}
     versions: dict[str, str]
     attempt: str
     unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
@@ -91,7 +95,9 @@ def train_rl(
 ) -> list[RLFoldSummary]:
     """Train every requested fold, each as attempt `attempt_id` (`retry`: the orchestrator's retry of this step
     takes it over); with `promote`, every fold is promoted to `fold-<k>` once all are complete."""
+    clock = StageClock()  # the process's stages so far, and the first fold's
     device = resolve_device(cfg.device)
+    compile_cache.use(device)
     # threads for the CPUs this step was given (alpha_core/cpus.py); DQN on a CPU takes one: its gradient step is about
     # a hundred ops on [64, 417] tensors at most, too small to share, and the step's other threads only wait at
     # every op's barrier (bench/bench_dqn.py times an epoch and its parts by thread count)
@@ -105,16 +111,17 @@ def train_rl(
             agent_cfg = agent_cls(**values)
         except ValidationError as exc:
             raise PlanError(f"{where}: {describe_validation_error(exc)}") from exc
-    folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
-        cfg.data_dir,
-        OHLCV_1M,
-        default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
-        cfg.symbol,
-        cfg.cv_n_folds,
-        cfg.cv_train_window,
-        cfg.cv_fold,
-        cfg.allow_untested_folds,
-    )
+    with clock.stage("data"):
+        folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
+            cfg.data_dir,
+            OHLCV_1M,
+            default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+            cfg.symbol,
+            cfg.cv_n_folds,
+            cfg.cv_train_window,
+            cfg.cv_fold,
+            cfg.allow_untested_folds,
+        )
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
@@ -123,7 +130,18 @@ def train_rl(
     summaries = [
         artifacts.run_attempt(
             attempt,
-            lambda out, fold=fold: _train_fold(cfg, agent_cfg, fold, device, out, attempt_id, unit, source, leaks[fold.fold]),
+            lambda out, fold=fold: _train_fold(
+                cfg,
+                agent_cfg,
+                fold,
+                device,
+                out,
+                attempt_id,
+                unit,
+                source,
+                leaks[fold.fold],
+                clock if fold is folds[0] else StageClock(),
+            ),
             lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()),
             retry,
         )
@@ -153,8 +171,10 @@ def _train_fold(
     unit: str | None,
     source: ParamsFile,
     leaks: list[str],
+    clock: StageClock,
 ) -> RLFoldSummary:
     train, val = fold.train, fold.val
+    data_started = time.perf_counter()
     norm = fit_norm_stats(train)
     norm.save(out / "norm_stats.json")
     params = agent_cfg.model_dump(mode="json")
@@ -166,16 +186,21 @@ def _train_fold(
     atomic_write_json(out / "env_config.json", env_cfg.model_dump(mode="json"))  # the observation layout
     torch.manual_seed(cfg.seed + fold.fold)
     env = TradingVecEnv(train, env_cfg, norm, seed=cfg.seed + fold.fold)
-    agent = build_agent(cfg.model, env, agent_cfg, seed=cfg.seed + fold.fold, device=str(device))
+    clock.add("data", time.perf_counter() - data_started)
+    with clock.stage("build"):
+        agent = build_agent(cfg.model, env, agent_cfg, seed=cfg.seed + fold.fold, device=str(device))
     tracker, curve, result = Trackers(), [], None
     report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, cfg.timesteps_per_epoch)
     started = time.perf_counter()
     # per epoch, a fixed seeded subset of the validation sessions when the files hold more (bounded cost)
     spans = session_spans(val, cfg.val_sessions_per_epoch, cfg.seed + fold.fold) if cfg.val_sessions_per_epoch else None
     for epoch in range(cfg.epochs):
-        agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False, callback=lambda *_: report.step(cfg.n_envs))
-        # the evaluator's daily-session Sharpe, on the whole files or on the subset's sessions
-        scored = evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg, norm)
+        with clock.stage("epochs"):
+            agent.learn(cfg.timesteps_per_epoch, reset_num_timesteps=False, callback=lambda *_: report.step(cfg.n_envs))
+        with clock.stage("validation"):  # the evaluator's daily-session Sharpe, on the whole files or the subset's sessions
+            scored = (
+                evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg, norm)
+            )
         curve.append(scored.sharpe)
         report.epoch(epoch, val_sharpe=scored.sharpe, val_mean_reward=scored.mean_reward, val_turnover=scored.turnover)
         report.say(
@@ -184,12 +209,14 @@ def _train_fold(
         )
         if tracker.update_sharpe(epoch, scored.sharpe) or result is None:
             result = scored
-            save_policy(agent, out / "model.safetensors", {"model": cfg.model, "epoch": str(epoch)})
+            with clock.stage("writing"):
+                save_policy(agent, out / "model.safetensors", {"model": cfg.model, "epoch": str(epoch)})
         if tracker.should_stop("val_sharpe", cfg.early_stop_patience):
             tracker.early_stopped = True
             break
     if spans is not None:  # the number the gate, hyperopt and the report use: the kept policy on the whole files
-        result = evaluate(load_policy(agent, out / "model.safetensors"), val, env_cfg, norm)
+        with clock.stage("val_score"):
+            result = evaluate(load_policy(agent, out / "model.safetensors"), val, env_cfg, norm)
     wall = time.perf_counter() - started
     report.close()
     early, best_epoch = tracker.early_stopped, tracker.best_val_sharpe_epoch
@@ -228,6 +255,7 @@ def _train_fold(
         device=str(device),
         wall_time_s=wall,
         env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
+        stage_s=clock.as_dict(),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
         attempt=attempt_id,
         unit=unit,

@@ -24,7 +24,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import alpha_core
-from alpha_core import artifacts, cpus
+from alpha_core import artifacts, compile_cache, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import MAX_BATCH_ELEMENTS, check_batch_fits
 from alpha_core.data.dbn import MBP10, OHLCV_1M
@@ -38,6 +38,7 @@ from alpha_core.eval.predict import Checkpoint, load
 from alpha_core.eval.validation import ValidationScore
 from alpha_core.models import registry
 from alpha_core.progress import TrainingReporter, horizon_metrics
+from alpha_core.stages import StageClock
 from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
@@ -84,6 +85,9 @@ class FoldSummary(BaseModel):
     device: str
     wall_time_s: float
     sequences_per_s: float
+    # seconds per stage of the process or fold (alpha_core/stages.py): process_start, imports (first fold of a process),
+    # data, build, first_step (its kernels compiled or loaded), epochs, validation, val_score, writing, total
+    stage_s: dict[str, float] = {}
     versions: dict[str, str]
     attempt: str
     unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
@@ -103,6 +107,7 @@ def train_supervised(
     Each fold is written as attempt `attempt_id` (a new id when None; `retry`: the orchestrator's retry of this
     step takes it over) and, with `promote`, every fold is promoted to `fold-<k>` once all are complete.
     """
+    clock = StageClock()  # the process's stages so far, and the first fold's
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
     if spec.trainer != "supervised":
@@ -110,16 +115,18 @@ def train_supervised(
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
     device = resolve_device(cfg.device)
-    folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
-        cfg.data_dir,
-        SCHEMA_OF_INPUT[spec.input],
-        default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
-        cfg.symbol,
-        cfg.cv_n_folds,
-        cfg.cv_train_window,
-        cfg.cv_fold,
-        cfg.allow_untested_folds,
-    )
+    compile_cache.use(device)
+    with clock.stage("data"):
+        folds = folds or walk_forward(  # given folds: hyperopt's own split of the files before the first test file
+            cfg.data_dir,
+            SCHEMA_OF_INPUT[spec.input],
+            default_predecoded_dir(cfg.predecoded_dir, cfg.output_dir),
+            cfg.symbol,
+            cfg.cv_n_folds,
+            cfg.cv_train_window,
+            cfg.cv_fold,
+            cfg.allow_untested_folds,
+        )
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
     source = load_params_file(params_file)
@@ -142,7 +149,18 @@ def train_supervised(
         artifacts.run_attempt(
             attempt,
             lambda out, fold=fold: _train_fold(
-                cfg, spec, model_cfg, params, fold, device, out, attempt_id, unit, source, leaks[fold.fold]
+                cfg,
+                spec,
+                model_cfg,
+                params,
+                fold,
+                device,
+                out,
+                attempt_id,
+                unit,
+                source,
+                leaks[fold.fold],
+                clock if fold is folds[0] else StageClock(),
             ),
             lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()),
             retry,
@@ -166,20 +184,23 @@ def _train_fold(
     unit: str | None,
     source: ParamsFile,
     leaks: list[str],
+    clock: StageClock,
 ) -> FoldSummary:
     train_files, val_files = fold.train, fold.val
-    norm = fit_norm_stats(train_files)
-    norm.save(out / "norm_stats.json")
-    atomic_write_json(out / "model_config.json", model_cfg.model_dump(mode="json"))
-    atomic_write_json(out / "params.json", params)
-    atomic_write_json(out / "train_config.json", cfg.model_dump(mode="json"))  # seq_len etc. for evaluation
-    tick_size = train_files[0].meta.tick_size
-    train_loader = WindowLoader(train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, norm, device=device)
-    val_loader = WindowLoader(val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + 1, norm, device=device)
+    with clock.stage("data"):
+        norm = fit_norm_stats(train_files)
+        norm.save(out / "norm_stats.json")
+        atomic_write_json(out / "model_config.json", model_cfg.model_dump(mode="json"))
+        atomic_write_json(out / "params.json", params)
+        atomic_write_json(out / "train_config.json", cfg.model_dump(mode="json"))  # seq_len etc. for evaluation
+        tick_size = train_files[0].meta.tick_size
+        train_loader = WindowLoader(train_files, cfg.seq_len, cfg.n_train_seqs, cfg.seed, norm, device=device)
+        val_loader = WindowLoader(val_files, cfg.seq_len, cfg.n_val_seqs, cfg.seed + 1, norm, device=device)
 
-    torch.manual_seed(cfg.seed + fold.fold)
-    model = spec.builder()(model_cfg).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    with clock.stage("build"):
+        torch.manual_seed(cfg.seed + fold.fold)
+        model = spec.builder()(model_cfg).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     total_steps = cfg.epochs * math.ceil(train_loader.n_windows / cfg.batch_size)
     metric = "mean_auc" if cfg.early_stop_metric == "none" else cfg.early_stop_metric
     t = Trackers()
@@ -187,10 +208,12 @@ def _train_fold(
     report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, total_steps // cfg.epochs)
     started = time.perf_counter()
     for epoch in range(cfg.epochs):
+        epoch_started, first_step_s = time.perf_counter(), 0.0
         model.train()
         train_loader.reset(cfg.seed + epoch)
         loss_sum, steps = torch.zeros((), device=device), 0
         for batch in train_loader.batches(cfg.batch_size):
+            step_started = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(cfg.lr, cfg.lr * cfg.lr_min_factor, t.global_step, cfg.lr_warmup_steps, total_steps)
             loss = model.loss(batch, tick_size) if hasattr(model, "loss") else masked_bce(model(batch.x), batch.labels)
@@ -202,13 +225,21 @@ def _train_fold(
             t.global_step += 1
             t.train_seqs += len(batch)
             report.step()
+            if t.global_step == 1:  # the process's first step: lazy kernel compilation (Triton, cuDNN) lands here
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                first_step_s = time.perf_counter() - step_started
         t.train_loss_sum += float(loss_sum)
         t.train_steps += steps
-        val_loss, aucs = _validate(model, val_loader, cfg, epoch, len(norm.feature_names))
+        clock.add("first_step", first_step_s)
+        clock.add("epochs", time.perf_counter() - epoch_started - first_step_s)
+        with clock.stage("validation"):
+            val_loss, aucs = _validate(model, val_loader, cfg, epoch, len(norm.feature_names))
         t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
         improved = t.update(epoch, val_loss, aucs)
         if improved[metric]:
-            save_weights(model, out / "model.safetensors")
+            with clock.stage("writing"):
+                save_weights(model, out / "model.safetensors")
             checkpoint_epoch, checkpoint_auc = epoch, aucs
         report.epoch(
             epoch,
@@ -223,9 +254,10 @@ def _train_fold(
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
-    val_score = validation.score(
-        load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device), val_files[-1]
-    )
+    with clock.stage("val_score"):
+        val_score = validation.score(
+            load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device), val_files[-1]
+        )
     wall = time.perf_counter() - started
     report.close()
     summary = FoldSummary(
@@ -259,6 +291,7 @@ def _train_fold(
         device=str(device),
         wall_time_s=wall,
         sequences_per_s=t.train_seqs / max(wall, 1e-9),
+        stage_s=clock.as_dict(),
         versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
         attempt=attempt_id,
         unit=unit,
