@@ -65,6 +65,10 @@ def test_train_rl_writes_each_fold_with_the_best_policy(bars_dir, tmp_path, caps
         assert summary["params"]["gamma"] == 0.5 and summary["params"]["learning_rate"] == 0.0005
         assert summary["timesteps"] >= 2048
         assert set(summary["stage_s"]) >= {"data", "build", "epochs", "validation", "writing", "total"}  # issue 33
+        # what makes an RL result checkable, every epoch (the CleanRL set): PPO's KL, clipping, value fit, entropy
+        for row in summary["epoch_metrics"]:
+            assert {"approx_kl", "clip_fraction", "explained_variance", "entropy", "train_loss"} <= set(row), row
+            assert row["entropy"] > 0 and 0 <= row["clip_fraction"] <= 1
     assert "best validation Sharpe" in capsys.readouterr().out
 
 

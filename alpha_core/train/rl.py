@@ -152,6 +152,26 @@ def train_rl(
     return summaries
 
 
+RL_DIAGNOSTICS = {  # SB3's name of the epoch's last update -> ours (docs/models.md, "Metric names"), as CleanRL logs them
+    "train/approx_kl": "approx_kl",
+    "train/clip_fraction": "clip_fraction",
+    "train/explained_variance": "explained_variance",
+    "train/entropy_loss": "entropy",  # SB3 records the loss, -entropy
+    "train/loss": "train_loss",
+}
+
+
+def learning_diagnostics(agent) -> dict[str, float]:
+    """What makes an RL result checkable beside its validation Sharpe: PPO's approximate KL to the old policy, the
+    clipped fraction, the value function's explained variance and the policy's entropy; DQN's TD loss. Read from
+    the agent's logger after `learn`, which holds the epoch's last update."""
+    recorded = agent.logger.name_to_value
+    out = {ours: float(recorded[theirs]) for theirs, ours in RL_DIAGNOSTICS.items() if theirs in recorded}
+    if "entropy" in out:
+        out["entropy"] = -out["entropy"]
+    return out
+
+
 def _agent_params(params: dict, agent_cls: type[BaseModel], source: str) -> dict:
     """Only the agent's own fields are hyperparameters here (no supervised training keys)."""
     agent, other = split_params(params, agent_cls, source)
@@ -202,7 +222,13 @@ def _train_fold(
                 evaluate(agent, val, env_cfg, norm) if spans is None else evaluate_sessions(agent, val, spans, env_cfg, norm)
             )
         curve.append(scored.sharpe)
-        report.epoch(epoch, val_sharpe=scored.sharpe, val_mean_reward=scored.mean_reward, val_turnover=scored.turnover)
+        report.epoch(
+            epoch,
+            val_sharpe=scored.sharpe,
+            val_mean_reward=scored.mean_reward,
+            val_turnover=scored.turnover,
+            **learning_diagnostics(agent),
+        )
         report.say(
             f"{cfg.model} fold {fold.fold} epoch {epoch}: val sharpe {scored.sharpe:.3f} "
             f"mean reward {scored.mean_reward:.4f} turnover {scored.turnover:.3f}"
