@@ -361,14 +361,18 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from alpha_core.data.dbn import iter_records, read_info
+    """Describe each file: any valid DBN file is shown; prices that do not fit the product are a warning here
+    (the sidecar build refuses them, naming the file and the field)."""
+    from alpha_core.data.dbn import iter_records, read_info, record_dtype
+    from alpha_core.data.validate import PRICE_SCALE, RecordChecks
 
     rows, failed = [], 0
     for path in args.paths:
         try:
             info = read_info(path)
+            checks = RecordChecks(info, record_dtype(info), observe_prices=True)
             count, first, last = 0, None, None
-            for chunk in iter_records(info):
+            for chunk in iter_records(info, checks=checks):
                 if len(chunk):
                     first = int(chunk["ts_event"][0]) if first is None else first
                     last = int(chunk["ts_event"][-1])
@@ -377,6 +381,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"alpha inspect: error: {_one_line(exc)}", file=sys.stderr)
             failed += 1
             continue
+        warnings = checks.price_warnings()
+        for line in warnings:
+            print(f"alpha inspect: warning: {line}", file=sys.stderr)
+        price = [None if p is None else p / PRICE_SCALE for p in (checks.price_lo, checks.price_hi)]
         rows.append(
             {
                 "path": str(path),
@@ -390,16 +398,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 "last_ts": _iso(last),
                 "metadata_start": _iso(info.start),
                 "metadata_end": _iso(info.end),
+                "price_min": price[0],
+                "price_max": price[1],
+                "warnings": warnings,
             }
         )
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         for r in rows:
+            prices = "-" if r["price_min"] is None else f"[{r['price_min']:.9g}, {r['price_max']:.9g}]"
             print(
                 f"{r['path']}\n  schema={r['schema']} dataset={r['dataset']} dbn=v{r['dbn_version']} "
                 f"stype_in={r['stype_in']} symbols={','.join(r['symbols'])}\n"
-                f"  records={r['records']} first={r['first_ts']} last={r['last_ts']}"
+                f"  records={r['records']} first={r['first_ts']} last={r['last_ts']} prices={prices}"
+                + (f" warnings={len(r['warnings'])}" if r["warnings"] else "")
             )
     return 2 if failed else 0  # a file that is not readable DBN is bad input; the others are still shown
 
