@@ -476,25 +476,32 @@ def add_predecode_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_folds(args: argparse.Namespace) -> int:
     from alpha_core.data.dbn import SUPPORTED_SCHEMAS
-    from alpha_core.data.folds import plan_folds
+    from alpha_core.data.folds import check_schemas_agree, plan_folds
     from alpha_core.data.predecode import record_refs
 
-    # ordered by the records' time
+    # grouped into calendar quarters by the records' time
     refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
     plans = {
-        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
+        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds, schema=s)
         for s in SUPPORTED_SCHEMAS
         if s in refs
     }
+    check_schemas_agree(plans)
+    for plan in plans.values():
+        for gap in plan.gaps:
+            print(f"alpha folds: warning: gap: {gap}", file=sys.stderr)
     if args.json:
         print(json.dumps({s: p.model_dump() for s, p in plans.items()}, indent=2))
         return 0
     for schema, plan in plans.items():
-        print(f"{schema}: {plan.n_files} files, {plan.cv_n_folds} fold(s), train window {plan.window}")
+        print(
+            f"{schema}: {plan.n_files} files in {plan.n_units} quarters ({', '.join(plan.units)}), "
+            f"{plan.cv_n_folds} fold(s), train window {plan.window}"
+        )
         for fold in plan.folds:
 
-            def names(refs):
-                return ", ".join(r.name for r in refs) or "-"
+            def names(units):
+                return ", ".join(u.name for u in units) or "-"
 
             print(f"  fold {fold.fold}: train [{names(fold.train)}]  val [{names(fold.val)}]  test [{names(fold.test)}]")
     return 0
@@ -510,7 +517,7 @@ def add_folds_options(p: argparse.ArgumentParser) -> None:
         "--cv-train-window",
         type=int,
         default=_default_of(plan_folds, "cv_train_window"),
-        help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)",
+        help="calendar quarters per training window; 0: n_quarters - cv_n_folds - 1 (default: %(default)s)",
     )
     p.add_argument(
         "--allow-untested-folds", action="store_true", help="allow folds without a test file (trained, never evaluated; warns)"
@@ -676,7 +683,7 @@ WALK_FORWARD_HELP = {
     "several (default: the folder's name, or the root's only symbol)",
     "early_stop_patience": "epochs without improvement; 0 disables",
     "cv_fold": "train this fold only (default: every fold)",
-    "cv_train_window": "files per training window; 0: n_files - cv_n_folds - 1",
+    "cv_train_window": "calendar quarters per training window; 0: n_quarters - cv_n_folds - 1",
     "cv_n_folds": "walk-forward folds, each with a test file (1: a single train/validation split, never tested)",
     "allow_hyperopt_leakage": "train with params searched on one of the fold's test files (the report excludes it)",
     "seed": "(hex works: 0x4242)",

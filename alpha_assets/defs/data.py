@@ -16,7 +16,7 @@ from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
-from alpha_core.data.folds import check_leakage, plan_folds
+from alpha_core.data.folds import check_leakage, check_schemas_agree, plan_folds
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import Predecoded, file_ref, predecode
 from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
@@ -176,25 +176,34 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
             blocking=True,
             partitions_def=symbol_partitions,
             description=(
-                "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
+                "No quarter is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
                 "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
                 "label_tail_problems)."
             ),
         )
     ],
-    description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
+    description=(
+        "Walk-forward fold plans over calendar quarters (train/val/test quarters, whatever the files' split) for the "
+        "book and bar sidecars; gaps are listed, schemas that disagree on a quarter are refused."
+    ),
 )
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
     symbol = context.partition_key
-    plans, problems = {}, []
-    for kind, upstream in (("book", "book_sidecars"), ("bars", "bar_sidecars")):
+    plans, planned, problems = {}, {}, []
+    for kind, upstream, schema in (("book", "book_sidecars", MBP10), ("bars", "bar_sidecars", OHLCV_1M)):
         sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
         refs = [file_ref(sc) for sc in sidecars]
         with fail_without_retry():
-            plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
+            plan = plan_folds(refs, N_FOLDS, config.cv_train_window, schema=schema)
+        planned[schema] = plan
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
         problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
+    with fail_without_retry():
+        check_schemas_agree(planned)  # the bar models and the flagship must be tested on the same quarters
+    gaps = [g for plan in planned.values() for g in plan.gaps]
+    for gap in gaps:
+        context.log.warning(f"{symbol}: {gap}")
     path = atomic_write_json(storage.run_dir(run_id(context)) / "folds" / symbol / "fold_plans.json", plans)
     table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
     for kind, plan in plans.items():
@@ -211,6 +220,8 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
             "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
             "train_window": metadata.text(plans["book"]["window"]),
             "folds_table": dg.MetadataValue.md("\n".join(table)),
+            "quarters": dg.MetadataValue.json(planned[MBP10].units),
+            "gaps": dg.MetadataValue.json(gaps),
             "plans": dg.MetadataValue.json(plans),
         },
         check_results=[

@@ -41,7 +41,7 @@ from alpha_core import artifacts, cpus, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import take_rows
 from alpha_core.data.oracle import oracle_auc
-from alpha_core.data.predecode import predecode, symbol_dir
+from alpha_core.data.predecode import predecode, quarter_sidecars, symbol_dir
 from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
@@ -239,14 +239,15 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         except DataError as exc:  # one symbol without data: its checkpoints are listed, the others evaluated
             excluded += [Excluded(model=c.model, symbol=symbol, fold=c.fold, reason=f"no data: {exc}") for c in ckpts]
             continue
-        bars = {i.sidecar.meta.source.name: i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)}
+        # calendar quarter ("2024-Q3") -> its rows, whatever the files' split: what summaries name (`folds.py`)
+        bars = quarter_sidecars([i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)])
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
             raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
         book_items = (
             predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer == "perception" for c in ckpts) else []
         )
-        book = {i.sidecar.meta.source.name: i.sidecar for i in book_items}
+        book = quarter_sidecars([i.sidecar for i in book_items])
         symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
         created=dt.datetime.now(dt.UTC).isoformat(),
@@ -299,6 +300,17 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
     return None, search
 
 
+def _lacking_quarter(ckpt: Checkpoint, test_name: str, val_name: str, bars: dict, book: dict) -> str | None:
+    """Why the data at hand cannot score the checkpoint: its test (or validation) quarter is not in it."""
+    needed = [(OHLCV_1M, bars)] + ([(MBP10, book)] if ckpt.trainer == "perception" else [])
+    for split, name in (("test", test_name), ("validation", val_name)):
+        for schema, have in needed:
+            if name not in have:
+                known = ", ".join(have) or "none"
+                return f"no {schema} data for its {split} quarter {name} (the {schema} quarters at hand: {known})"
+    return None
+
+
 def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> SymbolReport:
     scored: dict[str, list[Scored]] = defaultdict(list)
     test_predictions: dict[str, dict[str, Prediction]] = defaultdict(dict)  # test file -> model -> prediction
@@ -321,6 +333,10 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, reason)
             continue
         test_name, val_name = test_files[0], val_files[-1]
+        lacking = _lacking_quarter(ckpt, test_name, val_name, bars, book)
+        if lacking is not None:
+            drop(ckpt, lacking)
+            continue
         twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
         if twin is not None:  # e.g. a fold folder copied by hand: its days would count twice
             drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")

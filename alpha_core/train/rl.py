@@ -195,8 +195,8 @@ def _train_fold(
     summary = RLFoldSummary(
         model=cfg.model,
         fold=fold.fold,
-        train_files=[sc.meta.source.name for sc in train],
-        val_files=[sc.meta.source.name for sc in val],
+        train_files=fold.train_names,  # calendar quarters (`folds.py`)
+        val_files=fold.val_names,
         test_files=fold.test_names,
         epochs=len(curve),
         early_stopped=early,
