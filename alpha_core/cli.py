@@ -192,6 +192,10 @@ def _source_literals(module: str, function: str, table: str) -> tuple[dict, list
         if isinstance(n, ast.Assign | ast.AnnAssign)
         and table in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
     )
+    try:  # a literal tuple of names (`SPLITS = ("quarterly", ...)`)
+        return defaults, [str(n) for n in ast.literal_eval(assignment.value)]
+    except ValueError:
+        pass
     names = [
         call.args[0].value
         for call in ast.walk(assignment)
@@ -541,7 +545,7 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.products import PRODUCTS
 
     paths = generate_demo_data(
-        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions
+        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions, args.split
     )
     print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
     for p in paths:
@@ -568,6 +572,14 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         "--book-sessions",
         type=int,
         help="--scale real: sessions around each roll with an MBP-10 book (default: the scale's, 3; 0: bars only)",
+    )
+    splits = _source_literals("alpha_core.data.demo", "generate_demo_data", "SPLITS")[1]
+    p.add_argument(
+        "--split",
+        choices=splits,
+        default=defaults["split"],
+        help="the same records in one file per quarter, per UTC day or month (as Databento's batch downloads split "
+        "them), or one file for every quarter (default: %(default)s)",
     )
 
 

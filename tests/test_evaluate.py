@@ -177,8 +177,8 @@ def test_report_end_to_end(trained, tiny_data):
     sym = report.symbols["ES.FUT"]
     assert set(sym.models) == {"mamba2", "kan", "ppo", "perception"}
     assert set(sym.ensembles) == {"equal_weight", "validation_weighted"}
-    assert [f.test_file for f in sym.models["mamba2"].folds] == ["ES.FUT_2024-Q4.dbn.zst", "ES.FUT_2025-Q1.dbn.zst"]
-    assert [f.test_file for f in sym.models["perception"].folds] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [f.test_file for f in sym.models["mamba2"].folds] == ["2024-Q4", "2025-Q1"]  # calendar quarters
+    assert [f.test_file for f in sym.models["perception"].folds] == ["2024-Q4"]
     rows = [*sym.models.values(), *sym.ensembles.values()]
     for result in rows:
         for m in (result.oos, *(f.metrics for f in result.folds)):  # uncertainty on every row, oos and per fold
@@ -208,9 +208,9 @@ def test_report_end_to_end(trained, tiny_data):
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("kan", 7)].startswith("unreadable: ") and "model.safetensors: missing" in reasons[("kan", 7)]
-    assert reasons[("mamba2", 8)] == "no test file"
+    assert reasons[("mamba2", 8)] == "no test quarter"
     assert reasons[("mamba2", 9)].startswith("gate failed: mean validation AUC") and "not finite" in reasons[("mamba2", 9)]
-    assert reasons[("mamba2", 10)] == "tests on ES.FUT_2024-Q4.dbn.zst like fold 0: one checkpoint per test file"
+    assert reasons[("mamba2", 10)] == "tests on 2024-Q4 like fold 0: one checkpoint per test quarter"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
     assert "95% CI" in md and "AUC against the oracle" in md

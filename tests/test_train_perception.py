@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -175,9 +176,12 @@ def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
         (["--cv-fold", "2", "--cv-n-folds", "2"], "--cv-fold 2 must be < --cv-n-folds 2"),
         (
             ["--cv-n-folds", "3", "--cv-train-window", "3"],
-            "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available",
+            "mbp-10: CV layout overflows: cv_fold=2 + window=3 + 1 val quarter > 5 quarters available",
         ),
-        (["--cv-n-folds", "5"], "5 files are too few for 5 walk-forward folds"),
+        (
+            ["--cv-n-folds", "5"],
+            "mbp-10: 5 quarters (2024-Q1, 2024-Q2, 2024-Q3, 2024-Q4, 2025-Q1) are too few for 5 walk-forward folds",
+        ),
         (["--cuda-graph"], "--cuda-graph and --compile are for cuda devices"),
     ],
 )
@@ -198,15 +202,20 @@ def test_spec_validation_errors(book_dir, tmp_path, capsys, flags, message):
     assert message in capsys.readouterr().err
 
 
-def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
+def test_a_single_quarter_cannot_be_split(book_dir, tmp_path, capsys):
     lone = tmp_path / "lone"
     lone.mkdir()
     (lone / "only.dbn.zst").write_bytes(next(book_dir.glob("*.dbn.zst")).read_bytes())
     argv = ["train", "--mbp10-data-dir", str(lone), "--predecoded-dir", str(tmp_path / "pd"), "--out", str(tmp_path / "o")]
     assert main(argv) == 2
-    assert f"{lone}: 1 files are too few for 3 walk-forward folds" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert re.search(rf"{re.escape(str(lone))}: mbp-10: 1 quarter \(\d{{4}}-Q\d\) is too few for 3 walk-forward folds", err), (
+        err
+    )
+    assert "at least 5 calendar quarters" in err
     assert main([*argv, "--cv-n-folds", "1"]) == 2
-    assert f"need >= 2 files for single-fold temporal split, found 1 under {lone}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{lone}: mbp-10: need >= 2 calendar quarters for a single-fold temporal split, found 1 quarter (" in err
 
 
 @pytest.mark.slow

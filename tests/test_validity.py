@@ -79,9 +79,9 @@ def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
     tests = {r.name for f in plan.folds for r in f.test}
     used = set(results["train_files"]) | set(results["val_files"])
     assert not used & tests and hyperopt_leakage(plan, results) == []
-    names = [sc.meta.source.name for sc in sidecars]  # in time order
+    names = plan.units  # calendar quarters, in time order
     first_test = min((names.index(t) for t in tests), default=len(names))
-    assert results["train_files"] + results["val_files"] == names[:first_test]  # every earlier file, the last validates
+    assert results["train_files"] + results["val_files"] == names[:first_test]  # every earlier quarter, the last validates
     assert len(results["val_files"]) == 1 and results["plan_test_files"] == sorted(tests, key=names.index)
     assert all(math.isfinite(t["val_sharpe"]) for t in results["trials"])
     if model == "dqn":  # the RL objective is the validation Sharpe itself
@@ -186,17 +186,17 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
     override trains, records the leak in the summary, and the report lists the fold under Excluded."""
     bars_dir, pd, sidecars = bars
     results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "results.json", "--trials", "2")
-    test_file = sidecars[-1].meta.source.name  # fold 2's test file
+    test_file = plan_folds([file_ref(sc) for sc in sidecars]).folds[2].test[0].name  # fold 2's test quarter
     leaky = tmp_path / "leaky.json"
     leaky.write_text(json.dumps({**results, "val_files": [test_file]}))
     capsys.readouterr()
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky) == 2
     err = capsys.readouterr().err
-    assert f"{leaky}: fold 2: test file {test_file} was a hyperopt validation file" in err and err.count("\n") == 1
+    assert f"{leaky}: fold 2: test quarter {test_file} was a hyperopt validation quarter" in err and err.count("\n") == 1
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("summary.json"))
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky, "--allow-hyperopt-leakage") == 0
     summary = json.loads((tmp_path / "m" / "mamba2" / "ES.FUT" / "fold-2" / "summary.json").read_text())
-    assert summary["hyperopt_leakage"] == [f"fold 2: test file {test_file} was a hyperopt validation file"]
+    assert summary["hyperopt_leakage"] == [f"fold 2: test quarter {test_file} was a hyperopt validation quarter"]
     report = evaluate(
         EvalConfig(
             models_dir=tmp_path / "m",
@@ -208,7 +208,7 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
         )
     )
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
-    assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test file")
+    assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test quarter")
     assert {f.fold for f in report.symbols["ES.FUT"].models["mamba2"].folds} == {0, 1}
 
 

@@ -275,9 +275,7 @@ def _resplit(base: Path, quarterly: list[Path], split: str) -> list[Path]:
                 for iv in ivs:
                     span = intervals.setdefault(raw, {}).setdefault(iv.instrument_id, [iv.start_date, iv.end_date])
                     span[0], span[1] = min(span[0], iv.start_date), max(span[1], iv.end_date)
-        mappings = [
-            _Mapping(raw, [_Interval(a, b, str(iid)) for iid, (a, b) in ids.items()]) for raw, ids in intervals.items()
-        ]
+        mappings = [_Mapping(raw, [_Interval(a, b, str(iid)) for iid, (a, b) in ids.items()]) for raw, ids in intervals.items()]
         start, end = infos[0].start, infos[-1].end
         keys = _split_key(index, split)
         bounds = np.flatnonzero(np.diff(keys)) + 1

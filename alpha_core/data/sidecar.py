@@ -318,12 +318,15 @@ def _chunked_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def concat_sidecars(parts: list[Sidecar], name: str) -> Sidecar:
-    """One sidecar of a calendar quarter's parts (a daily or monthly split), in time order, for evaluation: arrays
-    concatenated in memory. Each part's price is stitched on its own, so every later part is shifted to start at
-    the price the previous one ended at (a part boundary adds no move: a roll or a stitch offset between files is
-    never scored as a trade's profit)."""
-    if len(parts) == 1:
-        return parts[0]
+    """One sidecar of a calendar quarter's parts (a daily or monthly split), in time order, named for the quarter
+    (`meta.source.name`), for evaluation: arrays concatenated in memory (one part: its own arrays). Each part's
+    price is stitched on its own, so every later part is shifted to start at the price the previous one ended at
+    (a part boundary adds no move: a roll or a stitch offset between files is never scored as a trade's profit)."""
+    if len(parts) == 1:  # the same arrays (mapped as they are used), named for the quarter
+        sc = parts[0]
+        out = Sidecar(sc.path, sc.meta.model_copy(update={"source": sc.meta.source.model_copy(update={"name": name})}))
+        out._given, out._sums = sc._given, sc._sums
+        return out
     arrays = {n: np.concatenate([np.asarray(p.array(n)) for p in parts]) for n in ARRAYS}
     price, at = arrays["price"], 0
     for k, p in enumerate(parts):

@@ -287,7 +287,7 @@ def _predict_checked(
 def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple[str | None, HyperoptRecord | None]:
     """(why the checkpoint cannot be reported, or None; the search behind it)."""
     if not test_files:
-        return "no test file", None
+        return "no test quarter", None
     try:
         search = search_behind(ckpt, cfg)
     except DataError as exc:
@@ -296,7 +296,7 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
     if leaks:
         return f"trained with --allow-hyperopt-leakage: {'; '.join(leaks)}", search
     if search is not None and test_files[0] in {*search.train_files, *search.val_files}:
-        return f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})", search
+        return f"hyperopt trained or validated on its test quarter {test_files[0]} ({search.path})", search
     return None, search
 
 
@@ -339,7 +339,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             continue
         twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
         if twin is not None:  # e.g. a fold folder copied by hand: its days would count twice
-            drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")
+            drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test quarter")
             continue
         try:
             test, _ = bars[test_name], bars[val_name]

@@ -182,9 +182,7 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
     schema = OHLCV_1M if model_input == "bars" else MBP10
     predecoded = default_predecoded_dir(cfg.predecoded_dir, cfg.output.parent)
     sidecars = [item.sidecar for item in predecode(cfg.data_dir, predecoded, cfg.symbol, schema)]
-    plan = plan_folds(
-        [file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, schema
-    )
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, schema)
     if cfg.cv_fold is None:
         train, val = hyperopt_files(plan)
     else:

@@ -206,9 +206,9 @@ def _train_fold(
         val_mean_reward=result.mean_reward,
         val_turnover=result.turnover,
         val_score=None
-        if len(val) != 1
+        if len(val) != 1 or len(fold.val_names) != 1  # several parts: the evaluator scores them concatenated
         else ValidationScore(
-            file=val[0].meta.source.name,
+            file=fold.val_names[0],
             sharpe=result.sharpe,
             sessions=result.n_sessions,
             horizon=None,
