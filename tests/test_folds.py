@@ -16,10 +16,12 @@ from alpha_core.data.folds import (
     UntestedFoldWarning,
     calendar_units,
     check_leakage,
+    check_schemas_agree,
     hyperopt_files,
     hyperopt_leakage,
     plan_folds,
 )
+from alpha_core.data.front_month import session_day
 from alpha_core.errors import PlanError
 
 NS_DAY = 86_400 * 10**9
@@ -180,3 +182,111 @@ def test_folds_plan_from_the_sidecars_without_decoding(tiny_data, tmp_path, caps
 
 def _bytes_read() -> int:
     return int(next(line.split()[1] for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("rchar:")))
+
+
+# --- calendar quarters, whatever the split (issue 32 item 2) ----------------------------------------------------
+
+
+def _weekdays(first: dt.date, last: dt.date) -> list[dt.date]:
+    return [
+        first + dt.timedelta(days=i) for i in range((last - first).days + 1) if (first + dt.timedelta(days=i)).weekday() < 5
+    ]
+
+
+def _layout(split: str) -> list[FileRef]:
+    """Files of the sessions 2024-01-02 .. 2025-03-31 (17:00 CT the evening before to 16:00 CT), as a download of that
+    range splits them by UTC date: daily, weekly, monthly, quarterly, or one file."""
+    from alpha_core.data.front_month import cme_holidays, session_open_ns
+
+    hour = 3_600 * 10**9
+    days = [d for d in _weekdays(dt.date(2024, 1, 2), dt.date(2025, 3, 31)) if d not in cme_holidays(d.year)]
+    sessions = [(session_open_ns(d), session_open_ns(d) + 23 * hour - 1) for d in days]  # 17:00 .. 16:00 CT
+
+    def key(ts: int):
+        day = dt.datetime.fromtimestamp(ts / 1e9, dt.UTC).date()
+        return {
+            "daily": day,
+            "weekly": day - dt.timedelta(days=day.weekday()),
+            "monthly": (day.year, day.month),
+            "quarterly": (day.year, (day.month - 1) // 3),
+            "single": 0,
+        }[split]
+
+    groups: dict = {}
+    for start, end in sessions:  # a session's records split at UTC midnight, as Databento's daily files are
+        midnight = (end // (24 * hour)) * 24 * hour
+        for lo, hi in ((start, midnight - 1), (midnight, end)) if start < midnight <= end else ((start, end),):
+            span = groups.setdefault(key(lo), [lo, hi])
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
+    return [
+        FileRef(path=f"/d/{split}-{i}.dbn.zst", name=f"{split}-{i}", start=a, end=b) for i, (a, b) in enumerate(groups.values())
+    ]
+
+
+@pytest.mark.parametrize("split", ["daily", "weekly", "monthly", "single"])
+def test_every_split_of_a_download_plans_the_same_calendar_quarters(split):
+    """Databento splits a download by day (the default), week or month, or not at all: the plan counts calendar
+    quarters, so every split plans the folds of the quarterly files, and none reports a gap."""
+    quarterly = plan_folds(_layout("quarterly"))
+    plan = plan_folds(_layout(split))
+    assert plan.units == quarterly.units == [q(i) for i in range(5)] and plan.gaps == quarterly.gaps == []
+    assert plan.n_files == len(_layout(split)) and quarterly.n_units == plan.n_units == 5
+    folds = [[names(f.train), names(f.val), names(f.test)] for f in plan.folds]
+    assert folds == [[names(f.train), names(f.val), names(f.test)] for f in quarterly.folds]
+    assert folds[0] == [[q(0)], [q(1)], [q(2)]] and check_leakage(plan) == []
+
+
+def test_a_file_over_several_quarters_gives_each_quarter_its_part():
+    (single,) = _layout("single")
+    units = calendar_units([single])
+    assert [u.name for u in units] == [q(i) for i in range(5)]
+    assert all(len(u.parts) == 1 and not u.parts[0].whole and u.parts[0].path == single.path for u in units)
+    for a, b in zip(units, units[1:], strict=False):
+        assert a.parts[0].end < b.parts[0].start  # the parts tile the file without overlap
+    assert units[0].parts[0].start == single.start and units[-1].parts[0].end == single.end
+    whole = calendar_units(refs(5))  # a file inside one quarter is used whole
+    assert all(len(u.parts) == 1 and u.parts[0].whole for u in whole)
+
+
+def test_a_record_belongs_to_the_quarter_of_its_cme_session():
+    """The session of Monday 2024-04-01 opens Sunday 2024-03-31 at 17:00 CT (22:00 UTC): a daily file of that UTC
+    Sunday belongs to 2024-Q2, and a file of UTC Monday 2025-03-31 holds the end of a Q1 session and the start of Q2."""
+    sunday = FileRef(path="/d/a", name="a", start=ns(dt.date(2024, 3, 31), 22), end=ns(dt.date(2024, 3, 31), 23))
+    assert [u.name for u in calendar_units([sunday])] == ["2024-Q2"]
+    monday = FileRef(path="/d/b", name="b", start=ns(dt.date(2025, 3, 31), 0), end=ns(dt.date(2025, 3, 31), 23))
+    units = calendar_units([monday])
+    assert [u.name for u in units] == ["2025-Q1", "2025-Q2"] and units[1].parts[0].start == ns(dt.date(2025, 3, 31), 22)
+
+
+def test_a_missing_quarter_and_a_missing_day_are_reported():
+    files = _layout("daily")
+    lost_day = dt.date(2024, 5, 15)  # a Wednesday: its file is gone
+    kept = [
+        f
+        for f in files
+        if dt.datetime.fromtimestamp(f.start / 1e9, dt.UTC).date() != lost_day
+        and not dt.date(2024, 7, 1) <= session_day(f.start) < dt.date(2024, 10, 1)  # and 2024-Q3's sessions
+    ]
+    plan = plan_folds(kept, cv_n_folds=2, schema="mbp-10")
+    assert plan.units == [q(0), q(1), q(3), q(4)]
+    assert plan.gaps == [
+        "2024-Q3: no mbp-10 files (a missing quarter: the folds step over it)",
+        "2024-Q2: no mbp-10 records in 1 weekday session(s) inside the quarter (2024-05-15)",
+    ]
+
+
+def test_schemas_that_disagree_on_a_quarter_are_refused_naming_the_schema_and_the_quarter():
+    book = plan_folds(refs(6), schema="mbp-10")
+    bars = plan_folds(refs(2) + refs(6)[3:], cv_n_folds=2, schema="ohlcv-1m")
+    check_schemas_agree({"mbp-10": book, "ohlcv-1m": plan_folds(refs(6), schema="ohlcv-1m")})
+    with pytest.raises(PlanError, match=r"^ohlcv-1m has no files for 2024-Q3 \(mbp-10 has\)"):
+        check_schemas_agree({"mbp-10": book, "ohlcv-1m": bars})
+
+
+def test_too_few_quarters_names_the_schema_and_the_quarters_three_folds_need():
+    with pytest.raises(PlanError) as err:
+        plan_folds(refs(1), schema="ohlcv-1m")
+    assert str(err.value).startswith(
+        "ohlcv-1m: 1 quarter (2024-Q1) is too few for 3 walk-forward folds (each needs a training, a validation and "
+        "a test quarter: at least 5 calendar quarters)"
+    )
