@@ -300,14 +300,13 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
     return None, search
 
 
-def _lacking_quarter(ckpt: Checkpoint, test_name: str, val_name: str, bars: dict, book: dict) -> str | None:
+def _lacking_quarter(ckpt: Checkpoint, name: str, bars: dict, book: dict, split: str = "test") -> str | None:
     """Why the data at hand cannot score the checkpoint: its test (or validation) quarter is not in it."""
     needed = [(OHLCV_1M, bars)] + ([(MBP10, book)] if ckpt.trainer == "perception" else [])
-    for split, name in (("test", test_name), ("validation", val_name)):
-        for schema, have in needed:
-            if name not in have:
-                known = ", ".join(have) or "none"
-                return f"no {schema} data for its {split} quarter {name} (the {schema} quarters at hand: {known})"
+    for schema, have in needed:
+        if name not in have:
+            known = ", ".join(have) or "none"
+            return f"no {schema} data for its {split} quarter {name} (the {schema} quarters at hand: {known})"
     return None
 
 
@@ -333,7 +332,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, reason)
             continue
         test_name, val_name = test_files[0], val_files[-1]
-        lacking = _lacking_quarter(ckpt, test_name, val_name, bars, book)
+        lacking = _lacking_quarter(ckpt, test_name, bars, book)
         if lacking is not None:
             drop(ckpt, lacking)
             continue
@@ -342,7 +341,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test quarter")
             continue
         try:
-            test, _ = bars[test_name], bars[val_name]
+            test = bars[test_name]
             model = load(ckpt, device)
             pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name))
             labels = mask = None
@@ -363,7 +362,10 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         if len(test_predictions[test_name]) < 2:
             continue
         sharpe = validation.recorded_sharpe(ckpt, val_name, cfg.horizon, cfg.band, cfg.cost_ticks)
+        lacking = None if sharpe is not None else _lacking_quarter(ckpt, val_name, bars, book, "validation")
         try:
+            if lacking is not None:
+                raise LookupError(lacking)
             if sharpe is None:
                 val = validation.score(
                     model, bars[val_name], book.get(val_name), cfg.horizon, cfg.band, cfg.cost_ticks, clock(val_name)
@@ -372,7 +374,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         except DecisionClockError:
             raise
         except Exception as exc:
-            drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
+            drop(ckpt, lacking or f"unreadable: {type(exc).__name__}: {exc}")
             scored[name] = [p for p in scored[name] if p.test_file != test_name]
             if not scored[name]:
                 del scored[name]
