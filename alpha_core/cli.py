@@ -485,12 +485,12 @@ def cmd_folds(args: argparse.Namespace) -> int:
 
     # grouped into calendar quarters by the records' time
     refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
+    check_schemas_agree(refs)  # before planning: a quarter one schema lacks is named as such
     plans = {
         s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds, schema=s)
         for s in SUPPORTED_SCHEMAS
         if s in refs
     }
-    check_schemas_agree(plans)
     for plan in plans.values():
         for gap in plan.gaps:
             print(f"alpha folds: warning: gap: {gap}", file=sys.stderr)

@@ -190,17 +190,21 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
     symbol = context.partition_key
     plans, planned, problems = {}, {}, []
-    for kind, upstream, schema in (("book", "book_sidecars", MBP10), ("bars", "bar_sidecars", OHLCV_1M)):
-        sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
-        refs = [file_ref(sc) for sc in sidecars]
+    kinds = (("book", "book_sidecars", MBP10), ("bars", "bar_sidecars", OHLCV_1M))
+    sidecars = {
+        schema: [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
+        for _, upstream, schema in kinds
+    }
+    refs = {schema: [file_ref(sc) for sc in scs] for schema, scs in sidecars.items()}
+    with fail_without_retry():
+        check_schemas_agree(refs)  # the bar models and the flagship must be tested on the same quarters
+    for kind, _, schema in kinds:
         with fail_without_retry():
-            plan = plan_folds(refs, N_FOLDS, config.cv_train_window, schema=schema)
+            plan = plan_folds(refs[schema], N_FOLDS, config.cv_train_window, schema=schema)
         planned[schema] = plan
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
-        problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
-    with fail_without_retry():
-        check_schemas_agree(planned)  # the bar models and the flagship must be tested on the same quarters
+        problems += [f"{kind}: {p}" for sc in sidecars[schema] for p in label_tail_problems(sc)]
     gaps = [g for plan in planned.values() for g in plan.gaps]
     for gap in gaps:
         context.log.warning(f"{symbol}: {gap}")

@@ -180,16 +180,18 @@ def calendar_gaps(units: list[Unit], schema: str | None = None) -> list[str]:
     return gaps
 
 
-def check_schemas_agree(plans: dict[str, FoldPlan]) -> None:
-    """Plans of one symbol's schemas must cover the same quarters: models of each schema are compared and
-    ensembled test quarter by test quarter. A PlanError names the schema and the quarter it lacks."""
-    if len(plans) < 2:
+def check_schemas_agree(files: dict[str, list[FileRef]]) -> None:
+    """One symbol's schemas (schema -> its files) must cover the same calendar quarters, checked before any plan:
+    models of each schema are compared and ensembled test quarter by test quarter. A PlanError names the schema
+    and the quarter it lacks."""
+    if len(files) < 2:
         return
-    every = sorted({u for p in plans.values() for u in p.units})
-    for schema, plan in sorted(plans.items()):
-        lacking = [u for u in every if u not in plan.units]
+    have = {schema: [u.name for u in calendar_units(refs)] for schema, refs in files.items()}
+    every = sorted({u for units in have.values() for u in units})
+    for schema, units in sorted(have.items()):
+        lacking = [u for u in every if u not in units]
         if lacking:
-            others = ", ".join(s for s, p in sorted(plans.items()) if s != schema and lacking[0] in p.units)
+            others = ", ".join(s for s, us in sorted(have.items()) if s != schema and lacking[0] in us)
             raise PlanError(
                 f"{schema} has no files for {', '.join(lacking)} ({others} has): the schemas' fold plans would "
                 f"disagree; add the {schema} files of {lacking[0]} or remove the other schemas' files of it"
