@@ -12,7 +12,7 @@ import torch
 
 from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
-from alpha_core.data.predecode import file_ref, predecode
+from alpha_core.data.predecode import file_ref, predecode, quarter_sidecars
 from alpha_core.eval import metrics
 from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
@@ -271,7 +271,7 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
         == 0
     )
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
-    val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
+    val = quarter_sidecars(sidecars)[ckpt.summary["val_files"][0]]  # the validation quarter, as the evaluator reads it
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
     assert ckpt.summary["val_sharpe"] == file_score(val, pred.position)[0]
@@ -298,7 +298,7 @@ def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, 
     assert _train_fold_0("train-supervised", "kan", bars, models, *small) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
     val_name = ckpt.summary["val_files"][-1]
-    val = next(sc for sc in sidecars if sc.meta.source.name == val_name)
+    val = quarter_sidecars(sidecars)[val_name]  # the validation quarter, as the evaluator reads it
     record = ckpt.summary["val_score"]
     pred = predict(load(ckpt, torch.device("cpu")), val, None, DEFAULT_HORIZON, DEFAULT_BAND, scored=False)
     assert pred.position.any()
