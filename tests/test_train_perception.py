@@ -128,7 +128,8 @@ def test_cv_split_default_walk_forward_single_fold_and_sliding_window(book_dir, 
     default = PerceptionTrainer(config(book_dir, tmp_path / "d", cv_fold=2))  # the pipeline's plan: 3 folds, a test each
     assert [sc.meta.source.name for sc in default.train_files] == ["ES.FUT_2024-Q3.dbn.zst"]
     assert [sc.meta.source.name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
-    assert default.test_names == ["ES.FUT_2025-Q1.dbn.zst"] and default.dest == tmp_path / "d" / "out" / "fold-2"
+    assert default.test_names == ["2025-Q1"] and default.dest == tmp_path / "d" / "out" / "fold-2"  # calendar quarters
+    assert (default.train_names, default.val_names) == (["2024-Q3"], ["2024-Q4"])
     single = PerceptionTrainer(config(book_dir, tmp_path / "a", cv_n_folds=1))
     assert [sc.meta.source.name for sc in single.train_files] == [f"ES.FUT_2024-Q{i}.dbn.zst" for i in (1, 2, 3, 4)]
     assert [sc.meta.source.name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
