@@ -708,7 +708,10 @@ def test_file_order_follows_the_records_not_the_metadata(tiny_data, tmp_path, ca
     code, err = run(capsys, "folds", "--data-dir", folder, "--cv-n-folds", "1", "--json")
     assert code == 0, err
     fold = json.loads(run.out)[BOOK]["folds"][0]
-    assert [f["name"] for f in fold["train"] + fold["val"]] == [f"ES.FUT_2024-Q{q}.dbn.zst" for q in (1, 2, 3)]
+    assert [f["name"] for f in fold["train"] + fold["val"]] == [f"2024-Q{q}" for q in (1, 2, 3)]  # by the records
+    assert [p["name"] for f in fold["train"] + fold["val"] for p in f["parts"]] == [
+        f"ES.FUT_2024-Q{q}.dbn.zst" for q in (1, 2, 3)
+    ]
     assert fold["train"][1]["start"] == int(r["ts_recv"][0])  # the record range, not the metadata's
     code, err = run(capsys, "predecode", "--data-dir", tmp_path / "data", "--predecoded-dir", tmp_path / "pd")
     assert code == 0, err
