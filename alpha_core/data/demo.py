@@ -249,9 +249,9 @@ def _key_bounds(key: int, split: str) -> tuple[int, int, str]:
 
 
 def _resplit(base: Path, quarterly: list[Path], split: str) -> list[Path]:
-    """Rewrite a symbol's quarterly files (and their oracles) as the files of `split`, named as Databento names a
-    batch download's (`glbx-mdp3-20240315.mbp-10.dbn.zst`, `glbx-mdp3-202403.ohlcv-1m.dbn.zst`,
-    `glbx-mdp3-20240101-20250331.mbp-10.dbn.zst`): the same records, so every split plans the same folds."""
+    """Rewrite a symbol's quarterly files (and their oracles) as the files of `split`, named like a batch
+    download's (`glbx-mdp3-20240315.mbp-10.dbn.zst`; monthly `glbx-mdp3-202403...`, one file
+    `glbx-mdp3-20240101-20250331...`), split at UTC midnight as Databento splits: the same records in other files."""
     from alpha_core.data.dbn import iter_records, read_info
 
     written = []
