@@ -164,7 +164,7 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     group_name="data",
     kinds={"json"},
     deps=[book_sidecars, bar_sidecars],
-    code_version="1",
+    code_version="2",  # 2: calendar quarters, not files
     pool=CPU_POOL,
     automation_condition=FOLD_PLANS_AUTOMATION,
     owners=metadata.OWNERS,
