@@ -703,10 +703,11 @@ def test_data_without_a_checkpoint_s_test_quarter_excludes_it_with_that_reason(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("split", ["monthly", "single"])
+@pytest.mark.parametrize("split", ["monthly", "single", "daily"])
 def test_other_splits_of_the_test_data_score_the_checkpoints_on_the_same_quarters(trained, tiny_data, tmp_path, split):
-    """The same demo records split by month, or in one file, give every checkpoint the rows of its test quarter: the
-    report of the quarterly files (one file: the first rows of a quarter see the previous one's last hour)."""
+    """The same demo records split by month, in one file or by day give every checkpoint its test quarter: monthly,
+    the very report of the quarterly files (one file: a quarter's first rows see the previous one's last hour; daily:
+    each day's file picks its own front month, as a sidecar is built from its file alone)."""
     from alpha_core.data.demo import generate_demo_data
 
     root, pd = trained
@@ -730,6 +731,8 @@ def test_other_splits_of_the_test_data_score_the_checkpoints_on_the_same_quarter
         other = got.symbols["ES.FUT"].models[name]
         assert [f.test_file for f in other.folds] == [f.test_file for f in row.folds]
         assert other.oos.n_sessions == row.oos.n_sessions
+        assert (other.auc is None) == (row.auc is None)  # RL models have no probabilities
+        assert other.auc is None or other.auc.oracle is not None  # the demo's oracle, whichever files hold the rows
         if split == "monthly":  # each quarter is one monthly file: the very sidecar of its quarterly file
             assert other.oos == row.oos and [f.metrics for f in other.folds] == [f.metrics for f in row.folds]
             assert other.auc == row.auc
