@@ -248,14 +248,16 @@ def test_a_file_over_several_quarters_gives_each_quarter_its_part():
     assert all(len(u.parts) == 1 and u.parts[0].whole for u in whole)
 
 
-def test_a_record_belongs_to_the_quarter_of_its_cme_session():
-    """The session of Monday 2024-04-01 opens Sunday 2024-03-31 at 17:00 CT (22:00 UTC): a daily file of that UTC
-    Sunday belongs to 2024-Q2, and a file of UTC Monday 2025-03-31 holds the end of a Q1 session and the start of Q2."""
+def test_a_record_belongs_to_the_quarter_of_its_utc_date():
+    """Databento splits a download by UTC date and `alpha fetch` writes quarters of UTC dates ([2024-01-01,
+    2024-04-01)): the evening of Sunday 2024-03-31 (the opening of Monday's session) is 2024-Q1, so those files are
+    whole quarters; a file over the midnight of April 1 gives 2024-Q2 its records from then on."""
     sunday = FileRef(path="/d/a", name="a", start=ns(dt.date(2024, 3, 31), 22), end=ns(dt.date(2024, 3, 31), 23))
-    assert [u.name for u in calendar_units([sunday])] == ["2024-Q2"]
-    monday = FileRef(path="/d/b", name="b", start=ns(dt.date(2025, 3, 31), 0), end=ns(dt.date(2025, 3, 31), 23))
-    units = calendar_units([monday])
-    assert [u.name for u in units] == ["2025-Q1", "2025-Q2"] and units[1].parts[0].start == ns(dt.date(2025, 3, 31), 22)
+    assert [u.name for u in calendar_units([sunday])] == ["2024-Q1"]
+    across = FileRef(path="/d/b", name="b", start=ns(dt.date(2024, 3, 31), 22), end=ns(dt.date(2024, 4, 1), 10))
+    units = calendar_units([across])
+    assert [u.name for u in units] == ["2024-Q1", "2024-Q2"] and units[1].parts[0].start == ns(dt.date(2024, 4, 1), 0)
+    assert all(len(u.parts) == 1 and u.parts[0].whole for u in calendar_units(_layout("quarterly")))
 
 
 def test_a_missing_quarter_and_a_missing_day_are_reported():

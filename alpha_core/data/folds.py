@@ -1,11 +1,13 @@
 """Walk-forward fold plans over a symbol's calendar quarters: one plan for every door.
 
-A plan counts CME calendar quarters, not files: a symbol's files of one schema are grouped into quarters by
+A plan counts calendar quarters, not files: a symbol's files of one schema are grouped into quarters by
 their records' time range (`calendar_units`), whatever the split Databento delivered (daily, weekly, monthly,
 quarterly, or one file for two years), and a file whose records run over several quarters gives each its part
 (the rows of its sidecar inside the quarter, `predecode.unit_sidecars`). A quarter is named `2024-Q3`; a record
-belongs to the quarter of its CME session (a session opens at 17:00 CT the evening before its date), so a
-session never straddles two quarters. `train_files`, `val_files` and `test_files` of every summary name quarters.
+belongs to the quarter of its UTC date (its `ts_recv`, or `ts_event` for bars), where Databento splits a
+download and `alpha fetch` its quarters, so the quarterly files `alpha fetch` writes are whole quarters (the first
+hours of a quarter's first session, which opens the evening before in Chicago, belong to the quarter before, as
+in Databento's files). `train_files`, `val_files` and `test_files` of every summary name quarters.
 
 - `cv_n_folds > 1` (the default, `N_FOLDS`, the number of fold partitions Dagster trains): a sliding window
   of W training quarters; fold k trains on quarters [k, k+W), validates on quarter k+W and is tested on
@@ -40,6 +42,7 @@ from alpha_core.errors import PlanError
 
 N_FOLDS = 3  # walk-forward folds per symbol, each with a test quarter: the default of every door
 MAX_LISTED = 5  # dates listed in one gap line
+NS_PER_DAY = 86_400 * 1_000_000_000
 SESSION_MIDDLE_NS = 19 * 3_600_000_000_000  # 17:00 CT the evening before + 19 h = 12:00 CT: inside every session
 
 
@@ -124,17 +127,25 @@ def _next(year: int, q: int) -> tuple[int, int]:
     return (year + 1, 1) if q == 4 else (year, q + 1)
 
 
+def _utc_day(ts_ns: int) -> dt.date:
+    return dt.date(1970, 1, 1) + dt.timedelta(days=ts_ns // NS_PER_DAY)
+
+
+def _midnight(day: dt.date) -> int:
+    return (day - dt.date(1970, 1, 1)).days * NS_PER_DAY
+
+
 def quarter_bounds(year: int, q: int) -> tuple[int, int]:
-    """[open of its first session, open of the next quarter's first session) in UTC ns."""
+    """[00:00 UTC of its first day, 00:00 UTC of the next quarter's) in ns: Databento's split, and `alpha fetch`'s."""
     ny, nq = _next(year, q)
-    return session_open_ns(dt.date(year, 3 * q - 2, 1)), session_open_ns(dt.date(ny, 3 * nq - 2, 1))
+    return _midnight(dt.date(year, 3 * q - 2, 1)), _midnight(dt.date(ny, 3 * nq - 2, 1))
 
 
 def calendar_units(files: list[FileRef]) -> list[Unit]:
     """The calendar quarters of one schema's files, in time order, each with the part of every file inside it."""
     parts: dict[tuple[int, int], list[Part]] = {}
     for f in sorted(files, key=lambda f: (f.start, f.path)):
-        first, last = quarter_of(session_day(f.start)), quarter_of(session_day(f.end))
+        first, last = quarter_of(_utc_day(f.start)), quarter_of(_utc_day(f.end))
         q = first
         while q <= last:
             lo, hi = quarter_bounds(*q)
@@ -155,7 +166,7 @@ def calendar_gaps(units: list[Unit], schema: str | None = None) -> list[str]:
     gaps = []
     have = {u.name for u in units}
     if units:
-        q = quarter_of(session_day(units[0].start))
+        q = quarter_of(_utc_day(units[0].start))
         while quarter_name(*q) != units[-1].name:
             if quarter_name(*q) not in have:
                 gaps.append(f"{quarter_name(*q)}: no {what}files (a missing quarter: the folds step over it)")
