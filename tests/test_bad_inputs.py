@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -138,17 +137,3 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "alpha predecode: error:" in err and "junk.dbn: not a valid DBN file" in err
     assert "Traceback" not in err
-
-
-def test_instrument_definitions_beside_the_data_are_left_alone(tiny_data, tmp_path, samples, capsys):
-    """`alpha fetch` downloads the definitions (for rolls) into the symbol's folder: the data steps skip them, while a
-    file of another schema there is still refused."""
-    folder = tmp_path / "ES.FUT"
-    shutil.copytree(tiny_data / "ES.FUT", folder, ignore=shutil.ignore_patterns("oracle"))
-    (folder / "definition").mkdir()
-    shutil.copy(samples / "nautilus_trader/definition-glbx-es-futspread.dbn.zst", folder / "definition")
-    assert main(["folds", "--data-dir", str(folder), "--json"]) == 0, capsys.readouterr().err
-    assert set(json.loads(capsys.readouterr().out)) == {"mbp-10", "ohlcv-1m"}
-    shutil.copy(samples / "databento-python/GLBX.MDP3/test_data.trades.dbn.zst", folder / "definition" / "t.dbn.zst")
-    assert main(["folds", "--data-dir", str(folder)]) == 2
-    assert "t.dbn.zst: metadata.schema is 'trades'" in capsys.readouterr().err

@@ -184,8 +184,8 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
                 blocking=True,
                 partitions_def=symbol_partitions,
                 description=(
-                    "Every trial completed with a finite score, and no quarter the search trained or validated on is a "
-                    "test quarter of any fold (alpha_core.data.folds.hyperopt_leakage: the search never sees the data it "
+                    "Every trial completed with a finite score, and no file the search trained or validated on is a "
+                    "test file of any fold (alpha_core.data.folds.hyperopt_leakage: the search never sees the data it "
                     "is evaluated on)."
                 ),
             )

@@ -42,9 +42,6 @@ from alpha_core.errors import DataError
 MBP10 = "mbp-10"
 OHLCV_1M = "ohlcv-1m"
 SUPPORTED_SCHEMAS = (MBP10, OHLCV_1M)
-# schemas a symbol's folder may hold beside them and no sidecar reads: the instrument definitions `alpha fetch`
-# downloads with the data (for rolls). Any other schema there is an error: it should not be there
-COMPANION_SCHEMAS = ("definition",)
 DBN_SUFFIXES = (".dbn", ".dbn.zst")
 DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB of records per chunk (11k MBP-10, 75k OHLCV): decoding stays in cache
 # schema -> record class of `databento_dbn` (its v1 / v2 modules for files of those versions), as
@@ -408,8 +405,7 @@ def discover(directory: str | Path, schema: str | None = None, symbol: str | Non
     """All DBN files under `directory` (recursively), checked as a set and in time order.
 
     With `schema`, files of the other supported schema are skipped (a symbol directory holds both
-    MBP-10 and OHLCV-1m), and instrument definitions (`COMPANION_SCHEMAS`) always are, but a file of any other
-    schema is an error: it should not be there.
+    MBP-10 and OHLCV-1m), but a file of an unsupported schema is an error: it should not be there.
     The set must hold one product (`symbol`, when given) from its dataset, no content twice, no stray file
     (far outside the others' range, or a tiny sample among full files: `validate.check_strays`) and no two
     files of a schema whose records overlap in time. Files are ordered by their records' time: metadata
@@ -420,7 +416,6 @@ def discover(directory: str | Path, schema: str | None = None, symbol: str | Non
     if not directory.is_dir():
         raise DataError(directory, "data directory does not exist")
     files = [read_info(p) for p in sorted(directory.rglob("*")) if is_dbn_path(p)]
-    files = [f for f in files if f.schema not in COMPANION_SCHEMAS]
     for info in files:
         require_schema(info)
     if schema is not None:
