@@ -31,7 +31,6 @@ from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import WindowLoader
 from alpha_core.data.norm import fit_norm_stats
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_forward
-from alpha_core.data.sidecar import concat_sidecars
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval import validation
 from alpha_core.eval.predict import Checkpoint, load
@@ -223,6 +222,8 @@ def _train_fold(
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
+    from alpha_core.data.sidecar import concat_sidecars
+
     val_score = validation.score(  # on the validation quarter as the evaluator reads it (`quarter_sidecars`)
         load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device),
         concat_sidecars(val_files, fold.val_names[-1]),
