@@ -33,8 +33,8 @@ class SidecarConfig(dg.Config):
 
 
 class FoldConfig(dg.Config):
-    """The walk-forward window (0: n_files - N_FOLDS - 1, the CLI's default). The number of folds is not
-    configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
+    """The walk-forward window in calendar quarters (0: n_quarters - N_FOLDS - 1, the CLI's default). The number of
+    folds is not configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
 
     cv_train_window: int = Field(0, ge=0)
 
