@@ -292,7 +292,8 @@ def rows_between(sc: Sidecar, start: int, end: int) -> Sidecar:
         return sc
     if a >= b:
         raise DataError(sc.path, f"no rows between {_iso(start)} and {_iso(end)}")
-    arrays = {name: sc.array(name)[a:b] for name in ARRAYS}
+    # plain views (np.asarray): a slice of a memmap keeps its file's offset, which `loader.take_rows` would read from
+    arrays = {name: np.asarray(sc.array(name)[a:b]) for name in ARRAYS}
     part_ts = ts[a:b]
     for name in LABEL_ARRAYS:
         cut = np.array(arrays[name])
@@ -317,23 +318,69 @@ def _chunked_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return total, total_sq
 
 
+class PartsSidecar(Sidecar):
+    """A calendar quarter held by several sidecars (a daily or monthly split), read as one without copying them:
+    `read` and `take` (what evaluation reads a book through: `loader.take_rows`) go to the parts, and only a whole
+    array asked for (`array`, the bars') is concatenated, once. Each part's price is stitched on its own, so every
+    later part is shifted to start at the price the previous one ended at: a part boundary adds no move (a roll or
+    a stitch offset between files is never scored as a trade's profit)."""
+
+    def __init__(self, parts: list[Sidecar], meta: SidecarMeta) -> None:
+        super().__init__(parts[0].path, meta)
+        self.parts = parts
+        self.starts = np.cumsum([0] + [p.rows for p in parts])  # first row of each part, then the total
+        shifts, level = [0.0], None
+        for k, p in enumerate(parts):
+            first, last = float(p.read("price", 0, 1)[0]), float(p.read("price", p.rows - 1, p.rows)[0])
+            if k:
+                shifts.append(level - first)
+            level = last + shifts[k]
+        self.shifts = shifts
+        self._whole: dict[str, np.ndarray] = {}
+        sums = [p.feature_sums() for p in parts]
+        self._sums = (sum(x[0] for x in sums), sum(x[1] for x in sums))
+
+    def _shifted(self, name: str, k: int, rows: np.ndarray) -> np.ndarray:
+        return rows + self.shifts[k] if name == "price" and self.shifts[k] else rows
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self._whole:
+            self._whole[name] = np.concatenate(
+                [self._shifted(name, k, np.asarray(p.array(name))) for k, p in enumerate(self.parts)]
+            )
+        return self._whole[name]
+
+    def read(self, name: str, start: int, stop: int) -> np.ndarray:
+        start, stop = max(start, 0), min(stop, self.rows)
+        out = []
+        for k, p in enumerate(self.parts):
+            a, b = max(start - int(self.starts[k]), 0), min(stop - int(self.starts[k]), p.rows)
+            if a < b:
+                out.append(self._shifted(name, k, p.read(name, a, b)))
+        spec = self.meta.arrays[name]
+        return np.concatenate(out) if out else np.empty((0, *spec.shape[1:]), np.dtype(spec.dtype))
+
+    def take(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """`self.<name>[rows]` for sorted rows, gathered part by part (`loader.take_rows` of each)."""
+        from alpha_core.data.loader import take_rows
+
+        rows = np.asarray(rows, dtype=np.int64)
+        cuts = np.searchsorted(rows, self.starts)
+        out = [
+            self._shifted(name, k, take_rows(p, name, rows[cuts[k] : cuts[k + 1]] - int(self.starts[k])))
+            for k, p in enumerate(self.parts)
+        ]
+        return np.concatenate(out)
+
+
 def concat_sidecars(parts: list[Sidecar], name: str) -> Sidecar:
-    """One sidecar of a calendar quarter's parts (a daily or monthly split), in time order, named for the quarter
-    (`meta.source.name`), for evaluation: arrays concatenated in memory (one part: its own arrays). Each part's
-    price is stitched on its own, so every later part is shifted to start at the price the previous one ended at
-    (a part boundary adds no move: a roll or a stitch offset between files is never scored as a trade's profit)."""
+    """One sidecar of a calendar quarter's parts, in time order, named for the quarter (`meta.source.name`), for
+    evaluation: one part as it is, several as a `PartsSidecar` (nothing copied until a whole array is asked for)."""
     if len(parts) == 1:  # the same arrays (mapped as they are used), named for the quarter
         sc = parts[0]
         out = Sidecar(sc.path, sc.meta.model_copy(update={"source": sc.meta.source.model_copy(update={"name": name})}))
         out._given, out._sums = sc._given, sc._sums
         return out
-    arrays = {n: np.concatenate([np.asarray(p.array(n)) for p in parts]) for n in ARRAYS}
-    price, at = arrays["price"], 0
-    for k, p in enumerate(parts):
-        if k and p.rows:
-            price[at : at + p.rows] = np.asarray(p.price) + (price[at - 1] - float(p.price[0]))
-        at += p.rows
-    sums = [p.feature_sums() for p in parts]
     first = parts[0].meta
     contracts: dict[str, int] = {}
     for p in parts:
@@ -348,9 +395,7 @@ def concat_sidecars(parts: list[Sidecar], name: str) -> Sidecar:
         contracts=contracts,
         roll_dates=[r for p in parts for r in p.meta.roll_dates],
     )
-    out = Sidecar(parts[0].path, meta, **arrays)
-    out._sums = (sum(s[0] for s in sums), sum(s[1] for s in sums))
-    return out
+    return PartsSidecar(parts, meta)
 
 
 def resolve_product(info: DbnFile, symbol: str | None) -> Product:
