@@ -578,8 +578,8 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         "--split",
         choices=splits,
         default=defaults["split"],
-        help="the same records in one file per quarter, per UTC day or month (as Databento's batch downloads split "
-        "them), or one file for every quarter (default: %(default)s)",
+        help="the same records in one file per quarter, per UTC day, week or month (as Databento's batch downloads "
+        "split them), or one file for every quarter (default: %(default)s)",
     )
 
 

@@ -373,15 +373,15 @@ def test_book_sessions_is_checked(tmp_path):
 
 
 @pytest.mark.slow
-def test_daily_monthly_and_one_file_layouts_of_the_demo_plan_the_same_folds(tmp_path, capsys):
-    """`alpha demo-data --split` writes the same records per UTC day, per month or in one file (as Databento's batch
+def test_daily_weekly_monthly_and_one_file_layouts_of_the_demo_plan_the_same_folds(tmp_path, capsys):
+    """`alpha demo-data --split` writes the same records per UTC day, week, month or in one file (as Databento's batch
     downloads split them): each layout plans the quarterly files' folds, without a gap; the monthly and the one-file
     layouts give each quarter the very rows and labels of its quarterly file."""
     from alpha_core.cli import main
     from alpha_core.data.predecode import predecode, quarter_sidecars
 
     plans, quarters = {}, {}
-    for split in ("quarterly", "daily", "monthly", "single"):
+    for split in ("quarterly", "daily", "weekly", "monthly", "single"):
         assert (
             main(["demo-data", "--scale", "tiny", "--symbols", "ES", "--output-dir", str(tmp_path / split), "--split", split])
             == 0
@@ -394,10 +394,11 @@ def test_daily_monthly_and_one_file_layouts_of_the_demo_plan_the_same_folds(tmp_
             for schema, p in out.items()
         }
         files = {schema: p["n_files"] for schema, p in out.items()}
-        assert files == {"mbp-10": {"quarterly": 5, "monthly": 5, "single": 1}.get(split, 20), "ohlcv-1m": files["mbp-10"]}
+        assert files["ohlcv-1m"] == files["mbp-10"]
+        assert 5 <= files["mbp-10"] <= 20 if split == "weekly" else files["mbp-10"] == {"daily": 20, "single": 1}.get(split, 5)
         sidecars = predecode(tmp_path / split / "ES.FUT", tmp_path / "pd" / split, "ES.FUT", "ohlcv-1m")
         quarters[split] = quarter_sidecars([i.sidecar for i in sidecars])
-    assert plans["daily"] == plans["monthly"] == plans["single"] == plans["quarterly"]
+    assert plans["daily"] == plans["weekly"] == plans["monthly"] == plans["single"] == plans["quarterly"]
     assert plans["quarterly"]["mbp-10"][0] == ["2024-Q1", "2024-Q2", "2024-Q3", "2024-Q4", "2025-Q1"]
     for split in ("monthly", "single"):
         assert list(quarters[split]) == list(quarters["quarterly"])

@@ -222,14 +222,17 @@ def generate_demo_data(
     return sorted(written)
 
 
-SPLITS = ("quarterly", "daily", "monthly", "single")  # how `generate_demo_data` lays a symbol's records out in files
+SPLITS = ("quarterly", "daily", "weekly", "monthly", "single")  # how `generate_demo_data` lays a symbol's records out in files
 
 
 def _split_key(ts: np.ndarray, split: str) -> np.ndarray:
-    """The file each record goes to: its UTC day or month (Databento splits by UTC date), or one for all."""
+    """The file each record goes to: its UTC day, week (from Sunday, when CME's week opens) or month (Databento
+    splits by UTC date), or one for all."""
     days = ts // (86_400 * 1_000_000_000)
     if split == "daily":
         return days
+    if split == "weekly":  # 1970-01-04 was a Sunday
+        return (days - 3) // 7
     if split == "monthly":
         dates = days.astype("datetime64[D]")
         return dates.astype("datetime64[M]").astype(np.int64)
@@ -242,6 +245,10 @@ def _key_bounds(key: int, split: str) -> tuple[int, int, str]:
     if split == "daily":
         day = dt.date(1970, 1, 1) + dt.timedelta(days=int(key))
         return int(key) * ns_day, (int(key) + 1) * ns_day, day.strftime("%Y%m%d")
+    if split == "weekly":
+        first = 7 * int(key) + 3
+        day = dt.date(1970, 1, 1) + dt.timedelta(days=first)
+        return first * ns_day, (first + 7) * ns_day, day.strftime("%Y%m%d")
     month = np.datetime64(int(key), "M")
     lo = int(month.astype("datetime64[D]").astype(np.int64)) * ns_day
     hi = int((month + 1).astype("datetime64[D]").astype(np.int64)) * ns_day
