@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,15 +128,16 @@ def test_best_checkpoint_reproduces_its_validation_auc(book_dir, tmp_path):
 def test_cv_split_default_walk_forward_single_fold_and_sliding_window(book_dir, tmp_path):
     default = PerceptionTrainer(config(book_dir, tmp_path / "d", cv_fold=2))  # the pipeline's plan: 3 folds, a test each
     assert [sc.meta.source.name for sc in default.train_files] == ["ES.FUT_2024-Q3.dbn.zst"]
-    assert [sc.meta.source.name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [Path(sc.meta.source.path).name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [sc.meta.source.name for sc in default.val_files] == ["2024-Q4"]  # a quarter of one file: named for it
     assert default.test_names == ["2025-Q1"] and default.dest == tmp_path / "d" / "out" / "fold-2"  # calendar quarters
     assert (default.train_names, default.val_names) == (["2024-Q3"], ["2024-Q4"])
     single = PerceptionTrainer(config(book_dir, tmp_path / "a", cv_n_folds=1))
     assert [sc.meta.source.name for sc in single.train_files] == [f"ES.FUT_2024-Q{i}.dbn.zst" for i in (1, 2, 3, 4)]
-    assert [sc.meta.source.name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
+    assert [Path(sc.meta.source.path).name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
     sliding = PerceptionTrainer(config(book_dir, tmp_path / "b", cv_n_folds=2, cv_train_window=2, cv_fold=1))
     assert [sc.meta.source.name for sc in sliding.train_files] == ["ES.FUT_2024-Q2.dbn.zst", "ES.FUT_2024-Q3.dbn.zst"]
-    assert [sc.meta.source.name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [Path(sc.meta.source.path).name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
 
 
 @pytest.mark.slow

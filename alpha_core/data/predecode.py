@@ -140,11 +140,21 @@ def fold_data(plan: FoldPlan, sidecars: list[Sidecar], cv_fold: int | None = Non
     """The sidecars of every requested fold (all when `cv_fold` is None) of a plan made from `sidecars`."""
     by_path = {sc.meta.source.path: sc for sc in sidecars}
     folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
+
+    def val(units: list[Unit]) -> list[Sidecar]:
+        """A quarter of one file as that file's sidecar named for the quarter: a validation score recorded on it
+        names the quarter, as the evaluator reads it (`quarter_sidecars`); several files stay parts."""
+        out = []
+        for u in units:
+            parts = unit_sidecars(u, by_path)
+            out += [concat_sidecars(parts, u.name)] if len(parts) == 1 else parts
+        return out
+
     return [
         FoldData(
             f.fold,
             [sc for u in f.train for sc in unit_sidecars(u, by_path)],
-            [sc for u in f.val for sc in unit_sidecars(u, by_path)],
+            val(f.val),
             [u.name for u in f.test],
             [u.name for u in f.train],
             [u.name for u in f.val],

@@ -222,11 +222,8 @@ def _train_fold(
         if t.should_stop(cfg.early_stop_metric, cfg.early_stop_patience):
             t.early_stopped = True
             break
-    from alpha_core.data.sidecar import concat_sidecars
-
-    val_score = validation.score(  # on the validation quarter as the evaluator reads it (`quarter_sidecars`)
-        load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device),
-        concat_sidecars(val_files, fold.val_names[-1]),
+    val_score = validation.score(
+        load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device), val_files[-1]
     )
     wall = time.perf_counter() - started
     report.close()
