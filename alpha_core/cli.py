@@ -196,6 +196,10 @@ def _source_literals(module: str, function: str, table: str) -> tuple[dict, list
         if isinstance(n, ast.Assign | ast.AnnAssign)
         and table in [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
     )
+    try:  # a literal tuple of names (`SPLITS = ("quarterly", ...)`)
+        return defaults, [str(n) for n in ast.literal_eval(assignment.value)]
+    except ValueError:
+        pass
     names = [
         call.args[0].value
         for call in ast.walk(assignment)
@@ -395,14 +399,18 @@ def describe_error(exc: Exception, args: argparse.Namespace) -> tuple[int, str]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from alpha_core.data.dbn import iter_records, read_info
+    """Describe each file: any valid DBN file is shown; prices that do not fit the product are a warning here
+    (the sidecar build refuses them, naming the file and the field)."""
+    from alpha_core.data.dbn import iter_records, read_info, record_dtype
+    from alpha_core.data.validate import PRICE_SCALE, RecordChecks
 
     rows, failed = [], 0
     for path in args.paths:
         try:
             info = read_info(path)
+            checks = RecordChecks(info, record_dtype(info), observe_prices=True)
             count, first, last = 0, None, None
-            for chunk in iter_records(info):
+            for chunk in iter_records(info, checks=checks):
                 if len(chunk):
                     first = int(chunk["ts_event"][0]) if first is None else first
                     last = int(chunk["ts_event"][-1])
@@ -411,6 +419,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(f"alpha inspect: error: {_one_line(exc)}", file=sys.stderr)
             failed += 1
             continue
+        warnings = checks.price_warnings()
+        for line in warnings:
+            print(f"alpha inspect: warning: {line}", file=sys.stderr)
+        price = [None if p is None else p / PRICE_SCALE for p in (checks.price_lo, checks.price_hi)]
         rows.append(
             {
                 "path": str(path),
@@ -424,16 +436,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 "last_ts": _iso(last),
                 "metadata_start": _iso(info.start),
                 "metadata_end": _iso(info.end),
+                "price_min": price[0],
+                "price_max": price[1],
+                "warnings": warnings,
             }
         )
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         for r in rows:
+            prices = "-" if r["price_min"] is None else f"[{r['price_min']:.9g}, {r['price_max']:.9g}]"
             print(
                 f"{r['path']}\n  schema={r['schema']} dataset={r['dataset']} dbn=v{r['dbn_version']} "
                 f"stype_in={r['stype_in']} symbols={','.join(r['symbols'])}\n"
-                f"  records={r['records']} first={r['first_ts']} last={r['last_ts']}"
+                f"  records={r['records']} first={r['first_ts']} last={r['last_ts']} prices={prices}"
+                + (f" warnings={len(r['warnings'])}" if r["warnings"] else "")
             )
     return 2 if failed else 0  # a file that is not readable DBN is bad input; the others are still shown
 
@@ -497,25 +514,32 @@ def add_predecode_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_folds(args: argparse.Namespace) -> int:
     from alpha_core.data.dbn import SUPPORTED_SCHEMAS
-    from alpha_core.data.folds import plan_folds
+    from alpha_core.data.folds import check_schemas_agree, plan_folds
     from alpha_core.data.predecode import record_refs
 
-    # ordered by the records' time
+    # grouped into calendar quarters by the records' time
     refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
+    check_schemas_agree(refs)  # before planning: a quarter one schema lacks is named as such
     plans = {
-        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds)
+        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds, schema=s)
         for s in SUPPORTED_SCHEMAS
         if s in refs
     }
+    for plan in plans.values():
+        for gap in plan.gaps:
+            print(f"alpha folds: warning: gap: {gap}", file=sys.stderr)
     if args.json:
         print(json.dumps({s: p.model_dump() for s, p in plans.items()}, indent=2))
         return 0
     for schema, plan in plans.items():
-        print(f"{schema}: {plan.n_files} files, {plan.cv_n_folds} fold(s), train window {plan.window}")
+        print(
+            f"{schema}: {plan.n_files} files in {plan.n_units} quarters ({', '.join(plan.units)}), "
+            f"{plan.cv_n_folds} fold(s), train window {plan.window}"
+        )
         for fold in plan.folds:
 
-            def names(refs):
-                return ", ".join(r.name for r in refs) or "-"
+            def names(units):
+                return ", ".join(u.name for u in units) or "-"
 
             print(f"  fold {fold.fold}: train [{names(fold.train)}]  val [{names(fold.val)}]  test [{names(fold.test)}]")
     return 0
@@ -531,7 +555,7 @@ def add_folds_options(p: argparse.ArgumentParser) -> None:
         "--cv-train-window",
         type=int,
         default=_default_of(plan_folds, "cv_train_window"),
-        help="files per training window; 0: n_files - cv_n_folds - 1 (default: %(default)s)",
+        help="calendar quarters per training window; 0: n_quarters - cv_n_folds - 1 (default: %(default)s)",
     )
     p.add_argument(
         "--allow-untested-folds", action="store_true", help="allow folds without a test file (trained, never evaluated; warns)"
@@ -555,7 +579,7 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.products import PRODUCTS
 
     paths = generate_demo_data(
-        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions
+        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions, args.split
     )
     print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
     for p in paths:
@@ -582,6 +606,14 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         "--book-sessions",
         type=int,
         help="--scale real: sessions around each roll with an MBP-10 book (default: the scale's, 3; 0: bars only)",
+    )
+    splits = _source_literals("alpha_core.data.demo", "generate_demo_data", "SPLITS")[1]
+    p.add_argument(
+        "--split",
+        choices=splits,
+        default=defaults["split"],
+        help="the same records in one file per quarter, per UTC day, week or month (as Databento's batch downloads "
+        "split them), or one file for every quarter (default: %(default)s)",
     )
 
 
@@ -792,7 +824,7 @@ WALK_FORWARD_HELP = {
     "several (default: the folder's name, or the root's only symbol)",
     "early_stop_patience": "epochs without improvement; 0 disables",
     "cv_fold": "train this fold only (default: every fold)",
-    "cv_train_window": "files per training window; 0: n_files - cv_n_folds - 1",
+    "cv_train_window": "calendar quarters per training window; 0: n_quarters - cv_n_folds - 1",
     "cv_n_folds": "walk-forward folds, each with a test file (1: a single train/validation split, never tested)",
     "allow_hyperopt_leakage": "train with params searched on one of the fold's test files (the report excludes it)",
     "seed": "(hex works: 0x4242)",

@@ -80,10 +80,36 @@ def test_materialize_the_data_of_one_symbol(resources):
     assert plan_path == Path(resources["storage"].root) / "default" / "folds" / "ES.FUT" / "fold_plans.json"
     plans = json.loads(plan_path.read_text())
     assert [len(f["test"]) for f in plans["book"]["folds"]] == [1, 1, 1], "every fold is tested"
+    assert meta["fold_plans"]["quarters"].value == ["2024-Q1", "2024-Q2", "2024-Q3", "2024-Q4", "2025-Q1"]
+    assert meta["fold_plans"]["gaps"].value == [] and plans["bars"]["units"] == plans["book"]["units"]
 
     again = materialize(resources, instance)
     book_again = next(e for e in again.get_asset_materialization_events() if e.asset_key.path == ["book_sidecars"])
     assert book_again.materialization.metadata["built"].value == "0", "sidecars are reused across runs"
+
+
+def test_fold_plans_refuse_schemas_that_disagree_on_a_quarter(tiny_data, tmp_path):
+    """Without the bars of 2024-Q3 the bar models and the flagship would be planned on different quarters: the
+    fold plans fail, naming the schema and the quarter; a quarter missing from both is planned over, as a gap."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data / "ES.FUT", data / "ES.FUT")
+    (data / "ES.FUT" / "ohlcv-1m" / "ES.FUT_2024-Q3.dbn.zst").unlink()
+    resources = {"data": DataRoot(root=str(data)), "storage": StorageRoot(root=str(tmp_path / "storage"))}
+    result = materialize(resources, dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "fold_plans"
+    assert "ohlcv-1m has no files for 2024-Q3 (mbp-10 has)" in failure.event_specific_data.error.message
+
+    (data / "ES.FUT" / "mbp-10" / "ES.FUT_2024-Q3.dbn.zst").unlink()
+    (data / "ES.FUT" / "mbp-10" / "ES.FUT_2025-Q1.dbn.zst").unlink()
+    (data / "ES.FUT" / "ohlcv-1m" / "ES.FUT_2025-Q1.dbn.zst").unlink()
+    result = materialize(resources, dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success  # three quarters are too few for three folds: the message says how many they need
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.event_specific_data.error.message
+    assert "mbp-10: 3 quarters (2024-Q1, 2024-Q2, 2024-Q4) are too few for 3 walk-forward folds" in message
+    assert "at least 5 calendar quarters" in message
 
 
 def test_failed_integrity_gate_blocks_fold_plans(resources):

@@ -118,7 +118,7 @@ def test_unsupported_file_in_a_data_directory_is_named(tmp_path, book_file, samp
 
 def test_too_few_files_for_the_requested_folds(tiny_sidecars):
     refs = [file_ref(sc) for sc in tiny_sidecars["book"]]
-    with pytest.raises(PlanError, match=r"CV layout overflows: cv_fold=3 \+ window=2 \+ 1 val file > 5 files"):
+    with pytest.raises(PlanError, match=r"CV layout overflows: cv_fold=3 \+ window=2 \+ 1 val quarter > 5 quarters"):
         plan_folds(refs, cv_n_folds=4, cv_train_window=2)
 
 

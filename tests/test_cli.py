@@ -72,7 +72,7 @@ def test_demo_data_predecode_then_reuse_then_folds(tmp_path):
     assert again.returncode == 0 and all(line.startswith("reused") for line in again.stdout.splitlines())
 
     untested = alpha("folds", "--data-dir", str(data / "ZN.FUT"), "--cv-n-folds", "2", "--cv-train-window", "2")
-    assert untested.returncode == 2 and "fold(s) 1 would have no test file" in untested.stderr
+    assert untested.returncode == 2 and "mbp-10: fold(s) 1 would have no test quarter" in untested.stderr
     folds = alpha(
         "folds",
         "--data-dir",
@@ -88,13 +88,14 @@ def test_demo_data_predecode_then_reuse_then_folds(tmp_path):
     plans = json.loads(folds.stdout)
     assert set(plans) == {"mbp-10", "ohlcv-1m"}
     fold0 = plans["mbp-10"]["folds"][0]
-    assert [f["name"] for f in fold0["train"]] == ["ZN.FUT_2024-Q1.dbn.zst", "ZN.FUT_2024-Q2.dbn.zst"]
-    assert [f["name"] for f in fold0["val"]] == ["ZN.FUT_2024-Q3.dbn.zst"]
-    assert [f["name"] for f in fold0["test"]] == ["ZN.FUT_2024-Q4.dbn.zst"]
+    assert [f["name"] for f in fold0["train"]] == ["2024-Q1", "2024-Q2"]  # calendar quarters
+    assert [[p["name"] for p in f["parts"]] for f in fold0["train"]] == [["ZN.FUT_2024-Q1.dbn.zst"], ["ZN.FUT_2024-Q2.dbn.zst"]]
+    assert [f["name"] for f in fold0["val"]] == ["2024-Q3"]
+    assert [f["name"] for f in fold0["test"]] == ["2024-Q4"]
 
     too_many = alpha("folds", "--data-dir", str(data / "ZN.FUT"), "--cv-n-folds", "3", "--cv-train-window", "2")
     assert too_many.returncode == 2
-    assert "CV layout overflows: cv_fold=2 + window=2 + 1 val file > 4 files available" in too_many.stderr
+    assert "mbp-10: CV layout overflows: cv_fold=2 + window=2 + 1 val quarter > 4 quarters available" in too_many.stderr
 
 
 # --- one naming, defaults from the configs, one-line errors, progress (issue 12 item 7, issue 11 item 4) ----------

@@ -153,7 +153,8 @@ def _folds(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def _planned(out: str) -> set[str]:
-    return {f["name"] for plan in json.loads(out).values() for fold in plan["folds"] for f in fold["train"]}
+    """The files the plans train on (the parts of their calendar quarters)."""
+    return {p["name"] for plan in json.loads(out).values() for fold in plan["folds"] for f in fold["train"] for p in f["parts"]}
 
 
 def test_data_dir_is_a_root_or_one_symbols_folder(capsys, tiny_data, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import databento as db
@@ -369,3 +370,45 @@ def test_book_sessions_is_checked(tmp_path):
     with pytest.raises(PlanError, match="book_sessions must be a non-negative integer"):
         generate_demo_data(tmp_path, scale="real", symbols=["ES.FUT"], book_sessions=-1)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_daily_weekly_monthly_and_one_file_layouts_of_the_demo_plan_the_same_folds(tmp_path, capsys):
+    """`alpha demo-data --split` writes the same records per UTC day, week, month or in one file (as Databento's batch
+    downloads split them): each layout plans the quarterly files' folds, without a gap; the monthly and the one-file
+    layouts give each quarter the very rows and labels of its quarterly file."""
+    from alpha_core.cli import main
+    from alpha_core.data.predecode import predecode, quarter_sidecars
+
+    plans, quarters = {}, {}
+    for split in ("quarterly", "daily", "weekly", "monthly", "single"):
+        assert (
+            main(["demo-data", "--scale", "tiny", "--symbols", "ES", "--output-dir", str(tmp_path / split), "--split", split])
+            == 0
+        )
+        capsys.readouterr()
+        assert main(["folds", "--data-dir", str(tmp_path / split), "--symbol", "ES", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        plans[split] = {
+            schema: (p["units"], p["gaps"], [[[u["name"] for u in f[s]] for s in ("train", "val", "test")] for f in p["folds"]])
+            for schema, p in out.items()
+        }
+        files = {schema: p["n_files"] for schema, p in out.items()}
+        assert files["ohlcv-1m"] == files["mbp-10"]
+        assert 5 <= files["mbp-10"] <= 20 if split == "weekly" else files["mbp-10"] == {"daily": 20, "single": 1}.get(split, 5)
+        sidecars = predecode(tmp_path / split / "ES.FUT", tmp_path / "pd" / split, "ES.FUT", "ohlcv-1m")
+        quarters[split] = quarter_sidecars([i.sidecar for i in sidecars])
+    assert plans["daily"] == plans["weekly"] == plans["monthly"] == plans["single"] == plans["quarterly"]
+    assert plans["quarterly"]["mbp-10"][0] == ["2024-Q1", "2024-Q2", "2024-Q3", "2024-Q4", "2025-Q1"]
+    for split in ("monthly", "single"):
+        assert list(quarters[split]) == list(quarters["quarterly"])
+        for name, want in quarters["quarterly"].items():
+            got = quarters[split][name]
+            assert got.meta.source.name == want.meta.source.name == name
+            for array in ("ts", "labels", "outcome_long", "instrument_id"):
+                np.testing.assert_array_equal(np.asarray(getattr(got, array)), np.asarray(getattr(want, array)), err_msg=array)
+            # features are causal: in one file a quarter's first rows see the previous quarter (its last hour)
+            warm = 0 if split == "monthly" else 60
+            np.testing.assert_array_equal(np.asarray(got.features)[warm:], np.asarray(want.features)[warm:])
+            # one file stitches every roll before the quarter into its prices: the same moves, from another level
+            np.testing.assert_allclose(np.diff(got.price), np.diff(want.price), atol=1e-9)

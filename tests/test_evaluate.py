@@ -179,8 +179,8 @@ def test_report_end_to_end(trained, tiny_data):
     sym = report.symbols["ES.FUT"]
     assert set(sym.models) == {"mamba2", "kan", "ppo", "perception"}
     assert set(sym.ensembles) == {"equal_weight", "validation_weighted"}
-    assert [f.test_file for f in sym.models["mamba2"].folds] == ["ES.FUT_2024-Q4.dbn.zst", "ES.FUT_2025-Q1.dbn.zst"]
-    assert [f.test_file for f in sym.models["perception"].folds] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [f.test_file for f in sym.models["mamba2"].folds] == ["2024-Q4", "2025-Q1"]  # calendar quarters
+    assert [f.test_file for f in sym.models["perception"].folds] == ["2024-Q4"]
     rows = [*sym.models.values(), *sym.ensembles.values()]
     for result in rows:
         for m in (result.oos, *(f.metrics for f in result.folds)):  # uncertainty on every row, oos and per fold
@@ -210,9 +210,9 @@ def test_report_end_to_end(trained, tiny_data):
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
     assert reasons[("kan", 7)].startswith("unreadable: ") and "model.safetensors: missing" in reasons[("kan", 7)]
-    assert reasons[("mamba2", 8)] == "no test file"
+    assert reasons[("mamba2", 8)] == "no test quarter"
     assert reasons[("mamba2", 9)].startswith("gate failed: mean validation AUC") and "not finite" in reasons[("mamba2", 9)]
-    assert reasons[("mamba2", 10)] == "tests on ES.FUT_2024-Q4.dbn.zst like fold 0: one checkpoint per test file"
+    assert reasons[("mamba2", 10)] == "tests on 2024-Q4 like fold 0: one checkpoint per test quarter"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
     assert "95% CI" in md and "AUC against the oracle" in md
@@ -697,3 +697,66 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     assert sorted(m for m, _ in val_calls) == ["kan", "kan", "mamba2", "mamba2", "perception", "ppo"]
     assert len(set(val_calls)) == len(val_calls)  # once per checkpoint
     assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [f.weights for f in weighted]
+
+
+def test_data_without_a_checkpoint_s_test_quarter_excludes_it_with_that_reason(trained, tiny_data, tmp_path):
+    """Evaluating on data that lacks 2024-Q4 (fold 0's test quarter) lists fold 0 of every model with that reason,
+    never a KeyError, and still reports fold 1 where 2025-Q1 is at hand."""
+    root, pd = trained
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data / "ES.FUT", data / "ES.FUT", ignore=shutil.ignore_patterns("*2024-Q4*"))
+    report = evaluate(
+        EvalConfig(
+            models_dir=root / "models",
+            data_dir=data,
+            output=tmp_path / "e" / "r.json",
+            symbols=["ES.FUT"],
+            predecoded_dir=pd,
+            device="cpu",
+            gate=ANY_FINITE,
+        )
+    )
+    reasons = {(e.model, e.fold): e.reason for e in report.excluded}
+    for model in ("mamba2", "kan", "ppo"):
+        assert reasons[(model, 0)] == (
+            "no ohlcv-1m data for its test quarter 2024-Q4 (the ohlcv-1m quarters at hand: 2024-Q1, 2024-Q2, 2024-Q3, 2025-Q1)"
+        )
+    assert reasons[("perception", 0)].startswith("no ohlcv-1m data for its test quarter 2024-Q4")
+    assert not any("KeyError" in r for r in reasons.values())
+    assert [f.test_file for f in report.symbols["ES.FUT"].models["mamba2"].folds] == ["2025-Q1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["monthly", "single", "daily"])
+def test_other_splits_of_the_test_data_score_the_checkpoints_on_the_same_quarters(trained, tiny_data, tmp_path, split):
+    """The same demo records split by month, in one file or by day give every checkpoint its test quarter: monthly,
+    the very report of the quarterly files (one file: a quarter's first rows see the previous one's last hour; daily:
+    each day's file picks its own front month, as a sidecar is built from its file alone)."""
+    from alpha_core.data.demo import generate_demo_data
+
+    root, pd = trained
+    generate_demo_data(tmp_path / "data", "tiny", seed=7, symbols=["ES.FUT"], split=split)
+
+    def run(data, cache, name):
+        cfg = EvalConfig(
+            models_dir=root / "models",
+            data_dir=data,
+            output=tmp_path / name / "r.json",
+            symbols=["ES.FUT"],
+            predecoded_dir=cache,
+            device="cpu",
+            gate=ANY_FINITE,
+        )
+        return evaluate(cfg)
+
+    want, got = run(tiny_data, pd, "quarterly"), run(tmp_path / "data", tmp_path / "pd", split)
+    assert [(e.model, e.fold, e.reason) for e in got.excluded] == [(e.model, e.fold, e.reason) for e in want.excluded]
+    for name, row in want.symbols["ES.FUT"].models.items():
+        other = got.symbols["ES.FUT"].models[name]
+        assert [f.test_file for f in other.folds] == [f.test_file for f in row.folds]
+        assert other.oos.n_sessions == row.oos.n_sessions
+        assert (other.auc is None) == (row.auc is None)  # RL models have no probabilities
+        assert other.auc is None or other.auc.oracle is not None  # the demo's oracle, whichever files hold the rows
+        if split == "monthly":  # each quarter is one monthly file: the very sidecar of its quarterly file
+            assert other.oos == row.oos and [f.metrics for f in other.folds] == [f.metrics for f in row.folds]
+            assert other.auc == row.auc

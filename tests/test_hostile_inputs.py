@@ -106,6 +106,8 @@ class Case:
     schema: str
     build: Callable[[Path, Path], tuple[list[Path], list[str]]]
     per_file: bool = True  # the file alone is hostile (so `alpha inspect` of it fails too)
+    # valid DBN whose prices do not fit the product: `alpha inspect` describes it with a warning naming the field
+    inspect_warns: bool = False
     # what is hostile lies in what a fold plan reads (layout, timestamps, metadata, the file set); prices and
     # instrument ids are read where sidecars are built, so `alpha folds` plans such a file (reading timestamps only)
     timestamps: bool = True
@@ -365,9 +367,9 @@ HOSTILE: dict[str, Case] = {
     "bar-close-above-high": bar_edit(_set("close", lambda r, i: r["high"][i] + TICK, "close")),
     "bar-open-below-low": bar_edit(_set("open", lambda r, i: r["low"][i] - TICK, "open")),
     # prices against the product
-    "nq-prices-labelled-es": Case(BOOK, _nq_labelled_es, timestamps=False),
-    "book-bid-off-the-tick-grid": Case(BOOK, _off_grid, timestamps=False),
-    "bar-at-a-zn-price": bar_edit(_zn_bar),
+    "nq-prices-labelled-es": Case(BOOK, _nq_labelled_es, timestamps=False, inspect_warns=True),
+    "book-bid-off-the-tick-grid": Case(BOOK, _off_grid, timestamps=False, inspect_warns=True),
+    "bar-at-a-zn-price": Case(BARS, bar_edit(_zn_bar).build, timestamps=False, inspect_warns=True),
     # timestamps
     "ts-in-2200": records_edit(BOOK, _future_ts, end=lambda m, r: None),
     "ts-before-1990": records_edit(BOOK, _old_ts),
@@ -462,7 +464,13 @@ def test_hostile_input_is_refused_by_every_reader(name, tiny_data, symbol_dir, t
     else:  # a fold plan reads timestamps only: what it does not read, it does not judge
         assert code == 0, err
 
-    if case.per_file:
+    if case.inspect_warns:  # an inspection shows valid DBN, and warns naming the file and the field
+        code, err = run(capsys, "inspect", files[0])
+        warnings = err.splitlines()  # one per contract
+        assert code == 0 and warnings and all(w.startswith("alpha inspect: warning: ") for w in warnings), err
+        assert shown(files[0]) in warnings[0] and all(needle in warnings[0] for needle in needles), (needles, err)
+        assert f"{shown(files[0])}\n  schema={case.schema}" in run.out, run.out
+    elif case.per_file:
         code, err = run(capsys, "inspect", files[0])
         assert_refused(code, err, files, needles)
 
@@ -700,7 +708,10 @@ def test_file_order_follows_the_records_not_the_metadata(tiny_data, tmp_path, ca
     code, err = run(capsys, "folds", "--data-dir", folder, "--cv-n-folds", "1", "--json")
     assert code == 0, err
     fold = json.loads(run.out)[BOOK]["folds"][0]
-    assert [f["name"] for f in fold["train"] + fold["val"]] == [f"ES.FUT_2024-Q{q}.dbn.zst" for q in (1, 2, 3)]
+    assert [f["name"] for f in fold["train"] + fold["val"]] == [f"2024-Q{q}" for q in (1, 2, 3)]  # by the records
+    assert [p["name"] for f in fold["train"] + fold["val"] for p in f["parts"]] == [
+        f"ES.FUT_2024-Q{q}.dbn.zst" for q in (1, 2, 3)
+    ]
     assert fold["train"][1]["start"] == int(r["ts_recv"][0])  # the record range, not the metadata's
     code, err = run(capsys, "predecode", "--data-dir", tmp_path / "data", "--predecoded-dir", tmp_path / "pd")
     assert code == 0, err

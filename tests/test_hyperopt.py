@@ -72,8 +72,8 @@ def test_hyperopt_end_to_end_produces_a_params_file_train_supervised_accepts(tin
     assert results["best_score"] == max(t["score"] for t in results["trials"])
     assert {"alpha", "nevergrad", "torch"} <= set(results["versions"])
     # the default plan (3 walk-forward folds, tested on 2024-Q3..2025-Q1): only the files before its first test file
-    assert results["train_files"] == ["ES.FUT_2024-Q1.dbn.zst"] and results["val_files"] == ["ES.FUT_2024-Q2.dbn.zst"]
-    assert results["plan_test_files"] == [f"ES.FUT_{q}.dbn.zst" for q in ("2024-Q3", "2024-Q4", "2025-Q1")]
+    assert results["train_files"] == ["2024-Q1"] and results["val_files"] == ["2024-Q2"]  # calendar quarters
+    assert results["plan_test_files"] == ["2024-Q3", "2024-Q4", "2025-Q1"]
     assert all(isinstance(t["val_sharpe"], float) and math.isfinite(t["val_sharpe"]) for t in results["trials"])
     train = [
         "train-supervised",

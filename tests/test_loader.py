@@ -240,3 +240,32 @@ def test_take_rows_reads_exactly_the_rows_asked(tiny_sidecars):
             assert got.dtype == np.asarray(getattr(sc, name)).dtype
     cut = _truncated(sc, 300)
     np.testing.assert_array_equal(take_rows(cut, "labels", np.arange(250, 300)), np.asarray(sc.labels)[250:300])
+
+
+@pytest.mark.parametrize("kind", ["book", "bars"])
+def test_a_quarter_of_several_files_reads_as_one_without_copying_them(tiny_sidecars, kind):
+    """A quarter split over files (a daily download) is read through its parts (`PartsSidecar`): every read, gather
+    and whole array is the parts' concatenation, each later part's price shifted to go on where the previous one
+    ended (no move at a file boundary), and a part's labels end with it (NaN past its last row)."""
+    from alpha_core.data.loader import take_rows
+    from alpha_core.data.sidecar import PartsSidecar, concat_sidecars, rows_between
+
+    sc = tiny_sidecars[kind][1]
+    ts = np.asarray(sc.ts)
+    cut = len(ts) // 3
+    parts = [rows_between(sc, int(ts[0]), int(ts[cut - 1])), rows_between(sc, int(ts[cut]), int(ts[-1]))]
+    assert [p.rows for p in parts] == [cut, len(ts) - cut]
+    assert np.isnan(np.asarray(parts[0].labels, dtype=np.float32)[-1]).all()  # the horizon would leave the part
+    quarter = concat_sidecars(parts, "2024-Q2")
+    assert isinstance(quarter, PartsSidecar) and quarter.meta.source.name == "2024-Q2" and quarter.rows == sc.rows
+    price = np.asarray(sc.price).copy()
+    price[cut:] += price[cut - 1] - price[cut]
+    for name in ARRAYS:
+        whole = np.concatenate([np.asarray(p.array(name)) for p in parts]) if name != "price" else price
+        np.testing.assert_array_equal(np.asarray(quarter.array(name)), whole, err_msg=name)
+        np.testing.assert_array_equal(quarter.read(name, cut - 5, cut + 7), whole[cut - 5 : cut + 7], err_msg=name)
+        rows = np.array([0, 3, cut - 1, cut, cut + 2, sc.rows - 1])
+        np.testing.assert_array_equal(take_rows(quarter, name, rows), whole[rows], err_msg=name)
+    total, total_sq = quarter.feature_sums()
+    np.testing.assert_allclose(total, np.asarray(sc.features, dtype=np.float64).sum(axis=0), rtol=1e-9)
+    assert total_sq.shape == total.shape

@@ -11,8 +11,10 @@ import sys
 import databento as db
 import numpy as np
 import pytest
+from conftest import SAMPLES
 from databento.common.constants import SCHEMA_STRUCT_MAP, SCHEMA_STRUCT_MAP_V1, SCHEMA_STRUCT_MAP_V2
 
+from alpha_core.cli import main
 from alpha_core.data.dbn import RECORD_CLASSES, count_records, iter_records, read_info, record_dtype
 from alpha_core.data.sidecar import ensure_sidecar
 from alpha_core.data.validate import RecordChecks
@@ -46,7 +48,7 @@ def test_records_equal_databento(samples, name):
     path = samples / name
     info = read_info(path)
     reference = db.DBNStore.from_file(path).to_ndarray()
-    checks = RecordChecks(info, record_dtype(info), timestamps_only=name in HUNDREDFOLD_OHLCV)  # see below
+    checks = RecordChecks(info, record_dtype(info), observe_prices=name in HUNDREDFOLD_OHLCV)  # see below
     ours = np.concatenate(list(iter_records(info, chunk_records=1, checks=checks)))
     assert ours.dtype == reference.dtype
     assert np.array_equal(ours, reference)
@@ -55,8 +57,9 @@ def test_records_equal_databento(samples, name):
 
 
 @pytest.mark.parametrize("name", HUNDREDFOLD_OHLCV)
-def test_prices_a_hundred_times_too_high_are_refused(samples, tmp_path, name):
-    """Real DBN files whose ESH1 bars open at 372,025 (the market was at 3,702): legal records, not ES prices."""
+def test_prices_a_hundred_times_too_high_are_refused_by_predecode(samples, tmp_path, name):
+    """Real DBN files whose ESH1 bars open at 372,025 (the market was at 3,702): legal records, not ES prices.
+    Building features from them is refused, naming the file and the field."""
     path = samples / name
     message = rf"{path.name}: record 0: open is 372025 for a bar of ESH1, outside the plausible ES.FUT range"
     with pytest.raises(DataError, match=message):
@@ -64,6 +67,43 @@ def test_prices_a_hundred_times_too_high_are_refused(samples, tmp_path, name):
     with pytest.raises(DataError, match=message):
         ensure_sidecar(path, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", HUNDREDFOLD_OHLCV)
+def test_inspect_describes_the_hundredfold_bars_with_a_warning(samples, name, capsys):
+    """`alpha inspect` shows any valid DBN file: the databento client's own OHLCV-1m test files (v1, v2, v3 and
+    uncompressed) are described, and their implausible prices are one warning line naming the file and the field."""
+    path = samples / name
+    assert main(["inspect", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    (row,) = json.loads(captured.out)
+    assert row["schema"] == "ohlcv-1m" and row["dbn_version"] == read_info(path).version and row["symbols"] == ["ESH1"]
+    assert row["records"] == 2 and row["first_ts"] == "2020-12-28T13:00:00+00:00"
+    assert (row["price_min"], row["price_max"]) == (372025.0, 372150.0)
+    (warning,) = captured.err.splitlines()
+    assert warning.startswith(f"alpha inspect: warning: {path}: ")
+    assert "record 0: open is 372025 for a bar of ESH1" in warning and "outside the plausible ES.FUT range" in warning
+    assert row["warnings"] == [warning.removeprefix("alpha inspect: warning: ")]
+
+
+ALL_SAMPLES = sorted(
+    str(p.relative_to(SAMPLES))
+    for p in SAMPLES.rglob("*.dbn*")
+    if ".frag" not in p.name  # frag: no metadata header
+)
+
+
+@pytest.mark.parametrize("name", ALL_SAMPLES)
+def test_inspect_describes_every_real_sample(samples, name, capsys):
+    """Every real sample (every schema and DBN version) is described: records equal to databento's, a price range."""
+    path = samples / name
+    assert main(["inspect", str(path), "--json"]) == 0, capsys.readouterr().err
+    (row,) = json.loads(capsys.readouterr().out)
+    store = db.DBNStore.from_file(path)
+    assert row["schema"] == str(store.schema) and row["records"] == len(store.to_ndarray()) > 0
+    assert row["symbols"] == list(store.symbols)
+    if row["schema"] in ("mbp-10", "ohlcv-1m", "trades"):
+        assert 0 < row["price_min"] <= row["price_max"]
 
 
 @pytest.mark.parametrize("version, structs", [(1, SCHEMA_STRUCT_MAP_V1), (2, SCHEMA_STRUCT_MAP_V2), (3, SCHEMA_STRUCT_MAP)])

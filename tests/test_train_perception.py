@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,14 +128,16 @@ def test_best_checkpoint_reproduces_its_validation_auc(book_dir, tmp_path):
 def test_cv_split_default_walk_forward_single_fold_and_sliding_window(book_dir, tmp_path):
     default = PerceptionTrainer(config(book_dir, tmp_path / "d", cv_fold=2))  # the pipeline's plan: 3 folds, a test each
     assert [sc.meta.source.name for sc in default.train_files] == ["ES.FUT_2024-Q3.dbn.zst"]
-    assert [sc.meta.source.name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
-    assert default.test_names == ["ES.FUT_2025-Q1.dbn.zst"] and default.dest == tmp_path / "d" / "out" / "fold-2"
+    assert [Path(sc.meta.source.path).name for sc in default.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [sc.meta.source.name for sc in default.val_files] == ["2024-Q4"]  # a quarter of one file: named for it
+    assert default.test_names == ["2025-Q1"] and default.dest == tmp_path / "d" / "out" / "fold-2"  # calendar quarters
+    assert (default.train_names, default.val_names) == (["2024-Q3"], ["2024-Q4"])
     single = PerceptionTrainer(config(book_dir, tmp_path / "a", cv_n_folds=1))
     assert [sc.meta.source.name for sc in single.train_files] == [f"ES.FUT_2024-Q{i}.dbn.zst" for i in (1, 2, 3, 4)]
-    assert [sc.meta.source.name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
+    assert [Path(sc.meta.source.path).name for sc in single.val_files] == ["ES.FUT_2025-Q1.dbn.zst"]
     sliding = PerceptionTrainer(config(book_dir, tmp_path / "b", cv_n_folds=2, cv_train_window=2, cv_fold=1))
     assert [sc.meta.source.name for sc in sliding.train_files] == ["ES.FUT_2024-Q2.dbn.zst", "ES.FUT_2024-Q3.dbn.zst"]
-    assert [sc.meta.source.name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
+    assert [Path(sc.meta.source.path).name for sc in sliding.val_files] == ["ES.FUT_2024-Q4.dbn.zst"]
 
 
 @pytest.mark.slow
@@ -175,9 +179,12 @@ def test_every_fold_compiles_to_one_graph(book_dir, tmp_path):
         (["--cv-fold", "2", "--cv-n-folds", "2"], "--cv-fold 2 must be < --cv-n-folds 2"),
         (
             ["--cv-n-folds", "3", "--cv-train-window", "3"],
-            "CV layout overflows: cv_fold=2 + window=3 + 1 val file > 5 files available",
+            "mbp-10: CV layout overflows: cv_fold=2 + window=3 + 1 val quarter > 5 quarters available",
         ),
-        (["--cv-n-folds", "5"], "5 files are too few for 5 walk-forward folds"),
+        (
+            ["--cv-n-folds", "5"],
+            "mbp-10: 5 quarters (2024-Q1, 2024-Q2, 2024-Q3, 2024-Q4, 2025-Q1) are too few for 5 walk-forward folds",
+        ),
         (["--cuda-graph"], "--cuda-graph and --compile are for cuda devices"),
     ],
 )
@@ -198,15 +205,20 @@ def test_spec_validation_errors(book_dir, tmp_path, capsys, flags, message):
     assert message in capsys.readouterr().err
 
 
-def test_single_file_cannot_be_split(book_dir, tmp_path, capsys):
+def test_a_single_quarter_cannot_be_split(book_dir, tmp_path, capsys):
     lone = tmp_path / "lone"
     lone.mkdir()
     (lone / "only.dbn.zst").write_bytes(next(book_dir.glob("*.dbn.zst")).read_bytes())
     argv = ["train", "--mbp10-data-dir", str(lone), "--predecoded-dir", str(tmp_path / "pd"), "--out", str(tmp_path / "o")]
     assert main(argv) == 2
-    assert f"{lone}: 1 files are too few for 3 walk-forward folds" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert re.search(rf"{re.escape(str(lone))}: mbp-10: 1 quarter \(\d{{4}}-Q\d\) is too few for 3 walk-forward folds", err), (
+        err
+    )
+    assert "at least 5 calendar quarters" in err
     assert main([*argv, "--cv-n-folds", "1"]) == 2
-    assert f"need >= 2 files for single-fold temporal split, found 1 under {lone}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{lone}: mbp-10: need >= 2 calendar quarters for a single-fold temporal split, found 1 quarter (" in err
 
 
 @pytest.mark.slow

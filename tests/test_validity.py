@@ -12,7 +12,7 @@ import torch
 
 from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
-from alpha_core.data.predecode import file_ref, predecode
+from alpha_core.data.predecode import file_ref, predecode, quarter_sidecars
 from alpha_core.eval import metrics
 from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
@@ -79,9 +79,9 @@ def test_hyperopt_never_touches_a_test_file(bars, tmp_path, model, folds):
     tests = {r.name for f in plan.folds for r in f.test}
     used = set(results["train_files"]) | set(results["val_files"])
     assert not used & tests and hyperopt_leakage(plan, results) == []
-    names = [sc.meta.source.name for sc in sidecars]  # in time order
+    names = plan.units  # calendar quarters, in time order
     first_test = min((names.index(t) for t in tests), default=len(names))
-    assert results["train_files"] + results["val_files"] == names[:first_test]  # every earlier file, the last validates
+    assert results["train_files"] + results["val_files"] == names[:first_test]  # every earlier quarter, the last validates
     assert len(results["val_files"]) == 1 and results["plan_test_files"] == sorted(tests, key=names.index)
     assert all(math.isfinite(t["val_sharpe"]) for t in results["trials"])
     if model == "dqn":  # the RL objective is the validation Sharpe itself
@@ -186,17 +186,17 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
     override trains, records the leak in the summary, and the report lists the fold under Excluded."""
     bars_dir, pd, sidecars = bars
     results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "results.json", "--trials", "2")
-    test_file = sidecars[-1].meta.source.name  # fold 2's test file
+    test_file = plan_folds([file_ref(sc) for sc in sidecars]).folds[2].test[0].name  # fold 2's test quarter
     leaky = tmp_path / "leaky.json"
     leaky.write_text(json.dumps({**results, "val_files": [test_file]}))
     capsys.readouterr()
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky) == 2
     err = capsys.readouterr().err
-    assert f"{leaky}: fold 2: test file {test_file} was a hyperopt validation file" in err and err.count("\n") == 1
+    assert f"{leaky}: fold 2: test quarter {test_file} was a hyperopt validation quarter" in err and err.count("\n") == 1
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").rglob("summary.json"))
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky, "--allow-hyperopt-leakage") == 0
     summary = json.loads((tmp_path / "m" / "mamba2" / "ES.FUT" / "fold-2" / "summary.json").read_text())
-    assert summary["hyperopt_leakage"] == [f"fold 2: test file {test_file} was a hyperopt validation file"]
+    assert summary["hyperopt_leakage"] == [f"fold 2: test quarter {test_file} was a hyperopt validation quarter"]
     report = evaluate(
         EvalConfig(
             models_dir=tmp_path / "m",
@@ -208,7 +208,7 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
         )
     )
     reasons = {(e.model, e.fold): e.reason for e in report.excluded}
-    assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test file")
+    assert reasons[("mamba2", 2)].startswith("trained with --allow-hyperopt-leakage: fold 2: test quarter")
     assert {f.fold for f in report.symbols["ES.FUT"].models["mamba2"].folds} == {0, 1}
 
 
@@ -271,7 +271,7 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
         == 0
     )
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
-    val = next(sc for sc in sidecars if sc.meta.source.name == ckpt.summary["val_files"][0])
+    val = quarter_sidecars(sidecars)[ckpt.summary["val_files"][0]]  # the validation quarter, as the evaluator reads it
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
     assert ckpt.summary["val_sharpe"] == file_score(val, pred.position)[0]
@@ -298,7 +298,7 @@ def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, 
     assert _train_fold_0("train-supervised", "kan", bars, models, *small) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
     val_name = ckpt.summary["val_files"][-1]
-    val = next(sc for sc in sidecars if sc.meta.source.name == val_name)
+    val = quarter_sidecars(sidecars)[val_name]  # the validation quarter, as the evaluator reads it
     record = ckpt.summary["val_score"]
     pred = predict(load(ckpt, torch.device("cpu")), val, None, DEFAULT_HORIZON, DEFAULT_BAND, scored=False)
     assert pred.position.any()

@@ -16,7 +16,7 @@ from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
-from alpha_core.data.folds import check_leakage, plan_folds
+from alpha_core.data.folds import check_leakage, check_schemas_agree, plan_folds
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import Predecoded, file_ref, predecode
 from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
@@ -33,8 +33,8 @@ class SidecarConfig(dg.Config):
 
 
 class FoldConfig(dg.Config):
-    """The walk-forward window (0: n_files - N_FOLDS - 1, the CLI's default). The number of folds is not
-    configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
+    """The walk-forward window in calendar quarters (0: n_quarters - N_FOLDS - 1, the CLI's default). The number of
+    folds is not configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
 
     cv_train_window: int = Field(0, ge=0)
 
@@ -169,7 +169,7 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     group_name="data",
     kinds={"json"},
     deps=[book_sidecars, bar_sidecars],
-    code_version="1",
+    code_version="2",  # 2: calendar quarters, not files
     pool=CPU_POOL,
     automation_condition=FOLD_PLANS_AUTOMATION,
     owners=metadata.OWNERS,
@@ -181,25 +181,38 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
             blocking=True,
             partitions_def=symbol_partitions,
             description=(
-                "No file is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
+                "No quarter is in two splits of a fold and each fold's train, val and test are strictly ordered in time "
                 "(alpha_core.data.folds.check_leakage); no label crosses its file's end (alpha_core.data.checks."
                 "label_tail_problems)."
             ),
         )
     ],
-    description="Walk-forward fold plans (train/val/test files) for the book and bar sidecars.",
+    description=(
+        "Walk-forward fold plans over calendar quarters (train/val/test quarters, whatever the files' split) for the "
+        "book and bar sidecars; gaps are listed, schemas that disagree on a quarter are refused."
+    ),
 )
 def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: StorageRoot) -> dg.MaterializeResult:
     symbol = context.partition_key
-    plans, problems = {}, []
-    for kind, upstream in (("book", "book_sidecars"), ("bars", "bar_sidecars")):
-        sidecars = [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
-        refs = [file_ref(sc) for sc in sidecars]
+    plans, planned, problems = {}, {}, []
+    kinds = (("book", "book_sidecars", MBP10), ("bars", "bar_sidecars", OHLCV_1M))
+    sidecars = {
+        schema: [load_sidecar(entry["sidecar"]) for entry in upstream_manifest(context, upstream, symbol)]
+        for _, upstream, schema in kinds
+    }
+    refs = {schema: [file_ref(sc) for sc in scs] for schema, scs in sidecars.items()}
+    with fail_without_retry():
+        check_schemas_agree(refs)  # the bar models and the flagship must be tested on the same quarters
+    for kind, _, schema in kinds:
         with fail_without_retry():
-            plan = plan_folds(refs, N_FOLDS, config.cv_train_window)
+            plan = plan_folds(refs[schema], N_FOLDS, config.cv_train_window, schema=schema)
+        planned[schema] = plan
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
-        problems += [f"{kind}: {p}" for sc in sidecars for p in label_tail_problems(sc)]
+        problems += [f"{kind}: {p}" for sc in sidecars[schema] for p in label_tail_problems(sc)]
+    gaps = [g for plan in planned.values() for g in plan.gaps]
+    for gap in gaps:
+        context.log.warning(f"{symbol}: {gap}")
     path = atomic_write_json(storage.run_dir(run_id(context)) / "folds" / symbol / "fold_plans.json", plans)
     table = ["| kind | fold | train | val | test |", "|---|---:|---|---|---|"]
     for kind, plan in plans.items():
@@ -217,6 +230,8 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
             "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
             "train_window": metadata.text(plans["book"]["window"]),
             "folds_table": dg.MetadataValue.md("\n".join(table)),
+            "quarters": dg.MetadataValue.json(planned[MBP10].units),
+            "gaps": dg.MetadataValue.json(gaps),
             "plans": dg.MetadataValue.json(plans),
         },
         check_results=[

@@ -77,6 +77,7 @@ import zstandard
 from scipy.signal import lfilter
 from scipy.special import expit, ndtr
 
+from alpha_core.data.front_month import cme_holidays
 from alpha_core.data.products import MONTH_CODES, PRODUCTS, Product, product
 from alpha_core.databento_private import message_dtype
 from alpha_core.errors import PlanError
@@ -185,13 +186,17 @@ def generate_demo_data(
     symbols: Sequence[str] = tuple(PRODUCTS),
     quarters: int | None = None,
     book_sessions: int | None = None,
+    split: str = "quarterly",
 ) -> list[Path]:
     """Write the files; return the DBN paths written (mbp-10 and ohlcv-1m), sorted.
 
     `book_sessions` (scale `real` only) overrides how many sessions around each roll get an MBP-10 book; 0 writes
-    no MBP-10 files (bars only)."""
+    no MBP-10 files (bars only). `split` lays the same records out as Databento's batch downloads may deliver them
+    (`SPLITS`): one file per quarter (the default), per UTC day or month, or one file for every quarter."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise PlanError(f"seed must be a non-negative integer, got {seed!r}")
+    if split not in SPLITS:
+        raise PlanError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if scale not in SCALES:
         raise PlanError(f"unknown demo scale {scale!r}; valid scales: {', '.join(SCALES)}")
     if isinstance(symbols, str):
@@ -210,10 +215,121 @@ def generate_demo_data(
     out_dir = Path(out_dir)
     written: list[Path] = []
     for prod in dict.fromkeys(prods):
+        quarterly = []
         for k in range(n_q):
             write = _write_quarter if sc.book_sessions is None else _write_real_quarter
-            written += write(out_dir, prod, 2024 + k // 4, k % 4 + 1, sc, seed)
+            quarterly += write(out_dir, prod, 2024 + k // 4, k % 4 + 1, sc, seed)
+        written += quarterly if split == "quarterly" else _resplit(out_dir / prod.symbol, quarterly, split)
     return sorted(written)
+
+
+SPLITS = ("quarterly", "daily", "weekly", "monthly", "single")  # how `generate_demo_data` lays a symbol's records out in files
+
+
+def _split_key(ts: np.ndarray, split: str) -> np.ndarray:
+    """The file each record goes to: its UTC day, week (from Sunday, when CME's week opens) or month (Databento
+    splits by UTC date), or one for all."""
+    days = ts // (86_400 * 1_000_000_000)
+    if split == "daily":
+        return days
+    if split == "weekly":  # 1970-01-04 was a Sunday
+        return (days - 3) // 7
+    if split == "monthly":
+        dates = days.astype("datetime64[D]")
+        return dates.astype("datetime64[M]").astype(np.int64)
+    return np.zeros(len(ts), np.int64)
+
+
+def _key_bounds(key: int, split: str) -> tuple[int, int, str]:
+    """[start, end) in UTC ns of a split key, and its file name's date part."""
+    ns_day = 86_400 * 1_000_000_000
+    if split == "daily":
+        day = dt.date(1970, 1, 1) + dt.timedelta(days=int(key))
+        return int(key) * ns_day, (int(key) + 1) * ns_day, day.strftime("%Y%m%d")
+    if split == "weekly":
+        first = 7 * int(key) + 3
+        day = dt.date(1970, 1, 1) + dt.timedelta(days=first)
+        return first * ns_day, (first + 7) * ns_day, day.strftime("%Y%m%d")
+    month = np.datetime64(int(key), "M")
+    lo = int(month.astype("datetime64[D]").astype(np.int64)) * ns_day
+    hi = int((month + 1).astype("datetime64[D]").astype(np.int64)) * ns_day
+    return lo, hi, str(month).replace("-", "")
+
+
+def _resplit(base: Path, quarterly: list[Path], split: str) -> list[Path]:
+    """Rewrite a symbol's quarterly files (and their oracles) as the files of `split`, named like a batch
+    download's (`glbx-mdp3-20240315.mbp-10.dbn.zst`; monthly `glbx-mdp3-202403...`, one file
+    `glbx-mdp3-20240101-20250331...`), split at UTC midnight as Databento splits: the same records in other files."""
+    from alpha_core.data.dbn import iter_records, read_info
+
+    written = []
+    stems = sorted({_oracle_of(p) for p in quarterly if _oracle_of(p).is_file()})
+    oracles = [np.load(p) for p in stems]
+    oracle = (
+        {k: oracles[0][k] if k.endswith("_horizons") else np.concatenate([z[k] for z in oracles]) for k in oracles[0].files}
+        if oracles
+        else None
+    )
+    for schema in ("mbp-10", "ohlcv-1m"):
+        files = sorted((p for p in quarterly if p.parent.name == schema), key=lambda p: p.name)
+        if not files:
+            continue
+        infos = [read_info(p) for p in files]
+        records = np.concatenate([np.concatenate(list(iter_records(i))) for i in infos])
+        index = records["ts_recv"] if "ts_recv" in records.dtype.names else records["ts_event"]
+        intervals: dict[str, dict[int, list[dt.date]]] = {}  # raw symbol -> id -> [first, end) dates
+        for info in infos:
+            for raw, ivs in info.mappings.items():
+                for iv in ivs:
+                    span = intervals.setdefault(raw, {}).setdefault(iv.instrument_id, [iv.start_date, iv.end_date])
+                    span[0], span[1] = min(span[0], iv.start_date), max(span[1], iv.end_date)
+        mappings = [_Mapping(raw, [_Interval(a, b, str(iid)) for iid, (a, b) in ids.items()]) for raw, ids in intervals.items()]
+        start, end = infos[0].start, infos[-1].end
+        keys = _split_key(index, split)
+        bounds = np.flatnonzero(np.diff(keys)) + 1
+        for rows in np.split(np.arange(len(records)), bounds):
+            if split == "single":
+                lo, hi = start, end
+                first = dt.datetime.fromtimestamp(start / 1e9, dt.UTC).strftime("%Y%m%d")
+                last = dt.datetime.fromtimestamp((end - 1) / 1e9, dt.UTC).strftime("%Y%m%d")
+                label = f"{first}-{last}"
+            else:
+                lo, hi, label = _key_bounds(int(keys[rows[0]]), split)
+                lo, hi = max(lo, start), min(hi, end)
+            meta = dbn.Metadata(
+                dataset="GLBX.MDP3",
+                start=lo,
+                end=hi,
+                stype_in=dbn.SType.PARENT,
+                stype_out=dbn.SType.INSTRUMENT_ID,
+                schema=dbn.Schema(schema),
+                symbols=[base.name],
+                mappings=mappings,
+            )
+            path = base / schema / f"glbx-mdp3-{label}.{schema}.dbn.zst"
+            _write_dbn(path, meta, records[rows])
+            written.append(path)
+            if oracle is not None:  # the oracle of the records this file holds (by their time)
+                t0, t1 = int(index[rows[0]]), int(index[rows[-1]])
+                arrays = {}
+                for k, v in oracle.items():
+                    if k.endswith("_horizons"):
+                        arrays[k] = v
+                    else:
+                        ts = oracle["book_ts" if k.startswith("book_") else "bar_ts"]
+                        arrays[k] = v[(ts >= t0) & (ts <= t1)]
+                _write_npz(_oracle_of(path), arrays)
+    for p in quarterly:
+        p.unlink()
+        _oracle_of(p).unlink(missing_ok=True)
+    for z in oracles:
+        z.close()
+    return written
+
+
+def _oracle_of(dbn_path: Path) -> Path:
+    stem = dbn_path.name.removesuffix(".zst").removesuffix(".dbn")
+    return dbn_path.parent.parent / "oracle" / f"{stem}.oracle.npz"
 
 
 # --- calendar ----------------------------------------------------------------------------------------------
@@ -244,24 +360,7 @@ def _sessions_around(center: dt.date, n: int) -> tuple[list[dt.date], int]:
     return sorted(before) + [center] + after, len(before)
 
 
-def _easter(year: int) -> dt.date:
-    """Gregorian Easter Sunday (the anonymous Gregorian algorithm); Good Friday is two days before."""
-    a, b, c = year % 19, year // 100, year % 100
-    d, e = divmod(b, 4)
-    g = (8 * b + 13) // 25
-    h = (19 * a + b - d - g + 15) % 30
-    i, k = divmod(c, 4)
-    m = (32 + 2 * e + 2 * i - h - k) % 7
-    n = h + m - 7 * ((a + 11 * h + 22 * m) // 451) + 114
-    return dt.date(year, n // 31, n % 31 + 1)
-
-
-def _holidays(year: int) -> set[dt.date]:
-    """Days without a session here: New Year's Day, Good Friday, Independence Day, Thanksgiving, Christmas (CME
-    closes or cuts these short; the demo drops the whole session rather than model early closes)."""
-    nov1 = dt.date(year, 11, 1)
-    thanksgiving = nov1 + dt.timedelta(days=(3 - nov1.weekday()) % 7 + 21)
-    return {dt.date(year, 1, 1), _easter(year) - dt.timedelta(days=2), dt.date(year, 7, 4), thanksgiving, dt.date(year, 12, 25)}
+_holidays = cme_holidays  # the session calendar `alpha folds` reports gaps against
 
 
 def _quarter_sessions(year: int, qn: int) -> list[dt.date]:

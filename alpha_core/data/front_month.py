@@ -44,6 +44,37 @@ def session_days(ts_ns: np.ndarray) -> np.ndarray:
     return (local // NS_PER_DAY).astype(np.int32)
 
 
+def session_day(ts_ns: int) -> dt.date:
+    """The CME session date of one UTC ns timestamp (`session_days`)."""
+    return dt.date(1970, 1, 1) + dt.timedelta(days=int(session_days(np.array([ts_ns]))[0]))
+
+
+def session_open_ns(day: dt.date) -> int:
+    """When the session of `day` opens: 17:00 CT the evening before, in UTC ns."""
+    eve = day - dt.timedelta(days=1)
+    return int(dt.datetime(eve.year, eve.month, eve.day, 17, tzinfo=ZoneInfo(SESSION_TZ)).timestamp()) * 1_000_000_000
+
+
+def _easter(year: int) -> dt.date:
+    """Gregorian Easter Sunday (the anonymous Gregorian algorithm); Good Friday is two days before."""
+    a, b, c = year % 19, year // 100, year % 100
+    d, e = divmod(b, 4)
+    g = (8 * b + 13) // 25
+    h = (19 * a + b - d - g + 15) % 30
+    i, k = divmod(c, 4)
+    m = (32 + 2 * e + 2 * i - h - k) % 7
+    n = h + m - 7 * ((a + 11 * h + 22 * m) // 451) + 114
+    return dt.date(year, n // 31, n % 31 + 1)
+
+
+def cme_holidays(year: int) -> set[dt.date]:
+    """Weekdays without a full session: New Year's Day, Good Friday, Independence Day, Thanksgiving, Christmas
+    (CME closes or cuts these short): the demo drops them, and a gap report does not count them as missing."""
+    nov1 = dt.date(year, 11, 1)
+    thanksgiving = nov1 + dt.timedelta(days=(3 - nov1.weekday()) % 7 + 21)
+    return {dt.date(year, 1, 1), _easter(year) - dt.timedelta(days=2), dt.date(year, 7, 4), thanksgiving, dt.date(year, 12, 25)}
+
+
 @dataclass(frozen=True)
 class Roll:
     session: str  # ISO date of the first session on the new contract

@@ -66,6 +66,8 @@ def take_rows(sc: Sidecar, name: str, rows: np.ndarray) -> np.ndarray:
     read-ahead window around each row, 8 MiB on a typical block device, and leave the pages mapped). Arrays given
     to the Sidecar (in memory) are indexed."""
     rows = np.asarray(rows, dtype=np.int64)
+    if hasattr(sc, "take"):  # a quarter of several files (`sidecar.PartsSidecar`): gathered part by part
+        return sc.take(name, rows)
     arr = sc.array(name)
     if not isinstance(arr, np.memmap) or not len(rows):
         return np.asarray(arr[rows])

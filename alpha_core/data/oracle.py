@@ -31,14 +31,6 @@ def oracle_probabilities(sc: Sidecar, rows: np.ndarray | None = None) -> np.ndar
     if not path.is_file():
         return None
     book = sc.meta.kind == BOOK
-    prefix = "book" if book else "bar"
-    with np.load(path) as z:
-        if not book and "bar_instrument_id" not in z:
-            return None  # an older generator's oracle (read at the minute's last event, not its close trade)
-        ts, prob, horizons = z[f"{prefix}_ts"], z[f"{prefix}_prob"], z[f"{prefix}_horizons"]
-        iid = np.zeros(len(ts), np.int64) if book else z["bar_instrument_id"]
-    if list(horizons) != sc.meta.horizons:
-        return None
     if rows is None:
         want_ts = np.asarray(sc.ts, dtype=np.int64)
         want_iid = np.zeros(len(want_ts), np.int64) if book else np.asarray(sc.instrument_id, dtype=np.int64)
@@ -47,12 +39,33 @@ def oracle_probabilities(sc: Sidecar, rows: np.ndarray | None = None) -> np.ndar
 
         want_ts = take_rows(sc, "ts", rows).astype(np.int64)
         want_iid = np.zeros(len(want_ts), np.int64) if book else take_rows(sc, "instrument_id", rows).astype(np.int64)
-    order = np.lexsort((iid, ts))
-    keys = np.stack([ts[order], iid[order]], axis=1)
-    rows = _find(keys, np.stack([want_ts, want_iid], axis=1))
-    if rows is None:
-        return None  # not the generator's file for this sidecar
-    return prob[order][rows]
+    wanted = np.stack([want_ts, want_iid], axis=1)
+    # the file's own oracle; else every oracle of the symbol: a calendar quarter read from several files (a daily
+    # split, `predecode.quarter_sidecars`) is named for its first file only
+    for paths in ([path], sorted(path.parent.glob("*.oracle.npz"))):
+        loaded = [_load(p, book, sc.meta.horizons) for p in paths]
+        if any(x is None for x in loaded):
+            return None
+        ts, iid, prob = (np.concatenate([x[i] for x in loaded]) for i in range(3))
+        order = np.lexsort((iid, ts))
+        found = _find(np.stack([ts[order], iid[order]], axis=1), wanted)
+        if found is not None:
+            return prob[order][found]
+    return None  # not the generator's files for this sidecar
+
+
+def _load(path: Path, book: bool, horizons: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(ts, instrument id, probabilities) of the book's or the bars' rows of one oracle file; None when it is an
+    older generator's or of other horizons."""
+    prefix = "book" if book else "bar"
+    with np.load(path) as z:
+        if not book and "bar_instrument_id" not in z:
+            return None  # an older generator's oracle (read at the minute's last event, not its close trade)
+        ts, prob, stored = z[f"{prefix}_ts"], z[f"{prefix}_prob"], z[f"{prefix}_horizons"]
+        iid = np.zeros(len(ts), np.int64) if book else z["bar_instrument_id"]
+    if list(stored) != horizons:
+        return None
+    return ts, iid, prob
 
 
 def _find(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:

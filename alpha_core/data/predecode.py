@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from alpha_core import progress
 from alpha_core.data.checks import check_continuity
 from alpha_core.data.dbn import discover, scan
-from alpha_core.data.folds import FileRef
+from alpha_core.data.folds import FileRef, FoldPlan, Unit, calendar_units
 from alpha_core.data.products import PRODUCTS, product
-from alpha_core.data.sidecar import LabelConfig, Sidecar, ensure_sidecar, unchanged_record_ranges
+from alpha_core.data.sidecar import (
+    LabelConfig,
+    Sidecar,
+    concat_sidecars,
+    ensure_sidecar,
+    rows_between,
+    unchanged_record_ranges,
+)
 from alpha_core.data.validate import RecordRange, check_overlaps
 from alpha_core.errors import DataError, PlanError
 
@@ -101,14 +108,61 @@ def record_refs(
     return refs
 
 
+def unit_sidecars(unit: Unit, by_path: dict[str, Sidecar]) -> list[Sidecar]:
+    """The sidecars of a calendar quarter's parts, in time order: a file wholly inside it as it is, a file that
+    spans several quarters as its rows inside this one (`sidecar.rows_between`). `by_path`: source path -> sidecar."""
+    out = []
+    for part in unit.parts:
+        sc = by_path[part.path]
+        out.append(sc if part.whole else rows_between(sc, part.start, part.end))
+    return out
+
+
+def quarter_sidecars(sidecars: list[Sidecar]) -> dict[str, Sidecar]:
+    """Quarter name ("2024-Q3") -> one sidecar of its rows (several parts concatenated, `concat_sidecars`): what
+    evaluation reads a checkpoint's validation and test quarter from."""
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    units = calendar_units([file_ref(sc) for sc in sidecars])
+    return {u.name: concat_sidecars(unit_sidecars(u, by_path), u.name) for u in units}
+
+
 @dataclass
 class FoldData:
-    """One walk-forward fold with its sidecars (what a trainer needs)."""
+    """One walk-forward fold with its sidecars (what a trainer needs) and the names of its quarters."""
 
     fold: int
     train: list[Sidecar]
     val: list[Sidecar]
     test_names: list[str]
+    train_names: list[str] = field(default_factory=list)
+    val_names: list[str] = field(default_factory=list)
+
+
+def fold_data(plan: FoldPlan, sidecars: list[Sidecar], cv_fold: int | None = None) -> list[FoldData]:
+    """The sidecars of every requested fold (all when `cv_fold` is None) of a plan made from `sidecars`."""
+    by_path = {sc.meta.source.path: sc for sc in sidecars}
+    folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
+
+    def val(units: list[Unit]) -> list[Sidecar]:
+        """A quarter of one file as that file's sidecar named for the quarter: a validation score recorded on it
+        names the quarter, as the evaluator reads it (`quarter_sidecars`); several files stay parts."""
+        out = []
+        for u in units:
+            parts = unit_sidecars(u, by_path)
+            out += [concat_sidecars(parts, u.name)] if len(parts) == 1 else parts
+        return out
+
+    return [
+        FoldData(
+            f.fold,
+            [sc for u in f.train for sc in unit_sidecars(u, by_path)],
+            val(f.val),
+            [u.name for u in f.test],
+            [u.name for u in f.train],
+            [u.name for u in f.val],
+        )
+        for f in folds
+    ]
 
 
 def walk_forward(
@@ -121,20 +175,15 @@ def walk_forward(
     cv_fold: int | None,
     allow_untested_folds: bool = False,
 ) -> list[FoldData]:
-    """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's files."""
+    """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's calendar quarters."""
     from alpha_core.data.folds import plan_folds
 
     sidecars = [item.sidecar for item in predecode(directory, predecoded_dir, symbol, schema)]
     try:
-        plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds)
+        plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds, schema)
     except PlanError as exc:
         raise PlanError(f"{directory}: {exc}") from exc
-    by_path = {sc.meta.source.path: sc for sc in sidecars}
-    folds = plan.folds if cv_fold is None else [plan.fold(cv_fold)]
-    return [
-        FoldData(f.fold, [by_path[r.path] for r in f.train], [by_path[r.path] for r in f.val], [r.name for r in f.test])
-        for f in folds
-    ]
+    return fold_data(plan, sidecars, cv_fold)
 
 
 def default_predecoded_dir(explicit: Path | None, output_dir: Path) -> Path:

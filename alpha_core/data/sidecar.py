@@ -194,6 +194,7 @@ class Sidecar:
             raise TypeError(f"unknown sidecar arrays {sorted(unknown)}")
         self.path, self.meta = Path(path), meta
         self._given = arrays
+        self._sums: tuple[np.ndarray, np.ndarray] | None = None  # given arrays' feature sums, when known
         self._mapped: dict[str, weakref.ref] = {}
         self._data_at: dict[str, int] = {}  # name -> byte offset of the first row in its `.npy` file
 
@@ -239,6 +240,8 @@ class Sidecar:
 
     def feature_sums(self) -> tuple[np.ndarray, np.ndarray]:
         """(sum, sum of squares) per feature over every row, float64: the build's, from the meta (given arrays: theirs)."""
+        if self._sums is not None:
+            return self._sums
         if "features" in self._given:
             return column_sums(self._given["features"])
         return np.array(self.meta.feature_sums.total), np.array(self.meta.feature_sums.total_sq)
@@ -258,6 +261,141 @@ class Sidecar:
     outcome_long = property(lambda self: self.array("outcome_long"))  # float32 [N, H] price units, net of cost
     outcome_short = property(lambda self: self.array("outcome_short"))
     instrument_id = property(lambda self: self.array("instrument_id"))  # uint32 [N]
+
+
+SUM_ROWS = 1 << 20  # rows summed at a time (a float64 copy of this many rows at most)
+LABEL_ARRAYS = ("labels", "outcome_long", "outcome_short")
+
+
+def _with_rows(meta: SidecarMeta, rows: int, first_ts: int, last_ts: int, **update) -> SidecarMeta:
+    arrays = {k: ArraySpec(dtype=v.dtype, shape=[rows, *v.shape[1:]]) for k, v in meta.arrays.items()}
+    return meta.model_copy(
+        update={
+            "rows": rows,
+            "first_ts": first_ts,
+            "last_ts": last_ts,
+            "first_time": _iso(first_ts),
+            "last_time": _iso(last_ts),
+            "arrays": arrays,
+            **update,
+        }
+    )
+
+
+def rows_between(sc: Sidecar, start: int, end: int) -> Sidecar:
+    """The rows of `sc` whose ts lies in [start, end] (one calendar quarter of a file that spans several), as a
+    sidecar of their own: the arrays are views of the file's, but the labels whose horizon runs past the last row
+    are NaN (copied: only the label arrays), as at a file's end, so no label of one quarter reads the next."""
+    ts = np.asarray(sc.ts)
+    a, b = int(np.searchsorted(ts, start, side="left")), int(np.searchsorted(ts, end, side="right"))
+    if (a, b) == (0, sc.rows):
+        return sc
+    if a >= b:
+        raise DataError(sc.path, f"no rows between {_iso(start)} and {_iso(end)}")
+    # plain views (np.asarray): a slice of a memmap keeps its file's offset, which `loader.take_rows` would read from
+    arrays = {name: np.asarray(sc.array(name)[a:b]) for name in ARRAYS}
+    part_ts = ts[a:b]
+    for name in LABEL_ARRAYS:
+        cut = np.array(arrays[name])
+        for j, h in enumerate(sc.meta.horizons):
+            if sc.meta.horizon_unit == "snapshots":
+                first_past = max(len(part_ts) - h, 0)
+            else:  # the last bar at or before ts + h minutes must be in the part: ts + h <= its last ts
+                first_past = int(np.searchsorted(part_ts, int(part_ts[-1]) - h * 60_000_000_000, side="right"))
+            cut[first_past:, j] = np.nan
+        arrays[name] = cut
+    out = Sidecar(sc.path, _with_rows(sc.meta, b - a, int(part_ts[0]), int(part_ts[-1])), **arrays)
+    out._sums = _chunked_sums(arrays["features"])
+    return out
+
+
+def _chunked_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    total, total_sq = np.zeros(values.shape[1]), np.zeros(values.shape[1])
+    for a in range(0, len(values), SUM_ROWS):
+        s, sq = column_sums(values[a : a + SUM_ROWS])
+        total += s
+        total_sq += sq
+    return total, total_sq
+
+
+class PartsSidecar(Sidecar):
+    """A calendar quarter held by several sidecars (a daily or monthly split), read as one without copying them:
+    `read` and `take` (what evaluation reads a book through: `loader.take_rows`) go to the parts, and only a whole
+    array asked for (`array`, the bars') is concatenated, once. Each part's price is stitched on its own, so every
+    later part is shifted to start at the price the previous one ended at: a part boundary adds no move (a roll or
+    a stitch offset between files is never scored as a trade's profit)."""
+
+    def __init__(self, parts: list[Sidecar], meta: SidecarMeta) -> None:
+        super().__init__(parts[0].path, meta)
+        self.parts = parts
+        self.starts = np.cumsum([0] + [p.rows for p in parts])  # first row of each part, then the total
+        shifts, level = [0.0], None
+        for k, p in enumerate(parts):
+            first, last = float(p.read("price", 0, 1)[0]), float(p.read("price", p.rows - 1, p.rows)[0])
+            if k:
+                shifts.append(level - first)
+            level = last + shifts[k]
+        self.shifts = shifts
+        self._whole: dict[str, np.ndarray] = {}
+        sums = [p.feature_sums() for p in parts]
+        self._sums = (sum(x[0] for x in sums), sum(x[1] for x in sums))
+
+    def _shifted(self, name: str, k: int, rows: np.ndarray) -> np.ndarray:
+        return rows + self.shifts[k] if name == "price" and self.shifts[k] else rows
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self._whole:
+            self._whole[name] = np.concatenate(
+                [self._shifted(name, k, np.asarray(p.array(name))) for k, p in enumerate(self.parts)]
+            )
+        return self._whole[name]
+
+    def read(self, name: str, start: int, stop: int) -> np.ndarray:
+        start, stop = max(start, 0), min(stop, self.rows)
+        out = []
+        for k, p in enumerate(self.parts):
+            a, b = max(start - int(self.starts[k]), 0), min(stop - int(self.starts[k]), p.rows)
+            if a < b:
+                out.append(self._shifted(name, k, p.read(name, a, b)))
+        spec = self.meta.arrays[name]
+        return np.concatenate(out) if out else np.empty((0, *spec.shape[1:]), np.dtype(spec.dtype))
+
+    def take(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """`self.<name>[rows]` for sorted rows, gathered part by part (`loader.take_rows` of each)."""
+        from alpha_core.data.loader import take_rows
+
+        rows = np.asarray(rows, dtype=np.int64)
+        cuts = np.searchsorted(rows, self.starts)
+        out = [
+            self._shifted(name, k, take_rows(p, name, rows[cuts[k] : cuts[k + 1]] - int(self.starts[k])))
+            for k, p in enumerate(self.parts)
+        ]
+        return np.concatenate(out)
+
+
+def concat_sidecars(parts: list[Sidecar], name: str) -> Sidecar:
+    """One sidecar of a calendar quarter's parts, in time order, named for the quarter (`meta.source.name`), for
+    evaluation: one part as it is, several as a `PartsSidecar` (nothing copied until a whole array is asked for)."""
+    if len(parts) == 1:  # the same arrays (mapped as they are used), named for the quarter
+        sc = parts[0]
+        out = Sidecar(sc.path, sc.meta.model_copy(update={"source": sc.meta.source.model_copy(update={"name": name})}))
+        out._given, out._sums = sc._given, sc._sums
+        return out
+    first = parts[0].meta
+    contracts: dict[str, int] = {}
+    for p in parts:
+        for c, n in p.meta.contracts.items():
+            contracts[c] = contracts.get(c, 0) + n
+    meta = _with_rows(
+        first,
+        sum(p.rows for p in parts),
+        first.first_ts,
+        parts[-1].meta.last_ts,
+        source=first.source.model_copy(update={"name": name}),
+        contracts=contracts,
+        roll_dates=[r for p in parts for r in p.meta.roll_dates],
+    )
+    return PartsSidecar(parts, meta)
 
 
 def resolve_product(info: DbnFile, symbol: str | None) -> Product:

@@ -112,15 +112,23 @@ class RecordChecks:
       grid: CME may price a spread's legs between ticks).
 
     `timestamps_only` keeps the checks a record's time range rests on (layout and time): what a fold plan reads.
+    `observe_prices` (what `alpha inspect` runs) keeps every check but the product's range and tick grid, and
+    records the outright price range and the records outside the product's plausible range instead
+    (`price_warnings`): an inspection describes any valid DBN file; refusing data for a product is the sidecar
+    build's job.
 
     Speed: the checked fields sit in a few 8-byte words of a record. Each such word is copied once into a
     contiguous column, so every check after it streams through cache instead of touching one cache line
     per record and field (and runs vectorised); the offending record is looked for only on failure.
     """
 
-    def __init__(self, info: DbnFile, dtype: np.dtype, timestamps_only: bool = False) -> None:
+    def __init__(self, info: DbnFile, dtype: np.dtype, timestamps_only: bool = False, observe_prices: bool = False) -> None:
         self.path = info.path
         self.timestamps_only = timestamps_only
+        self.observe_prices = observe_prices
+        self.price_lo: int | None = None  # outright prices seen (fixed point), with observe_prices
+        self.price_hi: int | None = None
+        self.implausible: dict[tuple[str, str], list] = {}  # (raw symbol, why) -> [count, record, field, value, what]
         self.schema = info.schema
         self.itemsize = dtype.itemsize
         fields = dtype.fields or {}
@@ -185,7 +193,9 @@ class RecordChecks:
         if not self.timestamps_only:
             pos = self._ids(col, ts, t_min, t_max)
             self._prices(chunk, col, pos)
-            if pos is not None and self.ranged:
+            if self.observe_prices:
+                self._observe_prices(chunk, col, pos)
+            elif pos is not None and self.ranged:
                 self._product_prices(chunk, col, pos)
         if self.first_ts is None:
             self.first_ts = int(ts[0])
@@ -373,6 +383,62 @@ class RecordChecks:
             f"{name} is {_price(value)} {what} of {self.id_raw[k]}, outside the plausible "
             f"{prod.symbol} range [{lo_px:g}, {hi_px:g}]: another product's prices, or other units?",
         )
+
+    def _observe_prices(self, chunk: np.ndarray, col: dict[str, np.ndarray], pos: np.ndarray | None) -> None:
+        """Widen the outright price range and count the records outside their product's range or tick grid."""
+        fields = []
+        if self.levels:
+            fields += [
+                (f"{side}_px_00", chunk[f"{side}_sz_00"] > 0, "at a level with size > 0", True) for side in ("bid", "ask")
+            ]
+        if self.trades:
+            fields.append(("price", chunk["action"] == b"T", "for a trade", False))
+        fields += [(f, None, "for a bar", False) for f in self.ohlc]
+        for name, where, what, grid in fields:
+            px = col[name].view(np.int64)
+            real = px != UNDEF_PRICE
+            if where is not None:
+                real &= where
+            if pos is not None:
+                real &= self.id_outright[pos]
+            if not real.any():
+                continue
+            seen = px[real]
+            lo, hi = int(seen.min()), int(seen.max())
+            self.price_lo = lo if self.price_lo is None else min(self.price_lo, lo)
+            self.price_hi = hi if self.price_hi is None else max(self.price_hi, hi)
+            if pos is None or not self.ranged:
+                continue
+            outside = real & ((px < self.id_px_lo[pos]) | (px > self.id_px_hi[pos]))
+            off_grid = real & ~outside & (px % self.id_tick[pos] != 0) if grid else np.zeros(len(px), bool)
+            for bad, why in ((outside, "range"), (off_grid, "grid")):
+                idx = np.flatnonzero(bad)
+                ids, first, counts = np.unique(pos[idx], return_index=True, return_counts=True)  # per contract
+                for k, i, n in zip(ids.tolist(), idx[first].tolist(), counts.tolist(), strict=True):
+                    entry = self.implausible.get((self.id_raw[k], why))
+                    if entry is None:
+                        self.implausible[(self.id_raw[k], why)] = [n, self.count + i, name, int(px[i]), what, k]
+                    else:
+                        entry[0] += n
+                        if self.count + i < entry[1]:
+                            entry[1:4] = [self.count + i, name, int(px[i])]
+                            entry[4] = what
+
+    def price_warnings(self) -> list[str]:
+        """One line per contract whose prices do not fit its product (with observe_prices): the count and the first."""
+        lines = []
+        for (raw, why), (count, record, name, value, what, k) in sorted(self.implausible.items(), key=lambda e: e[1][1]):
+            prod = self.id_product[k]
+            if why == "range":
+                lo, hi = prod.price_range
+                fit = f"outside the plausible {prod.symbol} range [{lo:g}, {hi:g}]"
+            else:
+                fit = f"not on the {prod.symbol} tick grid ({prod.tick_size:g})"
+            lines.append(
+                f"{display_path(self.path)}: {count} price(s) of {raw} {fit}, first record {record}: {name} is "
+                f"{_price(value)} {what} of {raw}: another product's prices, or other units? (predecode refuses this file)"
+            )
+        return lines
 
     def _first_bad_price(self, px: np.ndarray, where, pos: np.ndarray | None) -> int | None:
         """The first record whose price is <= 0 or UNDEF_PRICE (one unsigned compare) where it must be real.

@@ -41,7 +41,7 @@ from alpha_core import artifacts, cpus, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import take_rows
 from alpha_core.data.oracle import oracle_auc
-from alpha_core.data.predecode import predecode, symbol_dir
+from alpha_core.data.predecode import predecode, quarter_sidecars, symbol_dir
 from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.devices import resolve_device
@@ -240,14 +240,15 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         except DataError as exc:  # one symbol without data: its checkpoints are listed, the others evaluated
             excluded += [Excluded(model=c.model, symbol=symbol, fold=c.fold, reason=f"no data: {exc}") for c in ckpts]
             continue
-        bars = {i.sidecar.meta.source.name: i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)}
+        # calendar quarter ("2024-Q3") -> its rows, whatever the files' split: what summaries name (`folds.py`)
+        bars = quarter_sidecars([i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)])
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
             raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
         book_items = (
             predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer == "perception" for c in ckpts) else []
         )
-        book = {i.sidecar.meta.source.name: i.sidecar for i in book_items}
+        book = quarter_sidecars([i.sidecar for i in book_items])
         symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
         created=dt.datetime.now(dt.UTC).isoformat(),
@@ -289,7 +290,7 @@ def _predict_checked(
 def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple[str | None, HyperoptRecord | None]:
     """(why the checkpoint cannot be reported, or None; the search behind it)."""
     if not test_files:
-        return "no test file", None
+        return "no test quarter", None
     try:
         search = search_behind(ckpt, cfg)
     except DataError as exc:
@@ -298,8 +299,18 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
     if leaks:
         return f"trained with --allow-hyperopt-leakage: {'; '.join(leaks)}", search
     if search is not None and test_files[0] in {*search.train_files, *search.val_files}:
-        return f"hyperopt trained or validated on its test file {test_files[0]} ({search.path})", search
+        return f"hyperopt trained or validated on its test quarter {test_files[0]} ({search.path})", search
     return None, search
+
+
+def _lacking_quarter(ckpt: Checkpoint, name: str, bars: dict, book: dict, split: str = "test") -> str | None:
+    """Why the data at hand cannot score the checkpoint: its test (or validation) quarter is not in it."""
+    needed = [(OHLCV_1M, bars)] + ([(MBP10, book)] if ckpt.trainer == "perception" else [])
+    for schema, have in needed:
+        if name not in have:
+            known = ", ".join(have) or "none"
+            return f"no {schema} data for its {split} quarter {name} (the {schema} quarters at hand: {known})"
+    return None
 
 
 def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> SymbolReport:
@@ -324,12 +335,16 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, reason)
             continue
         test_name, val_name = test_files[0], val_files[-1]
+        lacking = _lacking_quarter(ckpt, test_name, bars, book)
+        if lacking is not None:
+            drop(ckpt, lacking)
+            continue
         twin = next((p.fold for p in scored[ckpt.model] if p.test_file == test_name), None)
         if twin is not None:  # e.g. a fold folder copied by hand: its days would count twice
-            drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")
+            drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test quarter")
             continue
         try:
-            test, _ = bars[test_name], bars[val_name]
+            test = bars[test_name]
             model = load(ckpt, device)
             pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name))
             labels = mask = None
@@ -350,7 +365,10 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         if len(test_predictions[test_name]) < 2:
             continue
         sharpe = validation.recorded_sharpe(ckpt, val_name, cfg.horizon, cfg.band, cfg.cost_ticks)
+        lacking = None if sharpe is not None else _lacking_quarter(ckpt, val_name, bars, book, "validation")
         try:
+            if lacking is not None:
+                raise LookupError(lacking)
             if sharpe is None:
                 val = validation.score(
                     model, bars[val_name], book.get(val_name), cfg.horizon, cfg.band, cfg.cost_ticks, clock(val_name)
@@ -359,7 +377,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         except DecisionClockError:
             raise
         except Exception as exc:
-            drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
+            drop(ckpt, lacking or f"unreadable: {type(exc).__name__}: {exc}")
             scored[name] = [p for p in scored[name] if p.test_file != test_name]
             if not scored[name]:
                 del scored[name]

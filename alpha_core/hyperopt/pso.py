@@ -35,7 +35,7 @@ from alpha_core.atomic import atomic_write_json, owner_tag
 from alpha_core.cleanup import TRIAL_PREFIX
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
-from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode
+from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode, unit_sidecars
 from alpha_core.errors import PlanError
 from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.hyperopt.configs import HyperoptConfig
@@ -163,8 +163,8 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         ],
         "val_sharpe": "daily-session Sharpe of each trial's validation positions, annualised, "
         f"{DEFAULT_COST_TICKS} tick(s) per unit of turnover (the evaluator's), over val_sessions sessions",
-        "train_files": [sc.meta.source.name for sc in split.train],
-        "val_files": [sc.meta.source.name for sc in split.val],
+        "train_files": split.train_names,  # calendar quarters (`folds.py`)
+        "val_files": split.val_names,
         "cv_fold": cfg.cv_fold,
         "plan_test_files": [r.name for f in plan.folds for r in f.test],
         "seed": cfg.seed,
@@ -182,14 +182,21 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
     schema = OHLCV_1M if model_input == "bars" else MBP10
     predecoded = default_predecoded_dir(cfg.predecoded_dir, cfg.output.parent)
     sidecars = [item.sidecar for item in predecode(cfg.data_dir, predecoded, cfg.symbol, schema)]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds)
+    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, schema)
     if cfg.cv_fold is None:
         train, val = hyperopt_files(plan)
     else:
         fold = plan.fold(cfg.cv_fold)
         train, val = fold.train, fold.val
     by_path = {sc.meta.source.path: sc for sc in sidecars}
-    return FoldData(0, [by_path[r.path] for r in train], [by_path[r.path] for r in val], []), plan
+    return FoldData(
+        0,
+        [sc for u in train for sc in unit_sidecars(u, by_path)],
+        [sc for u in val for sc in unit_sidecars(u, by_path)],
+        [],
+        [u.name for u in train],
+        [u.name for u in val],
+    ), plan
 
 
 def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float, int]:

@@ -132,18 +132,18 @@ def check_isolation(params: ParamsFile, model: str, fold: int, test_files: list[
     if record.cv_fold is not None and record.cv_fold != fold:
         raise PlanError(
             f"{params.path}: a nested search tuned for fold {record.cv_fold} cannot train fold {fold} "
-            f"(its files include earlier folds' test files; search each fold with --cv-fold, or once "
+            f"(its quarters include earlier folds' test quarters; search each fold with --cv-fold, or once "
             f"per symbol without it)"
         )
     leaks = [
-        f"fold {fold}: test file {name} was a hyperopt {split} file"
+        f"fold {fold}: test quarter {name} was a hyperopt {split} quarter"
         for name in test_files
         for split, names in (("training", record.train_files), ("validation", record.val_files))
         if name in names
     ]
     if leaks and not allow_leakage:
         raise PlanError(
-            f"{params.path}: {'; '.join(leaks)}: params searched on a test file would score it out of "
+            f"{params.path}: {'; '.join(leaks)}: params searched on a test quarter would score it out of "
             f"sample (re-run hyperopt with the same fold plan, or pass --allow-hyperopt-leakage to train "
             f"anyway; the report then excludes the fold)"
         )

@@ -38,7 +38,7 @@ from alpha_core.data.dbn import MBP10
 from alpha_core.data.folds import plan_folds
 from alpha_core.data.loader import EpochCursor, WindowLoader
 from alpha_core.data.norm import fit_norm_stats
-from alpha_core.data.predecode import file_ref, predecode
+from alpha_core.data.predecode import file_ref, fold_data, predecode
 from alpha_core.data.sidecar import LabelConfig
 from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError
@@ -238,17 +238,15 @@ class PerceptionTrainer:
         cfg = self.cfg
         labels = LabelConfig(outcome_label_cost=cfg.outcome_label_cost)
         sidecars = [p.sidecar for p in predecode(cfg.mbp10_data_dir, cfg.predecoded_dir, None, MBP10, labels)]
-        if cfg.cv_n_folds == 1 and len(sidecars) < 2:
-            raise PlanError(f"need >= 2 files for single-fold temporal split, found {len(sidecars)} under {cfg.mbp10_data_dir}")
         try:
-            plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds)
+            plan = plan_folds(
+                [file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, MBP10
+            )
         except PlanError as exc:
             raise PlanError(f"{cfg.mbp10_data_dir}: {exc}") from exc
-        fold = plan.fold(cfg.cv_fold)
-        by_path = {sc.meta.source.path: sc for sc in sidecars}
-        self.train_files = [by_path[r.path] for r in fold.train]
-        self.val_files = [by_path[r.path] for r in fold.val]
-        self.test_names = [r.name for r in fold.test]
+        (fold,) = fold_data(plan, sidecars, cfg.cv_fold)
+        self.train_files, self.val_files = fold.train, fold.val  # the sidecars of the fold's calendar quarters
+        self.train_names, self.val_names, self.test_names = fold.train_names, fold.val_names, fold.test_names
         self.horizons = self.train_files[0].meta.horizons
         # a tensor, like the model's time scale: one compiled graph for every product
         self.tick_size = torch.tensor(self.train_files[0].meta.tick_size, device=self.device)
@@ -463,8 +461,8 @@ class PerceptionTrainer:
             best_h1000_ckpt_path=t.best_h1000_ckpt_path,
             final_smooth_loss_per_horizon=m.last_smoothness_loss_per_horizon(),
             cv_fold=self.cfg.cv_fold,
-            train_files=[sc.meta.source.name for sc in self.train_files],
-            val_files=[sc.meta.source.name for sc in self.val_files],
+            train_files=self.train_names,  # calendar quarters (`folds.py`)
+            val_files=self.val_names,
             test_files=self.test_names,
             checkpoint_metric=metric,
             checkpoint=CHECKPOINTS[metric],

@@ -249,8 +249,8 @@ def _train_fold(
     summary = RLFoldSummary(
         model=cfg.model,
         fold=fold.fold,
-        train_files=[sc.meta.source.name for sc in train],
-        val_files=[sc.meta.source.name for sc in val],
+        train_files=fold.train_names,  # calendar quarters (`folds.py`)
+        val_files=fold.val_names,
         test_files=fold.test_names,
         epochs=len(curve),
         early_stopped=early,
@@ -260,9 +260,9 @@ def _train_fold(
         val_mean_reward=result.mean_reward,
         val_turnover=result.turnover,
         val_score=None
-        if len(val) != 1
+        if len(val) != 1 or len(fold.val_names) != 1  # several parts: the evaluator scores them concatenated
         else ValidationScore(
-            file=val[0].meta.source.name,
+            file=fold.val_names[0],
             sharpe=result.sharpe,
             sessions=result.n_sessions,
             horizon=None,

@@ -263,8 +263,8 @@ def _train_fold(
     summary = FoldSummary(
         model=cfg.model,
         fold=fold.fold,
-        train_files=[sc.meta.source.name for sc in train_files],
-        val_files=[sc.meta.source.name for sc in val_files],
+        train_files=fold.train_names,  # calendar quarters (`folds.py`)
+        val_files=fold.val_names,
         test_files=fold.test_names,
         horizons=list(train_files[0].meta.horizons),
         epochs=t.epochs_completed,

@@ -21,7 +21,7 @@ class WalkForwardConfig(BaseModel):
     early_stop_patience: NonNegInt = 5  # 0 disables
     cv_fold: NonNegInt | None = None  # None: every fold of the plan
     cv_n_folds: Count = N_FOLDS  # 1: the single train/validation split, without a test file
-    cv_train_window: NonNegInt = 0  # 0: n_files - cv_n_folds - 1 (a test file after every fold)
+    cv_train_window: NonNegInt = 0  # calendar quarters; 0: n_quarters - cv_n_folds - 1 (a test quarter after every fold)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
     seed: Seed = 0x4242
     device: Device | None = None  # None: cuda when available
