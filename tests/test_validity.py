@@ -143,7 +143,7 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
     row = sym.models["mamba2"]
     assert [f.fold for f in row.folds] == [0, 1, 2]  # the pipeline's walk-forward plan, a test file in every fold
     # evaluate ends with the report in plain text: each row's Sharpe and DSR as the report has them, and where it is
-    printed = capsys.readouterr().out.split("ES.FUT: out of sample over 3 fold(s)")[-1].splitlines()
+    printed = capsys.readouterr().out.split("ES.FUT: out of sample over 3 test fold(s)")[-1].splitlines()
     (line,) = [x for x in printed if x.split()[:1] == ["mamba2"]]
     assert line.split()[1] == f"{row.oos.sharpe:,.2f}" and line.split()[4] == f"{row.oos.dsr:,.2f}", line
     assert printed[-1] == f"Full report: {out.with_suffix('.md')} (plots beside it)."
