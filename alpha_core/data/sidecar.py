@@ -353,6 +353,7 @@ def _build_locked(final: Path, write, key: str) -> str:
     lock.wait_acquire()
     with lock.hold(), guard(final, lock.check):
         crash_point("sidecar.locked")
+        lock.check()  # a builder frozen here past the staleness stops, whatever its successor did
         status = "built"
         if final.exists():
             try:
