@@ -239,20 +239,31 @@ def tft_models(tiny_data, tmp_path_factory):
     return tmp
 
 
+REPORT_SET = 6  # ensemble_report.json, .md and one symbol's four plots: its commits are the last six
+
+
 @pytest.mark.slow
-def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_models, tiny_data, tmp_path):
+@pytest.mark.parametrize(
+    "point",
+    [
+        "tmp.before_commit#1",  # frozen just before its Markdown replaces the one there
+        f"tmp.before_commit#{REPORT_SET}",  # its whole set checked and written but the JSON, about to be renamed
+    ],
+)
+def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_models, tiny_data, tmp_path, point):
     from alpha_core.eval.report import load_report
 
     out = tmp_path / "eval" / "ensemble_report.json"
     argv = ["evaluate", "--models-dir", str(tft_models / "models"), "--data-dir", str(tiny_data)]
     argv += ["--predecoded-dir", str(tft_models / "pd"), "--device", "cpu", "--min-val-auc", "0"]
     argv += ["--min-val-sharpe", "-1000", "--output", str(out)]
-    frozen = _start_frozen(argv, "report.before_json")  # its Markdown and plots written, its JSON not
+    frozen = _start_frozen(argv, point)
     try:
         _until_stale(out.with_name(f".{out.name}.lock"))
         second = _cli(argv)
         assert second.returncode == 0, second.stderr[-3000:]
         good = {p.name: p.read_bytes() for p in out.parent.iterdir() if not p.name.startswith(".")}
+        assert len(good) == REPORT_SET, sorted(good)
     finally:
         rc, err = _wake(frozen)
     assert rc == 2
