@@ -27,6 +27,7 @@ KILL_POINTS = (
     "report.before_json",  # the report's Markdown and plots are in place, its JSON (the commit point) is not
     "lock.before_link",  # a lock's content is written beside it, not yet linked into place
     "sidecar.locked",  # a sidecar builder holds the sidecar's lock, nothing is written yet
+    "hyperopt.before_results",  # every trial of a search has run, its results are not written
 )
 
 _hits: Counter[str] = Counter()

@@ -272,6 +272,24 @@ def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_mode
     assert {p.name: p.read_bytes() for p in out.parent.iterdir() if not p.name.startswith(".")} == good
 
 
+@pytest.mark.slow
+def test_a_frozen_search_never_replaces_the_results_of_the_one_that_took_over(tiny_data, tmp_path):
+    out = tmp_path / "hyperopt" / "results.json"
+    argv = ["hyperopt", "--model", "mamba2", "--trials", "2", "--epochs", "1", "--data-dir", str(tiny_data / "ES.FUT")]
+    argv += ["--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "64", "--n-val-seqs", "64", "--device", "cpu"]
+    argv += ["--predecoded-dir", str(tmp_path / "pd"), "--output", str(out)]
+    frozen = _start_frozen([*argv, "--seed", "1"], "hyperopt.before_results")  # its trials run, its results not written
+    try:
+        _until_stale(out.with_name(f".{out.name}.lock"))
+        second = _cli([*argv, "--seed", "2"])
+        assert second.returncode == 0, second.stderr[-3000:]
+    finally:
+        rc, err = _wake(frozen)
+    assert rc == 2
+    _lost_line(err)
+    assert json.loads(out.read_text())["seed"] == 2
+
+
 def _corrupt(cache: Path) -> Path:
     sidecar = next(p for p in sorted(cache.rglob("*.book.*")) if p.is_dir())
     features = sidecar / "features.npy"
