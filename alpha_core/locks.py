@@ -18,7 +18,8 @@ Breaking is race-free: the breaker renames the lock aside under a unique name, c
 lock it judged (otherwise it puts it back), then creates its own.
 
 Fencing: each acquisition also takes the next number of the lock's counter (`<lock>.fence`, bumped by the new
-holder only), so tokens only increase. A holder that lost its lock (a zombie writer, back after a takeover) finds
+holder only), so the tokens of holders that overlap (a frozen one and its successor) only increase; the last
+release removes it. A holder that lost its lock (a zombie writer, back after a takeover) finds
 out at `Lock.check`: the lock names another token, or the counter moved past its own. Every commit of a fenced
 writer calls it (`alpha_core.atomic.guard`), so a zombie's first write after it wakes raises `LockLost` (one line,
 exit 2) instead of changing what its successor wrote.
@@ -214,8 +215,12 @@ class Lock:
             time.sleep(max(0.05, min(2.0, heartbeat_seconds() / 2)))
 
     def release(self) -> None:
+        """Remove the lock if it is still ours; its counter goes with it unless a later holder took a number (the
+        counter orders holders that overlap, which is all fencing needs, and leaves nothing behind a quiet lock)."""
         self.held = False
         if (holder := read_holder(self.path)) is not None and holder.token == self.me.token:
+            if self.fenced and read_fence(self.path) == self.me.fence:
+                self.path.with_name(self.path.name + FENCE).unlink(missing_ok=True)
             self.path.unlink(missing_ok=True)
 
     @contextmanager

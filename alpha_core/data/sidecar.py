@@ -41,7 +41,7 @@ from alpha_core.data.products import Product, product
 from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
 from alpha_core.faults import crash_point
-from alpha_core.locks import FENCE, Lock, read_fence
+from alpha_core.locks import Lock
 
 # bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
 # in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json; 6: book features
@@ -365,13 +365,8 @@ def _build_locked(final: Path, write, key: str) -> str:
                 os.rename(final, aside)  # out of readers' sight in one step, then removed
                 shutil.rmtree(aside, ignore_errors=True)
                 status = "rebuilt"
-        try:
-            with atomic_directory(final) as tmp:
-                write(tmp)
-        except BaseException:
-            if lock.me.fence == 1 and read_fence(lock.path) == 1:  # the first try failed: leave the cache as it was
-                lock.path.with_name(lock.path.name + FENCE).unlink(missing_ok=True)
-            raise
+        with atomic_directory(final) as tmp:
+            write(tmp)
     return status
 
 
