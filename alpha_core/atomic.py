@@ -172,7 +172,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         _fsync(tmp)
-        crash_point("tmp.before_commit")
+        crash_point("tmp.before_commit", path.name)
         check_writable(path)
         os.replace(tmp, path)
         crash_point("tmp.after_commit")
@@ -210,7 +210,7 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
         with heartbeat(tmp):
             yield tmp
         _fsync_tree(tmp)
-        crash_point("tmp.before_commit")
+        crash_point("tmp.before_commit", final.name)
         check_writable(final)
         if replace and (final.is_symlink() or not rename_exchange_supported(final.parent)):
             _switch_link(tmp, final)

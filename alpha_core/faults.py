@@ -3,7 +3,8 @@
 Every writer of a multi-file artifact calls `crash_point(name)` at the steps where a crash could leave it
 half-done (before and after each commit). The tests set `ALPHA_FAULT` to one of `KILL_POINTS`, expect the
 process to die by SIGKILL there, and check that a rerun or `--resume` ends exactly like an uninterrupted run.
-`#n` kills at the n-th time the point is reached (1-based), e.g. at the second epoch's state commit.
+`#n` kills at the n-th time the point is reached (1-based), e.g. at the second epoch's state commit;
+`tmp.before_commit@ensemble_report.json` only at the commit of a file (or folder) of that name.
 
 `stop:<point>[#n]` freezes the process there instead (SIGSTOP, as a node freeze, a long GC pause or a preempted
 VM does: its lock heartbeat stops too) until a SIGCONT, and `sleep=<s>:<point>[#n]` sleeps `s` seconds there
@@ -33,17 +34,19 @@ KILL_POINTS = (
 _hits: Counter[str] = Counter()
 
 
-def crash_point(name: str) -> None:
-    """SIGKILL (or stop, or sleep) this process when `ALPHA_FAULT` names this point (and its hit count)."""
+def crash_point(name: str, subject: str | None = None) -> None:
+    """SIGKILL (or stop, or sleep) this process when `ALPHA_FAULT` names this point (and its hit count).
+    `<point>@<file name>` counts only the commits of that file (`subject`, for the `tmp.*` points)."""
     spec = os.environ.get("ALPHA_FAULT")
     if not spec:
         return
     action, _, rest = spec.rpartition(":")
-    point, _, nth = rest.partition("#")
-    if point != name:
+    where, _, nth = rest.partition("#")
+    point, _, only = where.partition("@")
+    if point != name or (only and only != subject):
         return
-    _hits[name] += 1
-    if _hits[name] != (int(nth) if nth else 1):
+    _hits[where] += 1
+    if _hits[where] != (int(nth) if nth else 1):
         return
     if action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)

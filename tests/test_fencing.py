@@ -239,15 +239,12 @@ def tft_models(tiny_data, tmp_path_factory):
     return tmp
 
 
-REPORT_SET = 6  # ensemble_report.json, .md and one symbol's four plots: its commits are the last six
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "point",
     [
-        "tmp.before_commit#1",  # frozen just before its Markdown replaces the one there
-        f"tmp.before_commit#{REPORT_SET}",  # its whole set checked and written but the JSON, about to be renamed
+        "tmp.before_commit@ensemble_report.md",  # frozen just before its Markdown replaces the one there
+        "tmp.before_commit@ensemble_report.json",  # its whole set written but the JSON, about to be renamed
     ],
 )
 def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_models, tiny_data, tmp_path, point):
@@ -263,7 +260,7 @@ def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_mode
         second = _cli(argv)
         assert second.returncode == 0, second.stderr[-3000:]
         good = {p.name: p.read_bytes() for p in out.parent.iterdir() if not p.name.startswith(".")}
-        assert len(good) == REPORT_SET, sorted(good)
+        assert "ensemble_report.md" in good and any(name.endswith(".png") for name in good), sorted(good)
     finally:
         rc, err = _wake(frozen)
     assert rc == 2
