@@ -129,17 +129,21 @@ def _busy(lock: Path, holder) -> PlanError:
 
 def _inherit(source: Path, target: Path) -> None:
     """Copy what `source` committed into the new generation `target` (copies, never links: the old writer, if it
-    ever wakes, must not reach a byte of its successor's files). Temporaries, locks and manifests stay behind."""
-    for entry in source.iterdir():
-        name = entry.name
-        if name in (LOCK, MANIFEST) or TMP_MARK in name or BROKEN in name:
-            continue
+    ever wakes, must not reach a byte of its successor's files). Temporaries, locks and manifests stay behind.
+    Each entry appears whole (copied under a temporary name, then renamed), files first, then folders, then
+    symlinks, so the training state (a folder, or a symlink to one) comes last: a copy cut short leaves no state,
+    and its resume trains from the start instead of from a state without its checkpoints."""
+    entries = [e for e in source.iterdir() if e.name not in (LOCK, MANIFEST) and TMP_MARK not in e.name]
+    entries = [e for e in entries if BROKEN not in e.name]
+    for entry in sorted(entries, key=lambda e: (e.is_symlink(), e.is_dir(), e.name)):
+        tmp = temporary_name(target / entry.name)
         if entry.is_symlink():
-            os.symlink(os.readlink(entry), target / name)
+            os.symlink(os.readlink(entry), tmp)
         elif entry.is_dir():
-            shutil.copytree(entry, target / name, symlinks=True, ignore=shutil.ignore_patterns(f"*{TMP_MARK}*"))
+            shutil.copytree(entry, tmp, symlinks=True, ignore=shutil.ignore_patterns(f"*{TMP_MARK}*"))
         else:
-            shutil.copyfile(entry, target / name)
+            shutil.copyfile(entry, tmp)
+        os.rename(tmp, target / entry.name)
 
 
 def _read_only(folder: Path) -> None:
@@ -224,16 +228,17 @@ def seal(folder: Path, attempt_id: str) -> None:
 
 def promote(attempt: Attempt) -> None:
     """Point `dest` at a complete attempt, in one atomic rename of a symlink."""
-    if not attempt.complete:
-        raise PlanError(f"{attempt.path}: an incomplete attempt cannot be promoted")
-    if problems := verify(attempt.path, deep=True):
-        raise PlanError(f"{attempt.path}: a damaged attempt is not promoted ({problems[0]})")
+    folder = attempt.path  # one generation, judged and linked
+    if not (folder / MANIFEST).is_file():
+        raise PlanError(f"{folder}: an incomplete attempt cannot be promoted")
+    if problems := verify(folder, deep=True):
+        raise PlanError(f"{folder}: a damaged attempt is not promoted ({problems[0]})")
     crash_point("attempt.before_promote")
     dest = attempt.dest
     if dest.exists() and not dest.is_symlink():  # a folder from before attempts existed: keep it as one
         os.rename(dest, attempts_dir(dest) / f"legacy-{new_attempt_id()}")
     link = temporary_name(dest)
-    os.symlink(os.path.relpath(attempt.path, dest.parent), link, target_is_directory=True)
+    os.symlink(os.path.relpath(folder, dest.parent), link, target_is_directory=True)
     os.replace(link, dest)
     crash_point("attempt.after_promote")
 
