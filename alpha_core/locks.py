@@ -132,14 +132,16 @@ class Lock:
     def _take_fence(self) -> None:
         """Bump the lock's counter (only a holder does) and write the number into the lock: this acquisition's
         token. Two writers never both pass `check` with one number: one of them no longer holds the lock."""
-        from alpha_core.atomic import atomic_write_bytes
-
         n = read_fence(self.path) + 1
-        atomic_write_bytes(self.path.with_name(self.path.name + FENCE), f"{n}\n".encode())
         self.me = Holder(**{**self.me.__dict__, "fence": n})
-        tmp = temporary_name(self.path)
-        tmp.write_text(json.dumps(self.me.__dict__))
-        os.replace(tmp, self.path)
+        counter = self.path.with_name(self.path.name + FENCE)
+        for path, text in ((counter, f"{n}\n"), (self.path, json.dumps(self.me.__dict__))):
+            tmp = temporary_name(path)  # whole or not at all, without a commit point of its own
+            try:
+                tmp.write_text(text)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def _create(self) -> bool:
         """Create the lock with its content in one step; False if a lock exists."""
