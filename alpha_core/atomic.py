@@ -5,6 +5,11 @@ A file or a directory appears whole or not at all. Temporary names carry their w
 removed only when it is provably abandoned: its writer is a dead process of this host and PID namespace, or
 it has not been touched for the lease (`ALPHA_TMP_LEASE_S`, default 15 min). A writer that may take longer
 keeps its temporary fresh with a heartbeat, so pods on other hosts sharing the volume never delete it.
+
+A writer that holds a lock registers its fence for the folder it owns (`guard`): every commit below that folder
+checks first that the lock is still this writer's, just before the rename that makes the result visible, so a
+writer that lost its lock stops at its next commit. A sealed attempt (a folder of an `.attempts` directory with a
+`manifest.json`) is read-only: no commit goes into it.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,58 @@ TMP_MARK = ".tmp~"
 
 def lease_seconds() -> float:
     return float(os.environ.get("ALPHA_TMP_LEASE_S", "900"))
+
+
+_GUARDS: dict[Path, list[Callable[[], None]]] = {}  # folder -> the fence checks of its writers in this process
+_GUARDS_LOCK = threading.Lock()
+SEALED_MANIFEST = "manifest.json"
+
+
+@contextmanager
+def guard(folder: Path, check: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, every commit under `folder` (itself included) calls `check` first (a lock's fence)."""
+    folder = Path(os.path.abspath(folder))
+    with _GUARDS_LOCK:
+        _GUARDS.setdefault(folder, []).append(check)
+    try:
+        yield
+    finally:
+        with _GUARDS_LOCK:
+            _GUARDS[folder].remove(check)
+            if not _GUARDS[folder]:
+                del _GUARDS[folder]
+
+
+def check_writable(path: Path) -> None:
+    """Raise unless this process may still commit `path`: each guard of a folder holding it passes, and no sealed
+    attempt holds it (`PermissionError` naming the attempt)."""
+    path = Path(os.path.abspath(path))
+    with _GUARDS_LOCK:
+        checks = [c for folder, cs in _GUARDS.items() if path == folder or path.is_relative_to(folder) for c in cs]
+    for check in checks:
+        check()
+    for folder in path.parents:
+        if folder.parent.name.endswith(".attempts"):
+            if (folder / SEALED_MANIFEST).is_file():
+                raise PermissionError(errno.EACCES, f"{folder} is a sealed attempt, read-only: {path} is not written")
+            break
+
+
+def fs_now(directory: Path) -> float:
+    """The current time by `directory`'s filesystem: the mtime of a file just created there (the server's clock on
+    NFS, as heartbeats `utime(NULL)` use), so ages of files on a shared volume never depend on this host's clock.
+    This host's clock where nothing can be created there (a read-only volume)."""
+    probe = temporary_name(Path(directory) / "clock")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError:
+        return time.time()
+    try:
+        return os.fstat(fd).st_mtime
+    finally:
+        os.close(fd)
+        with suppress(OSError):
+            os.unlink(probe)
 
 
 def _pid_namespace() -> int:
@@ -109,12 +166,14 @@ def heartbeat(path: Path) -> Iterator[None]:
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path to write `path` through; on success it is fsynced and renamed into place."""
     path = Path(path)
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     try:
         yield tmp
         _fsync(tmp)
-        crash_point("tmp.before_commit")
+        crash_point("tmp.before_commit", path.name)
+        check_writable(path)
         os.replace(tmp, path)
         crash_point("tmp.after_commit")
         _fsync(path.parent)
@@ -147,6 +206,7 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
     `os.replace` of that symlink (`_switch_link`), atomic on every POSIX filesystem. Readers see either the old
     or the new directory, never neither. The temporary is removed on failure either way.
     """
+    check_writable(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(final)
     tmp.mkdir()
@@ -154,7 +214,8 @@ def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
         with heartbeat(tmp):
             yield tmp
         _fsync_tree(tmp)
-        crash_point("tmp.before_commit")
+        crash_point("tmp.before_commit", final.name)
+        check_writable(final)
         if replace and (final.is_symlink() or not rename_exchange_supported(final.parent)):
             _switch_link(tmp, final)
         elif replace and final.exists():
@@ -244,7 +305,7 @@ def _switch_link(tmp: Path, final: Path) -> None:
         link.unlink(missing_ok=True)
         shutil.rmtree(version, ignore_errors=True)
         raise
-    now = time.time()
+    now = fs_now(final.parent)
     for sibling in final.parent.glob(f".{final.name}{VERSION_MARK}*"):
         if sibling.name == version.name:
             continue
@@ -261,7 +322,7 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
     removed: list[Path] = []
     if not directory.is_dir():
         return removed
-    now = time.time()
+    now = fs_now(directory)
     for p in directory.iterdir():
         if TMP_MARK not in p.name:
             continue

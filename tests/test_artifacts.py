@@ -171,6 +171,7 @@ def test_the_folds_of_a_run_are_promoted_together(tmp_path):
 def test_verify_catches_a_mix_of_two_runs(tmp_path):
     dest = tmp_path / "fold-0"
     artifacts.promote(_attempt(dest, "old", "run-a"))
+    os.chmod(dest / "model.safetensors", 0o644)  # sealed files are read-only: only a deliberate chmod gets past
     (dest / "model.safetensors").write_text("new weights")  # a rerun writing in place: what attempts prevent
     (dest / "extra.safetensors").write_text("x")
     problems = artifacts.verify(dest, deep=True)

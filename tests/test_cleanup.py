@@ -59,7 +59,8 @@ def test_clean_removes_what_crashed_writers_left_and_keeps_what_live_ones_hold(t
     dead_trial.mkdir()
     live_trial = tmp / f"{TRIAL_PREFIX}{owner_tag()}~xyz"
     live_trial.mkdir()
-    with artifacts.writing(held):  # a live writer of an old attempt
+    with artifacts.writing(held) as writer:  # a live writer of an old attempt: its own, new generation
+        assert writer.folder != held.path.parent / "held"
         assert main(["clean", str(storage), "--dry-run"]) == 0
         listed = capsys.readouterr().out
         assert str(abandoned.path) in listed and stale_tmp.exists() and abandoned.path.exists()
@@ -69,7 +70,9 @@ def test_clean_removes_what_crashed_writers_left_and_keeps_what_live_ones_hold(t
     assert not (done.path / artifacts.LOCK).exists() and done.complete
     assert not abandoned.path.exists() and recent.path.exists() and held.path.exists()
     assert not dead_trial.exists() and live_trial.exists()
-    assert "incomplete attempt, no live writer" in out and "4 item(s) removed" in out, out
+    # the old attempt's first generation, superseded and untouched for 30 days, goes; the live generation stays
+    assert not (held.path.parent / "held").exists()
+    assert "incomplete attempt, no live writer" in out and "5 item(s) removed" in out, out
 
 
 def _lock(path: Path, owner: str) -> Path:

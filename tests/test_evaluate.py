@@ -506,7 +506,10 @@ def test_evaluation_reads_each_checkpoint_from_the_attempt_it_named(trained, tmp
     assert ckpt.path == before.path.resolve()
     other = artifacts.Attempt(fold0, "a-later-run")
     shutil.copytree(before.path, other.path)
+    (other.path / artifacts.MANIFEST).unlink()
+    (other.path / "model.safetensors").chmod(0o644)  # a sealed attempt's files are read-only
     (other.path / "model.safetensors").write_bytes(b"not the weights this evaluation named")
+    artifacts.seal(other.path, other.id)  # another training's complete attempt (a damaged one is never promoted)
     artifacts.promote(other)
     try:
         assert load(ckpt, torch.device("cpu")).net is not None  # read from its own attempt, not the promoted one

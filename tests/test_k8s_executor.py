@@ -418,6 +418,7 @@ def test_a_step_lost_with_its_node_is_retried_on_another_pod_and_completes(tmp_p
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(["checkpoints", MODEL]), asset_partitions=[str(partition)]), limit=5
         ).records
         fold = Path(record.asset_materialization.metadata["path"].value)
-        assert fold.name == run_id and (fold / "manifest.json").is_file() and not (fold / ".lock").exists()
+        # the retry never wrote where the lost pod did: it took the attempt over as its next generation
+        assert fold.name == f"{run_id}~g1" and (fold / "manifest.json").is_file() and not (fold / ".lock").exists()
         summary = json.loads((fold / "summary.json").read_text())
         assert summary["attempt"] == run_id and summary["epochs"] == 3

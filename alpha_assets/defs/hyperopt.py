@@ -71,7 +71,9 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
                     cv_n_folds=plans["cv_n_folds"],
                     cv_train_window=plans["train_window"],
                     **given(config, HyperoptConfig.model_fields),
-                )
+                ),
+                run=context.run.run_id,
+                retry=context.retry_number > 0,  # a retry of this step (a lost pod) takes the output's lock over
             )
         scores = [t["score"] for t in results["trials"]]
         problems = [

@@ -5,7 +5,9 @@ A sidecar is a directory `{stem}.{ROOT}.{kind}.{key}/` holding one `.npy` per ar
 label settings, so a changed file, a new feature version or other labels never reuse an old
 sidecar. It is written into a temporary directory and renamed into place in one step: readers see
 a complete sidecar or none. On load the meta and every array's header and size are verified; a
-corrupt sidecar is rebuilt, and older sidecars of the same file (stale keys) are removed.
+corrupt sidecar is rebuilt, and older sidecars of the same file (stale keys) are removed. A build or repair
+holds the sidecar's lock (`.{name}.lock`, `alpha_core.locks`): a second process wanting the same sidecar waits
+and reuses it, and a builder frozen past the lock's staleness never touches the sidecar its successor wrote.
 
 The source is opened once (`dbn.DbnSource`): its metadata, the hash that keys the sidecar and both build
 passes read that one descriptor, and the build fails unless every pass decoded bytes of that hash, so a
@@ -22,6 +24,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import weakref
 from pathlib import Path
@@ -31,12 +34,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import alpha_core
-from alpha_core.atomic import atomic_directory, atomic_write_bytes, remove_stale_temporaries
+from alpha_core.atomic import atomic_directory, atomic_write_bytes, guard, remove_stale_temporaries, temporary_name
 from alpha_core.bounds import MAX_FLOAT
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, DbnSource, read_info, require_schema
 from alpha_core.data.products import Product, product
 from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
+from alpha_core.faults import crash_point
+from alpha_core.locks import Lock
 
 # bump whenever a feature, a label or the stored form changes: old sidecars become stale (4: the source's stat
 # in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json; 6: book features
@@ -460,25 +465,47 @@ def ensure_sidecar(
             sha = source.sha256()
             key = sidecar_key(sha, kind, prod, horizons, cost)
             final = predecoded_dir / f"{prefix}{key}"
-            status = "built"
             if final.exists():
                 try:
                     sc = load_sidecar(final, expect_key=key)
                     _restat(sc, source)
                     return sc, "reused"
                 except SidecarCorrupt:
-                    shutil.rmtree(final)
-                    status = "rebuilt"
-            try:
-                with atomic_directory(final) as tmp:
-                    _write(tmp, info, kind, prod, horizons, cost, sha, key)
-            except FileExistsError:  # a concurrent builder finished first; its sidecar is equivalent
-                pass
+                    pass
+            status = _build_locked(final, lambda tmp: _write(tmp, info, kind, prod, horizons, cost, sha, key), key)
+            if status == "reused":
+                return load_sidecar(final, expect_key=key), status
         except OSError as exc:
             raise DataError(predecoded_dir, f"cannot write the sidecar of {info.name}: {_os_reason(exc)}") from exc
     if _evict_older_keys(final, info.path):
         status = "rebuilt"
     return load_sidecar(final, expect_key=key), status
+
+
+def _build_locked(final: Path, write, key: str) -> str:
+    """Build (or repair) the sidecar `final` holding its lock: one builder at a time, the others wait for it and
+    then reuse its sidecar ("reused"). A corrupt one is moved aside and rebuilt ("rebuilt"). Every commit checks
+    the lock's fence, so a builder frozen past the lock's staleness, whose sidecar another builder has since
+    written, stops (`LockLost`) without touching it."""
+    lock = Lock(final.with_name(f".{final.name}.lock"), run=secrets.token_hex(6), step=str(final))
+    lock.wait_acquire()
+    with lock.hold(), guard(final, lock.check):
+        crash_point("sidecar.locked")
+        lock.check()  # a builder frozen here past the staleness stops, whatever its successor did
+        status = "built"
+        if final.exists():
+            try:
+                load_sidecar(final, expect_key=key)
+                return "reused"  # built or repaired by the writer this one waited for
+            except SidecarCorrupt:
+                lock.check()
+                aside = temporary_name(final)
+                os.rename(final, aside)  # out of readers' sight in one step, then removed
+                shutil.rmtree(aside, ignore_errors=True)
+                status = "rebuilt"
+        with atomic_directory(final) as tmp:
+            write(tmp)
+    return status
 
 
 def _source_stat(source: DbnSource) -> dict[str, int]:

@@ -12,6 +12,7 @@ Non-finite numbers are stored as null (an infinite profit factor, an undefined P
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import secrets
@@ -22,7 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from alpha_core.atomic import atomic_write_bytes, atomic_write_json
+from alpha_core.atomic import atomic_write_bytes, atomic_write_json, guard
 from alpha_core.errors import DataError
 from alpha_core.eval.export import tables
 from alpha_core.faults import crash_point
@@ -496,16 +497,20 @@ def write_report(report: EnsembleReport, path: Path) -> None:
     `alpha evaluate` into the same output fails fast, naming the first). The JSON is the commit point: the old
     one goes first, the new one is written last and lists the checksums of the Markdown and plots as this writer
     made them, so a crash in between leaves no report at all (never a new plot beside an old JSON), and
-    `load_report` proves the set on disk is this writer's."""
+    `load_report` proves the set on disk is this writer's. Every commit of the set checks the lock's fence first
+    (`alpha_core.atomic.guard`): a writer frozen past the lock's staleness, whose set another writer has since
+    written, stops at its next file (`LockLost`, exit 2) and leaves that set whole."""
     lock = Lock(path.with_name(f".{path.name}.lock"), run=secrets.token_hex(6), step=str(path))
-    with lock.hold():
+    companions = {path.with_suffix(".md").name: markdown(report).encode(), **plot(report), **tables(report, path.stem)}
+    files = {name: hashlib.sha256(data).hexdigest() for name, data in companions.items()}
+    with lock.hold(), contextlib.ExitStack() as fenced:
+        for name in (path.name, *companions):
+            fenced.enter_context(guard(path.parent / name, lock.check))
+        lock.check()
         path.unlink(missing_ok=True)
-        companions = {path.with_suffix(".md").name: markdown(report).encode(), **plot(report), **tables(report, path.stem)}
         for name, data in companions.items():
             atomic_write_bytes(path.parent / name, data)
         crash_point("report.before_json")
-        lock.check()
-        files = {name: hashlib.sha256(data).hexdigest() for name, data in companions.items()}
         atomic_write_json(path, report.model_copy(update={"files": files}).model_dump(mode="json"))
 
 

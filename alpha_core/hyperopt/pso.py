@@ -19,6 +19,7 @@ Sharpe, the files it trained and validated on (`train_files`, `val_files`), the 
 from __future__ import annotations
 
 import math
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,14 +32,16 @@ import torch
 
 import alpha_core
 from alpha_core import cpus, progress
-from alpha_core.atomic import atomic_write_json, owner_tag
+from alpha_core.atomic import atomic_write_json, guard, owner_tag
 from alpha_core.cleanup import TRIAL_PREFIX
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode, unit_sidecars
 from alpha_core.errors import PlanError
 from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.faults import crash_point
 from alpha_core.hyperopt.configs import HyperoptConfig
+from alpha_core.locks import Lock
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
 
@@ -101,7 +104,11 @@ def _plain(values: dict) -> dict:
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
 
 
-def hyperopt(cfg: HyperoptConfig) -> dict:
+def hyperopt(cfg: HyperoptConfig, run: str | None = None, retry: bool = False) -> dict:
+    """The search, holding the output's lock for its whole run: a second search into the same output fails fast
+    naming the first (`retry`: the orchestrator's retry of this run's step, `run`, takes it over at once), and a
+    search frozen past the lock's staleness whose output another has since written stops at its commit
+    (`LockLost`, exit 2) instead of replacing those results."""
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
     if spec.search_space is None:
@@ -112,6 +119,14 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
     if spec.trainer == "perception":
         raise PlanError("the perception model is tuned through `alpha train` flags, not `alpha hyperopt`")
     split, plan = search_split(cfg, spec.input)
+    output = Path(cfg.output)
+    lock = Lock(output.with_name(f".{output.name}.lock"), run=run or secrets.token_hex(6), step=str(output))
+    with lock.hold(takeover_same_step=retry), guard(output, lock.check):
+        return _search(cfg, spec, split, plan)
+
+
+def _search(cfg: HyperoptConfig, spec, split: FoldData, plan: FoldPlan) -> dict:
+    """The trials, and their results written to `cfg.output`."""
 
     def objective(params: dict) -> tuple[float, dict]:
         torch.set_num_threads(1)
@@ -173,6 +188,7 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         "settings": cfg.model_dump(mode="json"),
         "versions": {"alpha": alpha_core.__version__, "nevergrad": ng.__version__, "torch": torch.__version__},
     }
+    crash_point("hyperopt.before_results")
     atomic_write_json(cfg.output, results)
     return results
 

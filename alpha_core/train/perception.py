@@ -213,7 +213,7 @@ class PerceptionTrainer:
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
         self.trackers = Trackers()
-        self.trace = StepTrace(self._inside_attempt(cfg.kernel_step_trace)) if cfg.kernel_step_trace else None
+        self.trace: StepTrace | None = None  # opened in `fit`, inside the generation this run acquires
 
     def _inside_attempt(self, path: Path) -> Path:
         """A file asked for under `--out` goes into the attempt, so it is promoted (and sealed) with the rest."""
@@ -370,18 +370,21 @@ class PerceptionTrainer:
     def fit(self, promote: bool = True) -> TrainSummary:
         """Train (or finish) the attempt, seal it and, with `promote`, make its fold folder show it. A complete
         attempt (a resume of a finished run) is checked against this command's settings like an unfinished one."""
-        with artifacts.writing(self.attempt, self.retry) as lock:
-            if self.attempt.complete:
+        with artifacts.writing(self.attempt, self.retry, inherit=True) as writer:
+            self.out = writer.folder  # this acquisition's generation: a takeover never writes where its predecessor did
+            if self.cfg.kernel_step_trace:
+                self.trace = StepTrace(self._inside_attempt(self.cfg.kernel_step_trace))
+            if writer.complete:
                 self._check_resumable(json.loads((self.out / STATE_DIR / STATE_JSON).read_text()), self.out)
                 print(f"--resume: {self.out} is complete, with these settings", flush=True)
                 summary = TrainSummary.model_validate_json((self.out / SUMMARY).read_text())
             else:
-                summary = self._train(lock)
+                summary = self._train(writer)
         if promote:
             artifacts.promote(self.attempt)
         return summary
 
-    def _train(self, lock) -> TrainSummary:
+    def _train(self, writer: artifacts.Writer) -> TrainSummary:
         cfg = self.cfg
         atomic_write_json(self.out / "model_config.json", self.model_cfg.model_dump())
         self.norm.save(self.out / "norm_stats.json")
@@ -417,7 +420,7 @@ class PerceptionTrainer:
         self.report.close()
         summary = self._summary()
         atomic_write_json(self.out / SUMMARY, summary.model_dump())
-        artifacts.complete(self.attempt, lock)
+        artifacts.complete(self.attempt, writer)
         return summary
 
     def _track(self, epoch: int, val_loss: float, aucs: list[float]) -> None:

@@ -13,6 +13,8 @@ import struct
 import time
 from pathlib import Path
 
+from alpha_core.atomic import check_writable
+
 
 def _crc32c_table() -> list[int]:
     table = []
@@ -84,6 +86,7 @@ class EventWriter:
         self._write(_event(time.time(), step, scalars={k: float(v) for k, v in scalars.items()}))
 
     def _write(self, event: bytes) -> None:
+        check_writable(self.path)  # a writer that lost its attempt's lock stops here (alpha_core.atomic.guard)
         self._file.write(_record(event))
         self._file.flush()
 

@@ -11,13 +11,17 @@ from pathlib import Path
 
 import torch
 
+from alpha_core.atomic import check_writable
+
 FLUSH_EVERY = 256
 PER_HORIZON = ("bce", "smooth", "aux_huber", "aux_acc", "lambda", "bce_ema", "aux_huber_ema", "aux_acc_ema")
 
 
 class StepTrace:
     def __init__(self, path: Path) -> None:
+        check_writable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.fh = path.open("a")
         self.rows: list[torch.Tensor] = []
         self.meta: list[tuple[int, int, dict[str, float]]] = []
@@ -56,6 +60,7 @@ class StepTrace:
     def flush(self) -> None:
         if not self.rows:
             return
+        check_writable(self.path)  # a writer that lost its attempt's lock stops here (alpha_core.atomic.guard)
         values = torch.stack(self.rows).cpu().tolist()
         for (epoch, step, lrs), row in zip(self.meta, values, strict=True):
             n_h = (len(row) - 4) // len(PER_HORIZON)
