@@ -31,9 +31,9 @@ from alpha_core.data import labels as lbl
 from alpha_core.data.dbn import DbnFile
 from alpha_core.data.features import BAR_FEATURES, BOOK_FEATURES, BarFeatures, BookFeatures
 from alpha_core.data.front_month import Roll
+from alpha_core.data.layout import BOOK, STORED_DTYPES, column_sums
 from alpha_core.data.products import Product
 from alpha_core.data.series import read_bars, read_book
-from alpha_core.data.sidecar import BOOK, STORED_DTYPES, column_sums
 from alpha_core.data.validate import RecordRange
 from alpha_core.errors import DataError
 

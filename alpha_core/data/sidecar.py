@@ -37,6 +37,7 @@ import alpha_core
 from alpha_core.atomic import atomic_directory, atomic_write_bytes, guard, remove_stale_temporaries, temporary_name
 from alpha_core.bounds import MAX_FLOAT
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, DbnSource, read_info, require_schema
+from alpha_core.data.layout import ARRAYS, BARS, BOOK, STORED_DTYPES, Kind, column_sums
 from alpha_core.data.products import Product, product
 from alpha_core.data.validate import CHECKS_VERSION
 from alpha_core.errors import DataError
@@ -47,31 +48,9 @@ from alpha_core.locks import Lock
 # in meta.json, the key of the bytes the build decoded; 5: the source's record range in meta.json; 6: book features
 # and labels stored as float16, and each feature's sums in meta.json)
 FEATURE_VERSION = "6"
-BOOK, BARS = "book", "bars"
-Kind = Literal["book", "bars"]
 KIND_OF_SCHEMA = {MBP10: BOOK, OHLCV_1M: BARS}
 DEFAULT_HORIZONS = {BOOK: (10, 100, 1000), BARS: (5, 15, 60)}
 HORIZON_UNIT = {BOOK: "snapshots", BARS: "minutes"}
-ARRAYS = ("features", "ts", "price", "dt", "trade_ts", "labels", "outcome_long", "outcome_short", "instrument_id")
-_WIDE = {
-    "features": np.dtype(np.float32),
-    "ts": np.dtype(np.int64),
-    "price": np.dtype(np.float64),
-    "dt": np.dtype(np.float32),
-    "trade_ts": np.dtype(np.int64),
-    "labels": np.dtype(np.float32),
-    "outcome_long": np.dtype(np.float32),
-    "outcome_short": np.dtype(np.float32),
-    "instrument_id": np.dtype(np.uint32),
-}
-# each array's dtype on disk, by kind. A real quarter is 220.5M book rows: its features (ticks, shares and logs,
-# rounded by at most 2^-11 of their value) and labels (0, 1 or NaN: exact) as float16 take a book row from 296 to
-# 176 bytes. Bar sidecars are small, and their features (log returns) want float32's precision.
-STORED_DTYPES: dict[str, dict[str, np.dtype]] = {
-    BARS: _WIDE,
-    BOOK: {**_WIDE, "features": np.dtype(np.float16), "labels": np.dtype(np.float16)},
-}
-
 
 MAX_HORIZONS, MAX_HORIZON = 8, 1_000_000  # label horizons per sidecar; snapshots (book) or minutes (bars)
 
@@ -172,12 +151,6 @@ class SidecarMeta(Strict):
     dropped: dict[str, int]
     arrays: dict[str, ArraySpec]
     alpha_version: str
-
-
-def column_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sum, sum of squares) of each column, in float64: a sidecar's `feature_sums`."""
-    wide = np.asarray(values, dtype=np.float64)
-    return wide.sum(axis=0), np.einsum("ij,ij->j", wide, wide)
 
 
 class SidecarCorrupt(Exception):
