@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from alpha_core.train.tb_events import EventWriter
+    from alpha_core.tb_events import EventWriter
 
 _quiet = False
 
@@ -82,7 +82,7 @@ class TrainingReporter:
         metrics["epoch_s"], self.epoch_started = now - self.epoch_started, now
         self.epoch_metrics.append({"epoch": epoch, **metrics})
         if self.events is None:
-            from alpha_core.train.tb_events import EventWriter
+            from alpha_core.tb_events import EventWriter
 
             self.events = EventWriter(self.out_dir)
         self.events.add_scalars(epoch, {k: v for k, v in metrics.items() if math.isfinite(v)})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from alpha_core.cli import build_parser, main
-from alpha_core.train.tb_events import crc32c
+from alpha_core.tb_events import crc32c
 
 ALPHA = [sys.executable, "-m", "alpha_core.cli"]
 

@@ -27,7 +27,6 @@ arrays) + 24 bytes per window.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 
 from alpha_core.data.norm import NormStats
-from alpha_core.data.sidecar import HORIZON_UNIT, Sidecar
+from alpha_core.data.sidecar import HORIZON_UNIT, Sidecar, take_rows
 from alpha_core.errors import DataError
 
 ARRAYS = ("features", "dt", "labels", "outcome_long", "outcome_short")  # what a window carries
@@ -58,37 +57,6 @@ class WindowBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> WindowBatch:
         return WindowBatch(*(t.to(device, non_blocking=non_blocking) for t in self.__dict__.values()))
-
-
-def take_rows(sc: Sidecar, name: str, rows: np.ndarray) -> np.ndarray:
-    """`sc.<name>[rows]` for sorted rows, read with one `pread` per run of consecutive rows: a gather from a huge
-    file holds nothing but its result, and reads only its rows (a page fault in a memory map would read a whole
-    read-ahead window around each row, 8 MiB on a typical block device, and leave the pages mapped). Arrays given
-    to the Sidecar (in memory) are indexed."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if hasattr(sc, "take"):  # a quarter of several files (`sidecar.PartsSidecar`): gathered part by part
-        return sc.take(name, rows)
-    arr = sc.array(name)
-    if not isinstance(arr, np.memmap) or not len(rows):
-        return np.asarray(arr[rows])
-    out = np.empty((len(rows), *arr.shape[1:]), dtype=arr.dtype)
-    path, offset, row = arr.filename, arr.offset, arr.strides[0]
-    del arr  # unmapped: nothing was touched through it
-    cut = np.flatnonzero(np.diff(rows) != 1) + 1
-    starts, ends = np.r_[0, cut], np.r_[cut, len(rows)]
-    view = memoryview(out.reshape(len(rows), -1).view(np.uint8))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            buf, at, done = view[a:b].cast("B"), offset + int(rows[a]) * row, 0
-            while done < len(buf):  # a short read continues where it stopped
-                got = os.preadv(fd, [buf[done:]], at + done)
-                if got == 0:
-                    raise DataError(sc.path, f"{name}.npy ends before row {int(rows[b - 1])}")
-                done += got
-    finally:
-        os.close(fd)
-    return out
 
 
 def valid_ranges(sc: Sidecar, seq_len: int) -> list[tuple[int, int]]:
