@@ -838,7 +838,7 @@ def _add_params_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def cmd_train_supervised(args: argparse.Namespace) -> int:
-    from alpha_core.train.params import TRAIN_KEYS
+    from alpha_core.params import TRAIN_KEYS
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
     values = _given(args, "params_file", "param", *GATE_FLAGS)

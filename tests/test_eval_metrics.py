@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from alpha_core.eval.metrics import (
+from alpha_core.metrics import (
     COST_SENSITIVITY_TICKS,
     EULER_GAMMA,
     auc,
@@ -570,7 +570,7 @@ def test_headline_is_summarize_s_numbers_without_scipy():
     full, head = summarize(ts, position, next_return, 0.25), headline(ts, position, next_return, 0.25)
     assert head == {k: full[k] for k in ("n_bars", "n_sessions", "total_pnl", "sharpe", "turnover")}
     code = (
-        "import sys, numpy as np; from alpha_core.eval.metrics import headline; "
+        "import sys, numpy as np; from alpha_core.metrics import headline; "
         "ts = 1_700_000_000_000_000_000 + np.arange(5000) * 60_000_000_000; "
         "headline(ts, np.sign(np.sin(np.arange(5000.0))), np.cos(np.arange(5000.0)), 0.25); "
         "print('scipy.stats' in sys.modules)"

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from alpha_core import metrics
 from alpha_core.artifacts import seal
 from alpha_core.cli import main
 from alpha_core.data.features import BAR_FEATURES
 from alpha_core.data.norm import NormStats
 from alpha_core.data.oracle import oracle_probabilities
 from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
-from alpha_core.eval import metrics
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import (
     CPU_BATCH,

@@ -21,8 +21,8 @@ from alpha_core.data.folds import (
     hyperopt_leakage,
     plan_folds,
 )
-from alpha_core.data.front_month import session_day
 from alpha_core.errors import PlanError
+from alpha_core.sessions import session_day
 
 NS_DAY = 86_400 * 10**9
 
@@ -196,7 +196,8 @@ def _weekdays(first: dt.date, last: dt.date) -> list[dt.date]:
 def _layout(split: str) -> list[FileRef]:
     """Files of the sessions 2024-01-02 .. 2025-03-31 (17:00 CT the evening before to 16:00 CT), as a download of that
     range splits them by UTC date: daily, weekly, monthly, quarterly, or one file."""
-    from alpha_core.data.front_month import cme_holidays, session_open_ns
+    from alpha_core.data.front_month import cme_holidays
+    from alpha_core.sessions import session_open_ns
 
     hour = 3_600 * 10**9
     days = [d for d in _weekdays(dt.date(2024, 1, 2), dt.date(2025, 3, 31)) if d not in cme_holidays(d.year)]

@@ -6,7 +6,8 @@ import datetime as dt
 
 import numpy as np
 
-from alpha_core.data.front_month import choose_front, session_days, stitch
+from alpha_core.data.front_month import choose_front, stitch
+from alpha_core.sessions import session_days
 
 H4, M4, U4 = 1, 2, 3
 SYMBOLS = {H4: "ESH4", M4: "ESM4", U4: "ESU4"}

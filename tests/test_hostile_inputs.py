@@ -20,9 +20,9 @@ import pytest
 import zstandard
 
 from alpha_core.cli import main
-from alpha_core.data.front_month import session_days
 from alpha_core.data.sidecar import ensure_sidecar
 from alpha_core.errors import DataError
+from alpha_core.sessions import session_days
 
 BOOK, BARS = "mbp-10", "ohlcv-1m"
 UNDEF = dbn.UNDEF_PRICE

@@ -24,7 +24,7 @@ def test_real_data_has_no_oracle(samples, tmp_path):
 
 
 def test_oracle_auc_on_the_rows_a_model_was_scored_on(tiny_sidecars):
-    from alpha_core.eval.metrics import auc
+    from alpha_core.metrics import auc
 
     sc = tiny_sidecars["bars"][0]
     labels = np.asarray(sc.labels, dtype=np.float64)

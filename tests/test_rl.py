@@ -374,7 +374,7 @@ def test_validation_on_some_sessions_is_the_evaluators_number_on_them(trained, n
     flat, its window reading the bars before it, its last bar earning the file's next move). A span that is a whole
     file gives `evaluate`'s result on it; a mid-file session gives `summarize` of the positions `evaluate`'s own
     greedy walk takes on that session cut out with its warm-up bars."""
-    from alpha_core.eval.metrics import summarize
+    from alpha_core.metrics import summarize
     from alpha_core.rl.agents import greedy_positions
 
     series = toy_series(6000, 7)  # 5 CME sessions of continuous toy bars

@@ -14,9 +14,9 @@ from alpha_core.data import features, series
 from alpha_core.data.build import build_arrays
 from alpha_core.data.dbn import read_info
 from alpha_core.data.demo import DemoScale, _write_quarter
-from alpha_core.data.front_month import session_days
 from alpha_core.data.products import product
 from alpha_core.data.sidecar import ARRAYS, ensure_sidecar
+from alpha_core.sessions import session_days
 
 NS_MIN = 60_000_000_000
 ES = product("ES.FUT")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from alpha_core import metrics
 from alpha_core.cli import main
 from alpha_core.data.folds import hyperopt_leakage, plan_folds
 from alpha_core.data.predecode import file_ref, predecode, quarter_sidecars
-from alpha_core.eval import metrics
 from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import load, predict

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from alpha_core.data.front_month import NS_PER_DAY, session_days
 from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.products import product
 from alpha_core.data.sidecar import BOOK, Sidecar
 from alpha_core.errors import DataError
+from alpha_core.sessions import NS_PER_DAY, session_days
 
 BLOCK_ROWS = 1 << 15  # rows per block: about 4 MB of book features (float16)
 # legal but suspicious data (a failed check, not an error): thresholds far outside what CME data shows

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alpha_core.data.front_month import SESSION_TZ, Stitcher
+from alpha_core.data.front_month import Stitcher
 from alpha_core.data.series import N_LEVELS, BarChunk, BookChunk
+from alpha_core.sessions import SESSION_TZ
 
 FIXED = 1e9
 

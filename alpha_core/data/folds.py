@@ -37,8 +37,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from alpha_core.data.front_month import cme_holidays, session_day, session_open_ns
+from alpha_core.data.front_month import cme_holidays
 from alpha_core.errors import PlanError
+from alpha_core.sessions import session_day, session_open_ns
 
 N_FOLDS = 3  # walk-forward folds per symbol, each with a test quarter: the default of every door
 MAX_LISTED = 5  # dates listed in one gap line

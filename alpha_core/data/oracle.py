@@ -85,7 +85,7 @@ def oracle_auc(
     `rows` (sorted row indices per sidecar, None: every row) are the rows a model was scored on, and `scored` (one
     bool [rows, H] mask per sidecar) restricts each horizon to those with a prediction and a label, so the model
     and the oracle are compared on exactly the same rows and labels. The AUC is the evaluator's."""
-    from alpha_core.eval.metrics import auc
+    from alpha_core.metrics import auc
 
     probs, labels = [], []
     for i, sc in enumerate(sidecars):

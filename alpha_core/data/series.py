@@ -24,9 +24,10 @@ import databento_dbn as dbn
 import numpy as np
 
 from alpha_core.data.dbn import MBP10, OHLCV_1M, DbnFile, iter_records, record_dtype, require_schema
-from alpha_core.data.front_month import FrontMonth, choose_front, session_days
+from alpha_core.data.front_month import FrontMonth, choose_front
 from alpha_core.data.validate import RecordChecks, RecordRange
 from alpha_core.errors import DataError
+from alpha_core.sessions import session_days
 
 N_LEVELS = 10
 UNDEF_PRICE = dbn.UNDEF_PRICE

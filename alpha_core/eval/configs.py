@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from alpha_core import metrics
 from alpha_core.bounds import Device, NonNegFloat, NonNegInt
-from alpha_core.eval import metrics
 from alpha_core.eval.report import Excluded
 from alpha_core.gates import GateThresholds
 

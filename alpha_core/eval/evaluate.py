@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from alpha_core import artifacts, cpus, progress
+from alpha_core import artifacts, cpus, metrics, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import take_rows
 from alpha_core.data.oracle import oracle_auc
@@ -46,7 +46,7 @@ from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.devices import resolve_device
 from alpha_core.errors import DataError, PlanError
-from alpha_core.eval import metrics, validation
+from alpha_core.eval import validation
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
     AUC_SAMPLE,
@@ -73,7 +73,7 @@ from alpha_core.eval.report import (
 from alpha_core.eval.validation import next_move_ticks
 from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
-from alpha_core.train.params import HyperoptRecord, load_params_file
+from alpha_core.params import HyperoptRecord, load_params_file
 
 
 def find_checkpoints(

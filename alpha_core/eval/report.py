@@ -42,7 +42,7 @@ class Excluded(Strict):
 
 
 class Metrics(Strict):
-    """`alpha_core.eval.metrics.summarize` of one backtest; None where a number is undefined or infinite."""
+    """`alpha_core.metrics.summarize` of one backtest; None where a number is undefined or infinite."""
 
     n_bars: int
     n_sessions: int  # CME sessions with at least one bar: the sample size behind every daily statistic
@@ -333,7 +333,7 @@ def markdown(report: EnsembleReport) -> str:
 def session_curve(equity_ts: list[int], equity: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """(CME session day, cumulative PnL at that session's last bar) of a row's equity curve: the daily view
     every statistic of the report uses, without the calendar gaps between test files."""
-    from alpha_core.data.front_month import session_days
+    from alpha_core.sessions import session_days
 
     if not equity_ts:
         return np.zeros(0, dtype=np.int32), np.zeros(0)

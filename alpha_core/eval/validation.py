@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from alpha_core import metrics
 from alpha_core.data.sidecar import Sidecar
-from alpha_core.eval import metrics
 from alpha_core.eval.configs import DEFAULT_BAND, DEFAULT_HORIZON
 from alpha_core.eval.predict import Checkpoint, Loaded, check_decision_clock, entry_ts, predict
 

@@ -38,10 +38,10 @@ from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.folds import FoldPlan, hyperopt_files, plan_folds
 from alpha_core.data.predecode import FoldData, default_predecoded_dir, file_ref, predecode, unit_sidecars
 from alpha_core.errors import PlanError
-from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.faults import crash_point
 from alpha_core.hyperopt.configs import HyperoptConfig
 from alpha_core.locks import Lock
+from alpha_core.metrics import DEFAULT_COST_TICKS
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
 

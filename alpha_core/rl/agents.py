@@ -256,7 +256,7 @@ def load_policy(agent: BaseAlgorithm, path: str | Path) -> BaseAlgorithm:
 
 class EvalResult(BaseModel):
     """Greedy-policy results over whole files, scored like the evaluator scores a backtest: `sharpe` is
-    `alpha_core.eval.metrics.summarize`'s annualised daily-session Sharpe of the positions, in ticks, at
+    `alpha_core.metrics.summarize`'s annualised daily-session Sharpe of the positions, in ticks, at
     `cost_ticks` per unit of position change. `mean_reward` is the environment's reward per acting bar."""
 
     model_config = ConfigDict(extra="forbid")
@@ -368,7 +368,7 @@ def evaluate(
     The files' bars, in time order, form one series (each file's last bar has no next move); every series
     needs bar timestamps (`MarketSeries.ts`, a sidecar's `ts`) for the daily sessions. The cost is the
     environment's `cost_per_turnover` (the project's `DEFAULT_COST_TICKS` unless set otherwise)."""
-    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
+    from alpha_core.metrics import headline  # summarize's numbers that this reads, without the rest
 
     market, cfg = _market(data, env_cfg, norm)
     positions = greedy_positions(agent, data, env_cfg, norm, segment_len)
@@ -415,7 +415,7 @@ def session_spans(data: Sequence[Sidecar | MarketSeries], n_sessions: int, seed:
     """A fixed seeded choice of `n_sessions` of the files' CME sessions (drawn without replacement, in time order),
     for a validation whose cost does not grow with the files; None when the files have no more sessions than that
     (then they are scored whole)."""
-    from alpha_core.data.front_month import session_days
+    from alpha_core.sessions import session_days
 
     spans = []
     for f, s in enumerate(as_series(data)):
@@ -441,7 +441,7 @@ def evaluate_sessions(
     runs as the evaluator runs a file (from flat, its windows reading the bars before it; a bar after it gives its
     last bar the file's next move), and `sharpe` is `summarize`'s daily-session Sharpe over those sessions' bars.
     Its cost is the sessions', whatever the files' length."""
-    from alpha_core.eval.metrics import headline  # summarize's numbers that this reads, without the rest
+    from alpha_core.metrics import headline  # summarize's numbers that this reads, without the rest
 
     cfg = env_cfg or EnvConfig()
     series = as_series(data)

@@ -44,7 +44,7 @@ from alpha_core.bounds import MAX_COUNT, MAX_FLOAT
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
 from alpha_core.errors import DataError
-from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.metrics import DEFAULT_COST_TICKS
 
 N_ACTIONS = 3  # 0 short, 1 flat, 2 long
 ACTION_TO_POSITION = np.array([-1.0, 0.0, 1.0])

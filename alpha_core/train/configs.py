@@ -22,7 +22,7 @@ from alpha_core.bounds import (
     UnitFloat,
 )
 from alpha_core.data.folds import N_FOLDS
-from alpha_core.eval.metrics import DEFAULT_COST_TICKS
+from alpha_core.metrics import DEFAULT_COST_TICKS
 from alpha_core.train.walk_forward import WalkForwardConfig
 
 

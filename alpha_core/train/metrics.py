@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from alpha_core.eval import metrics
+from alpha_core import metrics
 
 
 def masked_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -20,5 +20,5 @@ def masked_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def auc_per_horizon(probs: np.ndarray, labels: np.ndarray) -> list[float]:
     """AUC per horizon over finite labels; 0.5 when a horizon has one class only (the original system's default).
 
-    The evaluator's implementation (`alpha_core.eval.metrics.auc`), so validation and test AUC are one metric."""
+    The evaluator's implementation (`alpha_core.metrics.auc`), so validation and test AUC are one metric."""
     return np.atleast_1d(metrics.auc(probs, labels)).tolist()

@@ -32,12 +32,12 @@ from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_for
 from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval.validation import ValidationScore
+from alpha_core.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, load_policy, save_policy
 from alpha_core.rl.agents import evaluate_sessions, session_spans
 from alpha_core.stages import StageClock
 from alpha_core.train.configs import RLTrainConfig
-from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.train.tracking import Trackers
 from alpha_core.train.walk_forward import fold_unit
 

@@ -37,11 +37,11 @@ from alpha_core.eval import validation
 from alpha_core.eval.predict import Checkpoint, load
 from alpha_core.eval.validation import ValidationScore
 from alpha_core.models import registry
+from alpha_core.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.stages import StageClock
 from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
-from alpha_core.train.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 from alpha_core.train.walk_forward import fold_unit

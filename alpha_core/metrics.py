@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from alpha_core.data.front_month import session_days
+from alpha_core.sessions import session_days
 
 EULER_GAMMA = 0.5772156649015329  # Euler-Mascheroni constant (np.euler_gamma)
 PSR_MIN_RETURNS = 3  # fewer returns than this: PSR/DSR are NaN
