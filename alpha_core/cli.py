@@ -521,9 +521,15 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.products import PRODUCTS
 
     paths = generate_demo_data(
-        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions
+        Path(args.out),
+        args.scale,
+        args.seed,
+        args.symbols or list(PRODUCTS),
+        args.quarters,
+        args.book_sessions,
+        args.difficulty,
     )
-    print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
+    print(f"wrote {len(paths)} DBN files ({args.scale}, {args.difficulty}, seed {args.seed}) under {args.out}")
     for p in paths:
         print(f"  {p}")
     return 0
@@ -540,6 +546,14 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         default=defaults["scale"],
         help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
         "8 quarters of every session, books around each roll) (default: %(default)s)",
+    )
+    _, difficulties = _source_literals("alpha_core.data.demo", "generate_demo_data", "DIFFICULTIES")
+    p.add_argument(
+        "--difficulty",
+        choices=difficulties,
+        default=defaults["difficulty"],
+        help="planted (a strong signal: every model wins) or realistic (weak, noisy, shifting between quarters: the "
+        "oracle's own strategy makes an annualised Sharpe of about 2 at 1 tick at scale real) (default: %(default)s)",
     )
     p.add_argument("--seed", type=_int, default=defaults["seed"], help="default: %(default)s")
     p.add_argument("--symbols", type=_symbols, help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
