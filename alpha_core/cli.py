@@ -837,8 +837,10 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
             "data_dir": "data root ({SYMBOL}/ folders), or one symbol's folder (then only that symbol)",
             "output": "ensemble_report.json (.md and PNGs beside it)",
             "symbols": "comma-separated, e.g. ES,NQ (default: every symbol with checkpoints)",
-            "horizon": "horizon index the positions follow (0: the shortest)",
-            "band": "flat while |P(up) - 0.5| <= band",
+            "horizon": "--policy fixed: horizon index the positions follow (0: the shortest)",
+            "band": "--policy fixed: flat while |P(up) - 0.5| <= band",
+            "policy": "fitted: each checkpoint's policy (horizon, threshold, holding, sizing) chosen on its validation "
+            "file; fixed: the old rule at --horizon and --band, one bar",
             "cost_ticks": "cost per unit of position change in ticks",
             "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
             "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",

@@ -234,3 +234,27 @@ def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path,
                 "--min-val-sharpe=-1e9",
             ]
         )
+
+
+@pytest.mark.parametrize("family", ["kan", "perception"])
+def test_a_held_policy_decides_on_no_data_after_its_entry(run, monkeypatch, family):
+    """A bet held 5 bars makes bar i's position depend on bars i-4..i: its decision time is the latest of theirs,
+    never after bar i's entry, and a model reading past its entry still fails the check through the held bars."""
+    from alpha_core.eval.policy import Policy
+
+    checkpoints, bars, book = run
+    held = Policy(name="fitted", horizon=1, threshold=0.0, hold=5, sizing="bet")
+    one_bar = predict(checkpoints[family], bars, book, 1, 0.0, scored=False)
+    pred = predict(checkpoints[family], bars, book, 1, 0.0, scored=False, policy=held)
+    entry = entry_ts(bars, book)
+    want = one_bar.decision_ts.copy()
+    for k in range(1, 5):
+        want[k:] = np.maximum(want[k:], one_bar.decision_ts[:-k])
+    np.testing.assert_array_equal(pred.decision_ts, want)
+    traded = _traded(pred.position)
+    assert traded.sum() > 10 and len(np.unique(np.abs(pred.position))) > 3  # sized, averaged positions
+    check_decision_clock(family, TEST, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
+    _cheat(monkeypatch, family, "next bar" if family == "kan" else "next record")
+    late = predict(checkpoints[family], bars, book, 1, 0.0, scored=False, policy=held)
+    with pytest.raises(DecisionClockError, match=rf"{family} on {TEST}"):
+        check_decision_clock(family, TEST, np.asarray(bars.ts), late.position, late.decision_ts, entry)

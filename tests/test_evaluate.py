@@ -16,7 +16,7 @@ from alpha_core.data.features import BAR_FEATURES
 from alpha_core.data.norm import NormStats
 from alpha_core.data.oracle import oracle_probabilities
 from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
-from alpha_core.eval import metrics
+from alpha_core.eval import metrics, policy
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import (
     CPU_BATCH,
@@ -198,11 +198,18 @@ def test_report_end_to_end(trained, tiny_data):
                 assert getattr(m, key) is not None and math.isfinite(getattr(m, key)), (result.name, key)
             assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
             assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
-            # no hyperopt behind these rows: N = the 6 configurations compared, V = the null variance 1/(T-1)
-            assert m.dsr_n_trials == 6 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
+            # no hyperopt behind these rows: N = the 6 rows compared x the 48 policies each fit compared, V = the null
+            # variance 1/(T-1)
+            assert m.dsr_n_trials == 6 * 48 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
             assert m.dsr < m.psr or m.psr in (0.0, 1.0)
             assert m.dsr == m.dsr_null  # no trials: V is the null variance
-        assert result.n_configurations == 6 and result.dsr_estimator.startswith("null variance")
+        assert result.n_configurations == 6 * 48 and result.dsr_estimator.startswith("null variance")
+        assert result.n_policies == policy.grid_size(3) == 48
+    for name in ("mamba2", "kan", "perception"):  # each checkpoint trades the policy fitted on its validation file
+        for f in sym.models[name].folds:
+            assert f.policy.name == "fitted" and f.policy_val_sharpe is not None
+    assert all(f.policy is None for f in sym.models["ppo"].folds)  # an agent trades its own actions
+    assert report.policy == "fitted"
     assert sym.models["mamba2"].oos.n_sessions == sum(f.metrics.n_sessions for f in sym.models["mamba2"].folds)
     weights = sym.ensembles["validation_weighted"].folds[0].weights
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
@@ -213,7 +220,7 @@ def test_report_end_to_end(trained, tiny_data):
     assert reasons[("mamba2", 10)] == "tests on ES.FUT_2024-Q4.dbn.zst like fold 0: one checkpoint per test file"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
-    assert "95% CI" in md and "AUC against the oracle" in md
+    assert "95% CI" in md and "AUC against the oracle" in md and "### Policies" in md
     for name in ("ES.FUT_equity.png", "ES.FUT_drawdown.png", "ES.FUT_fold_sharpe.png"):
         assert (out.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -665,11 +672,35 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     calls.clear()
     cfg = cfg.model_copy(update={"models_dir": root / "models", "output": tmp_path / "all" / "r.json"})
     weighted = evaluate(cfg).symbols["ES.FUT"].ensembles["validation_weighted"].folds
-    assert [m for m, _, scored in calls if not scored] == ["perception"]  # kan, mamba2, ppo: their summaries
+    # kan, mamba2: the policy their trainers fitted (and its validation Sharpe); ppo: its summary's Sharpe
+    assert [m for m, _, scored in calls if not scored] == ["perception"]
     monkeypatch.setattr(validation_module, "recorded_sharpe", lambda *a: None)
+    monkeypatch.setattr(validation_module, "recorded_policy", lambda *a: None)
     calls.clear()
     again = evaluate(cfg.model_copy(update={"output": tmp_path / "all2" / "r.json"}))
     val_calls = [(m, f) for m, f, scored in calls if not scored]
     assert sorted(m for m, _ in val_calls) == ["kan", "kan", "mamba2", "mamba2", "perception", "ppo"]
     assert len(set(val_calls)) == len(val_calls)  # once per checkpoint
     assert [f.weights for f in again.symbols["ES.FUT"].ensembles["validation_weighted"].folds] == [f.weights for f in weighted]
+
+
+def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(trained, tiny_data):
+    """A checkpoint's policy is the one fitted on its validation file: recorded by its trainer, the same when
+    `alpha evaluate` (CLI, or Dagster's report through the same `evaluate` and defaults) fits it again, and the
+    report's test positions are that policy's positions."""
+    from alpha_core.eval import validation
+    from alpha_core.eval.configs import EvalConfig as Config
+    from alpha_core.eval.validation import fit_policy
+
+    root, pd = trained
+    assert Config.model_fields["policy"].default == "fitted"
+    report = load_report(root / "eval" / "ensemble_report.json")
+    (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "kan" and c.fold == 0]
+    val_name = ckpt.summary["val_files"][-1]
+    recorded = validation.recorded_policy(ckpt, val_name, metrics.DEFAULT_COST_TICKS)
+    assert recorded is not None and recorded.n_policies == 48
+    fold = next(f for f in report.symbols["ES.FUT"].models["kan"].folds if f.fold == 0)
+    assert fold.policy == recorded.policy and fold.policy_val_sharpe == recorded.sharpe
+    val = load_sidecar(next(pd.rglob(f"{val_name.removesuffix('.dbn.zst')}.ES.bars.*")))
+    again = fit_policy(load(ckpt, torch.device("cpu")), val, None, metrics.DEFAULT_COST_TICKS)
+    assert again.policy == recorded.policy and again.sharpe == pytest.approx(recorded.sharpe)

@@ -147,14 +147,15 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
     (line,) = [x for x in printed if x.split()[:1] == ["mamba2"]]
     assert line.split()[1] == f"{row.oos.sharpe:,.2f}" and line.split()[4] == f"{row.oos.dsr:,.2f}", line
     assert printed[-1] == f"Full report: {out.with_suffix('.md')} (plots beside it)."
-    assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
+    # one model and two ensembles, each row's policy chosen among 48 on validation
+    assert row.n_trials == 3 and row.n_policies == 48 and row.n_configurations == 3 * 48
     assert row.hyperopt_results == [str(results_path.resolve())]
     dispersion = metrics.trials_sharpe_dispersion(
         [t["val_sharpe"] for t in results["trials"]], [t["val_sessions"] for t in results["trials"]]
     )
     assert row.trials_dispersion == dispersion
     for m in (row.oos, *(f.metrics for f in row.folds), *(e.oos for e in sym.ensembles.values())):
-        assert m.dsr_n_trials == 9
+        assert m.dsr_n_trials == 9 * 48
         assert m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1) + (dispersion or 0.0))
         assert m.dsr < m.psr or m.psr in (0.0, 1.0)
     md = out.with_suffix(".md").read_text()

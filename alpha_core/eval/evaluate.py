@@ -46,6 +46,7 @@ from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import metrics, validation
+from alpha_core.eval import policy as policies
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
     AUC_SAMPLE,
@@ -254,6 +255,7 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         horizon_index=cfg.horizon,
         band=cfg.band,
         cost_ticks=cfg.cost_ticks,
+        policy=cfg.policy,
         symbols=symbols,
         excluded=excluded,
     )
@@ -273,12 +275,20 @@ class Scored:
     weights: dict[str, float] | None = None  # ensembles
     search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
     checkpoint: str | None = None  # the attempt folder its weights were read from
+    fit: validation.PolicyFit | None = None  # the policy fitted on its validation file (None: fixed rule, RL)
 
 
 def _predict_checked(
-    model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig, entry: np.ndarray, scored: bool = True
+    model: Loaded,
+    file: str,
+    bars: Sidecar,
+    book: Sidecar | None,
+    cfg: EvalConfig,
+    entry: np.ndarray,
+    scored: bool = True,
+    policy: policies.Policy | None = None,
 ) -> Prediction:
-    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry)
+    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry, policy)
     check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
     return pred
 
@@ -326,9 +336,15 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")
             continue
         try:
-            test, _ = bars[test_name], bars[val_name]
+            test, val = bars[test_name], bars[val_name]
             model = load(ckpt, device)
-            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name))
+            fit = None
+            if cfg.policy == "fitted" and ckpt.trainer != "rl":  # the trainer's fit, or the same function here
+                fit = validation.recorded_policy(ckpt, val_name, cfg.cost_ticks) or validation.fit_policy(
+                    model, val, book.get(val_name), cfg.cost_ticks, clock(val_name)
+                )
+            policy = None if fit is None else fit.policy
+            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name), policy=policy)
             labels = mask = None
             if pred.probs is not None:
                 labels = take_rows(pred.scored_on, "labels", pred.rows)
@@ -338,13 +354,17 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
             drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
             continue
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path)))
+        scored[ckpt.model].append(
+            Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path), fit=fit)
+        )
+        if fit is not None:  # the validation-weighted ensemble weighs it by its fitted policy's validation Sharpe
+            val_sharpe[(test_name, ckpt.model)] = fit.sharpe
         test_predictions[test_name][ckpt.model] = pred
         held[(test_name, ckpt.model)] = (ckpt, model, val_name)
 
     # the validation-weighted ensemble's weights: a validation Sharpe per model of each test file two or more share
     for (test_name, name), (ckpt, model, val_name) in held.items():
-        if len(test_predictions[test_name]) < 2:
+        if len(test_predictions[test_name]) < 2 or (test_name, name) in val_sharpe:
             continue
         sharpe = validation.recorded_sharpe(ckpt, val_name, cfg.horizon, cfg.band, cfg.cost_ticks)
         try:
@@ -365,8 +385,12 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         val_sharpe[(test_name, name)] = sharpe
     held.clear()
 
-    n_configs = len(scored) + (len(ENSEMBLES) if test_predictions else 0)  # one band, one horizon
-    models = {name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs) for name, parts in scored.items()}
+    # every row the report compares, times the policies each checkpoint's fit compared (the fixed rule: one)
+    n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
+    n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
+    models = {
+        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies) for name, parts in scored.items()
+    }
     ensembles = {}
     if test_predictions:
         searches = _distinct_searches([p for parts in scored.values() for p in parts])
@@ -392,7 +416,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                         weights=dict(zip(names, weights.tolist(), strict=True)),
                     )
                 )
-            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs)
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies)
     return SymbolReport(models=models, ensembles=ensembles)
 
 
@@ -401,7 +425,9 @@ def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
     return list({p.search.sha256: p.search for p in parts if p.search is not None}.values())
 
 
-def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecord], n_configs: int) -> ModelResult:
+def _row(
+    cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecord], n_configs: int, n_policies: int = 1
+) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
     each with N = trials x configurations and V = the null variance + the trials' dispersion."""
     sharpes = [s for search in searches for s in search.trial_sharpes]
@@ -431,6 +457,8 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
                 metrics=Metrics(**summary),
                 auc=_auc([part]),
                 weights=part.weights,
+                policy=part.prediction.policy,
+                policy_val_sharpe=None if part.fit is None else part.fit.sharpe,
             )
         )
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
@@ -447,6 +475,7 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
         auc=_auc(order),
         n_trials=n_trials,
         n_configurations=n_configs,
+        n_policies=n_policies,
         trials_dispersion=dispersion,
         dsr_estimator=estimator,
         hyperopt_results=[s.path for s in searches],

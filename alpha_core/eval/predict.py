@@ -3,7 +3,9 @@
 One decision clock. A position for bar t is entered at bar t's close, the minute's last trade, and held over
 bar t+1 (see `entry_ts`); every model must decide on data stamped no later than that trade:
 - supervised bar models: the up-probability at the last position of the window ending at bar t
-  (`bar_decision_rows`); the position is +1 above 0.5 + band, -1 below 0.5 - band, else flat;
+  (`bar_decision_rows`), turned into a position by the checkpoint's policy (`policy.py`: the fitted one, or the
+  fixed rule +1 above 0.5 + band, -1 below 0.5 - band, else flat); a policy that holds a bet h bars makes bar t's
+  position depend on bars t - h + 1 .. t, and its decision time is the latest of theirs;
 - RL agents: the greedy action on the observation of bar t (window + current position), run in sequence
   (`alpha_core.rl.agents.greedy_decisions`, the same function RL validation uses);
 - the book-level perception model: the prediction of the last snapshot at or before bar t's close trade
@@ -40,6 +42,8 @@ from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.loader import take_rows
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
+from alpha_core.eval import policy as policies
+from alpha_core.eval.policy import Policy
 from alpha_core.models import registry
 from alpha_core.weights import load_weights
 
@@ -68,6 +72,8 @@ class Prediction:
     probs: np.ndarray | None  # [len(rows), H] up-probabilities (NaN where none); None for RL agents
     scored_on: Sidecar | None  # whose rows and labels `probs` belong to: the bars, or the book file (perception)
     rows: np.ndarray | None = None  # the rows of `scored_on` scored: every bar, or the book's AUC sample
+    bar_probs: np.ndarray | None = None  # [N bars, H] the up-probabilities each bar decides on (NaN: none); None: RL
+    policy: Policy | None = None  # how `bar_probs` became `position` (None: an RL agent's own actions)
 
 
 @dataclass
@@ -86,6 +92,7 @@ class Checkpoint:
 
 
 def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
+    """The fixed rule on one horizon's probabilities (`policy.fixed`)."""
     return np.where(probs > 0.5 + band, 1.0, np.where(probs < 0.5 - band, -1.0, 0.0))
 
 
@@ -482,11 +489,13 @@ def predict(
     band: float,
     scored: bool = True,
     entry: np.ndarray | None = None,
+    policy: Policy | None = None,
 ) -> Prediction:
     """The checkpoint's positions on one bar file, each with the time of the latest data it read (the book file
     is the same period's). `scored` False: positions only (no `probs`), so the book model predicts only the
     snapshots bars decide on; True adds its AUC sample (`auc_rows`). `entry`: `entry_ts(bars, book)`, when the
-    caller has it."""
+    caller has it. `policy`: how probabilities become positions (None: the fixed rule at `horizon` and `band`)."""
+    policy = policies.fixed(horizon, band) if policy is None else policy
     if model.ckpt.trainer == "rl":
         pos, read = rl_positions(model, bars)
         return Prediction(pos, decision_times(read, entry_ts(bars, book) if entry is None else entry), None, None)
@@ -498,17 +507,19 @@ def predict(
         got, snap, read = window_probs(model, book, np.concatenate([rows, sample]))
         at = _index_of(got, rows)
         probs, read_at = at_rows(snap, at, np.nan), at_rows(read, at, -1)
-        pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
+        pos = policies.positions(policy, probs)
         decision = book_decision_times(np.where(np.isfinite(probs).all(axis=1), read_at, -1), book)
+        decision = policies.decision_times(policy, decision)
         if not scored:
-            return Prediction(pos, decision, None, None)
-        return Prediction(pos, decision, snap[_index_of(got, sample)], book, sample)
+            return Prediction(pos, decision, None, None, bar_probs=probs, policy=policy)
+        return Prediction(pos, decision, snap[_index_of(got, sample)], book, sample, bar_probs=probs, policy=policy)
     rows = bar_decision_rows(bars)
     got, p, r = window_probs(model, bars, rows)
     at = _index_of(got, rows)
     probs, read = at_rows(p, at, np.nan), at_rows(r, at, -1)
-    pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
+    pos = policies.positions(policy, probs)
     decision = decision_times(
-        np.where(np.isfinite(probs[:, horizon]), read, -1), entry_ts(bars, book) if entry is None else entry
+        np.where(np.isfinite(probs[:, policy.horizon]), read, -1), entry_ts(bars, book) if entry is None else entry
     )
-    return Prediction(pos, decision, probs, bars, rows)
+    decision = policies.decision_times(policy, decision)
+    return Prediction(pos, decision, probs, bars, rows, bar_probs=probs, policy=policy)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json
 from alpha_core.errors import DataError
+from alpha_core.eval.policy import Policy
 from alpha_core.faults import crash_point
 from alpha_core.locks import Lock
 
@@ -102,6 +103,8 @@ class FoldResult(Strict):
     metrics: Metrics
     auc: AucComparison | None = None
     weights: dict[str, float] | None = None  # ensembles: the weight of each model
+    policy: Policy | None = None  # how the checkpoint's probabilities became positions (None: RL agent, ensemble)
+    policy_val_sharpe: float | None = None  # the fitted policy's net Sharpe on the validation file it was chosen on
 
 
 class ModelResult(Strict):
@@ -110,7 +113,8 @@ class ModelResult(Strict):
     folds: list[FoldResult]
     auc: AucComparison | None = None  # pooled over the folds' test files
     n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
-    n_configurations: int  # rows the report compares (models + ensembles, x bands x horizons)
+    n_configurations: int  # rows the report compares (models + ensembles) x the policies each fit compared
+    n_policies: int = 1  # the policies each checkpoint's fit compared (1: the fixed rule)
     trials_dispersion: float | None  # variance of the trials' true per-session Sharpe (None: no trials)
     dsr_estimator: str  # how V was estimated, in words
     hyperopt_results: list[str] = []  # the results.json files of the searches behind this row
@@ -129,6 +133,7 @@ class EnsembleReport(Strict):
     horizon_index: int
     band: float
     cost_ticks: float
+    policy: Literal["fitted", "fixed"] = "fixed"  # EvalConfig.policy (reports before the decision layer: fixed)
     symbols: dict[str, SymbolReport]
     excluded: list[Excluded]
     files: dict[str, str] = {}  # the Markdown and plots written with this report -> sha256
@@ -230,11 +235,15 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
 
 
 def markdown(report: EnsembleReport) -> str:
+    if report.policy == "fixed":
+        rule = f"fixed policy: horizon index {report.horizon_index}, flat band ±{report.band}, held one bar"
+    else:
+        rule = "each checkpoint's policy fitted on its validation file (below, per fold)"
     lines = [
         f"# Ensemble report ({report.created})",
         "",
         f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
-        f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
+        f"{rule}. Sharpe: annualised, daily CME sessions; "
         f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
         f"V: variance of N zero-skill daily Sharpe estimates, the null variance 1/(T-1) plus the dispersion of "
         f"the trials' true Sharpe (net of their sampling noise); dsr@null: the DSR at the null variance.",
@@ -270,6 +279,17 @@ def markdown(report: EnsembleReport) -> str:
         for name, result in rows:
             for f in result.folds:
                 lines.append(f"| {name} | {f.fold} | {f.test_file} | " + " | ".join(_uncertainty(f.metrics)) + " |")
+        lines += [
+            "",
+            "### Policies (chosen on each fold's validation file, applied unchanged to its test file)",
+            "",
+            "| model | fold | policy | validation Sharpe | policies compared |",
+            "|---|---:|---|---:|---:|",
+        ]
+        for name, result in rows:
+            for f in result.folds:
+                what = f.policy.describe() if f.policy else ("its members' policies" if f.weights else "the agent's actions")
+                lines.append(f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} |")
         lines += [
             "",
             "### AUC against the oracle (same rows, same horizons)",
