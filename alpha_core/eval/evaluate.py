@@ -45,7 +45,7 @@ from alpha_core.data.predecode import predecode, symbol_dir
 from alpha_core.data.products import PRODUCTS
 from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
-from alpha_core.eval import metrics, validation
+from alpha_core.eval import blindness, metrics, validation
 from alpha_core.eval import policy as policies
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
@@ -345,6 +345,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                 )
             policy = None if fit is None else fit.policy
             pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name), policy=policy)
+            blind = blindness.check(model, test, book.get(test_name), pred, clock(test_name))
             labels = mask = None
             if pred.probs is not None:
                 labels = take_rows(pred.scored_on, "labels", pred.rows)
@@ -353,6 +354,9 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             raise  # look-ahead is a bug to fix, not a checkpoint to skip
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
             drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
+            continue
+        if blind is not None:  # its positions change with the future: whatever it read, it is not reported
+            drop(ckpt, blind)
             continue
         scored[ckpt.model].append(
             Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path), fit=fit)
@@ -385,6 +389,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         val_sharpe[(test_name, name)] = sharpe
     held.clear()
 
+    scored = {name: parts for name, parts in scored.items() if parts}  # a model whose every checkpoint was dropped
     # every row the report compares, times the policies each checkpoint's fit compared (the fixed rule: one)
     n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
     n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
