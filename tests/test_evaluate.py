@@ -704,3 +704,44 @@ def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(traine
     val = load_sidecar(next(pd.rglob(f"{val_name.removesuffix('.dbn.zst')}.ES.bars.*")))
     again = fit_policy(load(ckpt, torch.device("cpu")), val, None, metrics.DEFAULT_COST_TICKS)
     assert again.policy == recorded.policy and again.sharpe == pytest.approx(recorded.sharpe)
+
+
+def test_the_report_sets_each_row_beside_the_oracle_strategy(trained, tiny_data, samples, tmp_path):
+    """The ceiling: the generator's exact probabilities through the same policy fitting (on each fold's validation
+    file), traded on the same test files; each row shows its net Sharpe and the row's capture of it; real data n/a."""
+    from alpha_core.data.sidecar import ensure_sidecar
+    from alpha_core.eval.evaluate import oracle_strategy
+    from alpha_core.eval.report import markdown
+    from alpha_core.eval.validation import next_move_ticks
+
+    root, pd = trained
+    report = load_report(root / "eval" / "ensemble_report.json")
+    sym = report.symbols["ES.FUT"]
+    cfg = EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=tmp_path / "r.json")
+
+    def bars(name: str) -> Sidecar:
+        return load_sidecar(next(pd.rglob(f"{name.removesuffix('.dbn.zst')}.ES.bars.*")))
+
+    ts, pos, moves = [], [], []
+    for f in sym.models["mamba2"].folds:
+        summary = json.loads((root / "models" / "mamba2" / "ES.FUT" / f"fold-{f.fold}" / "summary.json").read_text())
+        val, test = bars(summary["val_files"][-1]), bars(f.test_file)
+        oracle = oracle_strategy(cfg, val, test)
+        fold_sharpe = metrics.sharpe(metrics.daily_pnl(test.ts, metrics.bar_pnl(oracle, next_move_ticks(test), 1.0))[1])
+        assert f.oracle_sharpe == fold_sharpe
+        ts.append(np.asarray(test.ts))
+        pos.append(oracle)
+        moves.append(next_move_ticks(test))
+    want = metrics.sharpe(
+        metrics.daily_pnl(np.concatenate(ts), metrics.bar_pnl(np.concatenate(pos), np.concatenate(moves), 1.0))[1]
+    )
+    for row in (sym.models["mamba2"], sym.models["kan"], *sym.ensembles.values()):  # the same test files: one ceiling
+        assert row.oracle_sharpe == pytest.approx(want)
+        assert row.capture == (None if want <= 0 else pytest.approx(row.oos.sharpe / want))
+    assert "### Against the oracle strategy" in markdown(report)
+    # real data: no generator oracle, nothing to compare with
+    real, _ = ensure_sidecar(samples / "databento-python/GLBX.MDP3/test_data.mbp-10.dbn.zst", tmp_path / "sc")
+    assert oracle_strategy(cfg, real, real) is None
+    row = sym.models["kan"].model_copy(update={"oracle_sharpe": None, "capture": None})
+    real_report = report.model_copy(update={"symbols": {"ES.FUT": sym.model_copy(update={"models": {"kan": row}})}})
+    assert "| kan | " in markdown(real_report) and "n/a (no generator oracle: real data)" in markdown(real_report)

@@ -40,10 +40,10 @@ import torch
 from alpha_core import artifacts, cpus, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import take_rows
-from alpha_core.data.oracle import oracle_auc
+from alpha_core.data.oracle import oracle_auc, oracle_probabilities
 from alpha_core.data.predecode import predecode, symbol_dir
 from alpha_core.data.products import PRODUCTS
-from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
+from alpha_core.data.sidecar import BARS, BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.errors import DataError, PlanError
 from alpha_core.eval import blindness, metrics, validation
 from alpha_core.eval import policy as policies
@@ -324,6 +324,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=reason))
 
     held: dict[tuple[str, str], tuple[Checkpoint, Loaded, str]] = {}  # (test file, model) -> what its val needs
+    val_of: dict[str, str] = {}  # test file -> the validation file of its fold (the oracle's policy is fitted there)
     for ckpt in progress.bar(ckpts, desc=f"evaluate {symbol}", unit="checkpoint"):
         val_files, test_files = ckpt.summary["val_files"], ckpt.summary["test_files"]
         reason, search = _unusable(ckpt, cfg, test_files)
@@ -365,6 +366,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             val_sharpe[(test_name, ckpt.model)] = fit.sharpe
         test_predictions[test_name][ckpt.model] = pred
         held[(test_name, ckpt.model)] = (ckpt, model, val_name)
+        val_of.setdefault(test_name, val_name)
 
     # the validation-weighted ensemble's weights: a validation Sharpe per model of each test file two or more share
     for (test_name, name), (ckpt, model, val_name) in held.items():
@@ -393,8 +395,10 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     # every row the report compares, times the policies each checkpoint's fit compared (the fixed rule: one)
     n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
     n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
+    ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) for test, val in val_of.items()}
     models = {
-        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies) for name, parts in scored.items()
+        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling)
+        for name, parts in scored.items()
     }
     ensembles = {}
     if test_predictions:
@@ -421,8 +425,27 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                         weights=dict(zip(names, weights.tolist(), strict=True)),
                     )
                 )
-            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies)
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling)
     return SymbolReport(models=models, ensembles=ensembles)
+
+
+def oracle_strategy(cfg: EvalConfig, val: Sidecar, test: Sidecar) -> np.ndarray | None:
+    """The ceiling: the generator's exact bar probabilities traded through the same decision layer as the models, the
+    policy fitted on the fold's validation file (or the fixed rule), applied to its test file; None without an oracle
+    (real data)."""
+    p_val, p_test = oracle_probabilities(val), oracle_probabilities(test)
+    if p_val is None or p_test is None:
+        return None
+    if cfg.policy == "fixed":
+        rule = policies.fixed(cfg.horizon, cfg.band)
+    else:
+        holds = policies.hold_bars(val.meta.horizons, HORIZON_UNIT[BARS])
+        rule = policies.fit(p_val, np.asarray(val.ts), next_move_ticks(val), cfg.cost_ticks, holds)[0]
+    return policies.positions(rule, p_test)
+
+
+def _net_sharpe(ts: np.ndarray, position: np.ndarray, moves: np.ndarray, cost: float) -> float:
+    return metrics.sharpe(metrics.daily_pnl(ts, metrics.bar_pnl(position, moves, cost))[1])
 
 
 def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
@@ -431,7 +454,14 @@ def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
 
 
 def _row(
-    cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecord], n_configs: int, n_policies: int = 1
+    cfg,
+    name: str,
+    parts: list[Scored],
+    bars,
+    searches: list[HyperoptRecord],
+    n_configs: int,
+    n_policies: int = 1,
+    ceiling: dict[str, np.ndarray | None] | None = None,
 ) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
     each with N = trials x configurations and V = the null variance + the trials' dispersion."""
@@ -464,6 +494,9 @@ def _row(
                 weights=part.weights,
                 policy=part.prediction.policy,
                 policy_val_sharpe=None if part.fit is None else part.fit.sharpe,
+                oracle_sharpe=None
+                if (ceiling or {}).get(part.test_file) is None
+                else _net_sharpe(np.asarray(test.ts), ceiling[part.test_file], next_move_ticks(test), cfg.cost_ticks),
             )
         )
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
@@ -473,6 +506,8 @@ def _row(
     oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)
+    oracle = [(ceiling or {}).get(p.test_file) for p in order]
+    oracle_sharpe = None if any(o is None for o in oracle) else _net_sharpe(ts, np.concatenate(oracle), moves, cfg.cost_ticks)
     return ModelResult(
         name=name,
         oos=Metrics(**oos),
@@ -481,6 +516,8 @@ def _row(
         n_trials=n_trials,
         n_configurations=n_configs,
         n_policies=n_policies,
+        oracle_sharpe=oracle_sharpe,
+        capture=None if oracle_sharpe is None or oracle_sharpe <= 0 else oos["sharpe"] / oracle_sharpe,
         trials_dispersion=dispersion,
         dsr_estimator=estimator,
         hyperopt_results=[s.path for s in searches],

@@ -105,6 +105,7 @@ class FoldResult(Strict):
     weights: dict[str, float] | None = None  # ensembles: the weight of each model
     policy: Policy | None = None  # how the checkpoint's probabilities became positions (None: RL agent, ensemble)
     policy_val_sharpe: float | None = None  # the fitted policy's net Sharpe on the validation file it was chosen on
+    oracle_sharpe: float | None = None  # the generator oracle's strategy on this test file (None: real data)
 
 
 class ModelResult(Strict):
@@ -115,6 +116,11 @@ class ModelResult(Strict):
     n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
     n_configurations: int  # rows the report compares (models + ensembles) x the policies each fit compared
     n_policies: int = 1  # the policies each checkpoint's fit compared (1: the fixed rule)
+    # the ceiling (generated data only; None: real data): the oracle's exact probabilities through the same policy
+    # fitting on the same rows, its out-of-sample net Sharpe, and the row's Sharpe / it (skill capture; None when the
+    # oracle's Sharpe is not positive)
+    oracle_sharpe: float | None = None
+    capture: float | None = None
     trials_dispersion: float | None  # variance of the trials' true per-session Sharpe (None: no trials)
     dsr_estimator: str  # how V was estimated, in words
     hyperopt_results: list[str] = []  # the results.json files of the searches behind this row
@@ -290,6 +296,17 @@ def markdown(report: EnsembleReport) -> str:
             for f in result.folds:
                 what = f.policy.describe() if f.policy else ("its members' policies" if f.weights else "the agent's actions")
                 lines.append(f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} |")
+        lines += [
+            "",
+            "### Against the oracle strategy (the ceiling: the generator's probabilities through the same policy fit)",
+            "",
+            "| model | Sharpe | oracle Sharpe | capture | per fold: Sharpe / oracle |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for name, result in rows:
+            folds = ", ".join(f"{_fmt(f.metrics.sharpe)} / {_fmt(f.oracle_sharpe)}" for f in result.folds)
+            oracle = _fmt(result.oracle_sharpe, none="n/a (no generator oracle: real data)")
+            lines.append(f"| {name} | {_fmt(result.oos.sharpe)} | {oracle} | {_fmt(result.capture)} | {folds} |")
         lines += [
             "",
             "### AUC against the oracle (same rows, same horizons)",
