@@ -745,3 +745,34 @@ def test_the_report_sets_each_row_beside_the_oracle_strategy(trained, tiny_data,
     row = sym.models["kan"].model_copy(update={"oracle_sharpe": None, "capture": None})
     real_report = report.model_copy(update={"symbols": {"ES.FUT": sym.model_copy(update={"models": {"kan": row}})}})
     assert "| kan | " in markdown(real_report) and "n/a (no generator oracle: real data)" in markdown(real_report)
+
+
+def test_params_without_their_search_make_a_row_of_unknown_search(trained, tiny_data, tmp_path):
+    """A search's best_params copied into a plain params file: training accepts it, and the report marks the row
+    "search unknown", its DSR at an assumed N of trials, instead of "no hyperopt trials behind this row"."""
+    from alpha_core.eval.evaluate import ASSUMED_SEARCH_TRIALS
+
+    root, pd = trained
+    models = tmp_path / "models"
+    copied = tmp_path / "copied_params.json"
+    for fold_dir in sorted((root / "models" / "kan" / "ES.FUT").glob("fold-[01]")):
+        dest = models / "kan" / "ES.FUT" / fold_dir.name
+        shutil.copytree(fold_dir.resolve(), dest)
+        summary = json.loads((dest / "summary.json").read_text())
+        (dest / "summary.json").write_text(json.dumps({**summary, "params_file": str(copied), "hyperopt": None}))
+        seal(dest, f"copied-{fold_dir.name}")
+    cfg = EvalConfig(
+        models_dir=models,
+        data_dir=tiny_data,
+        output=tmp_path / "eval" / "r.json",
+        symbols=["ES.FUT"],
+        predecoded_dir=pd,
+        device="cpu",
+        gate=ANY_FINITE,
+    )
+    sym = evaluate(cfg).symbols["ES.FUT"]
+    for row in (sym.models["kan"], *sym.ensembles.values()):
+        assert row.search_unknown == [str(copied)] and row.n_trials == ASSUMED_SEARCH_TRIALS == 100
+        assert row.oos.dsr_n_trials == 100 * row.n_configurations
+        assert row.dsr_estimator.startswith(f"search unknown: {copied} carries no search record, so N assumes 100")
+    assert "Search unknown" in (tmp_path / "eval" / "r.md").read_text()

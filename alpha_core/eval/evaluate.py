@@ -76,6 +76,10 @@ from alpha_core.models import registry
 from alpha_core.train.params import HyperoptRecord, load_params_file
 from alpha_core.train.perception import resolve_device
 
+# trials assumed behind params whose search is unknown (a plain params file: e.g. a search's best_params copied out of
+# its results.json); a moderate search's size, stated in the row (docs/validity.md)
+ASSUMED_SEARCH_TRIALS = 100
+
 
 def find_checkpoints(
     models_dir: Path, symbols: list[str] | None, gate: GateThresholds | None = None
@@ -276,6 +280,7 @@ class Scored:
     search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
     checkpoint: str | None = None  # the attempt folder its weights were read from
     fit: validation.PolicyFit | None = None  # the policy fitted on its validation file (None: fixed rule, RL)
+    unknown_search: str | None = None  # the params file it was trained with, which carries no search record
 
 
 def _predict_checked(
@@ -359,8 +364,19 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         if blind is not None:  # its positions change with the future: whatever it read, it is not reported
             drop(ckpt, blind)
             continue
+        unknown = ckpt.summary.get("params_file") if search is None else None
         scored[ckpt.model].append(
-            Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path), fit=fit)
+            Scored(
+                ckpt.fold,
+                test_name,
+                pred,
+                mask,
+                labels,
+                search=search,
+                checkpoint=str(ckpt.path),
+                fit=fit,
+                unknown_search=unknown,
+            )
         )
         if fit is not None:  # the validation-weighted ensemble weighs it by its fitted policy's validation Sharpe
             val_sharpe[(test_name, ckpt.model)] = fit.sharpe
@@ -397,7 +413,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
     ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) for test, val in val_of.items()}
     models = {
-        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling)
+        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling, _unknown(parts))
         for name, parts in scored.items()
     }
     ensembles = {}
@@ -425,7 +441,8 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                         weights=dict(zip(names, weights.tolist(), strict=True)),
                     )
                 )
-            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling)
+            members = [p for member in scored.values() for p in member]
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling, _unknown(members))
     return SymbolReport(models=models, ensembles=ensembles)
 
 
@@ -448,6 +465,11 @@ def _net_sharpe(ts: np.ndarray, position: np.ndarray, moves: np.ndarray, cost: f
     return metrics.sharpe(metrics.daily_pnl(ts, metrics.bar_pnl(position, moves, cost))[1])
 
 
+def _unknown(parts: list[Scored]) -> list[str]:
+    """The params files without a search record behind some checkpoints, each once."""
+    return sorted({p.unknown_search for p in parts if p.unknown_search})
+
+
 def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
     """The searches behind some checkpoints, each once (the folds of one run share theirs)."""
     return list({p.search.sha256: p.search for p in parts if p.search is not None}.values())
@@ -462,13 +484,14 @@ def _row(
     n_configs: int,
     n_policies: int = 1,
     ceiling: dict[str, np.ndarray | None] | None = None,
+    unknown: list[str] = (),
 ) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
     each with N = trials x configurations and V = the null variance + the trials' dispersion."""
     sharpes = [s for search in searches for s in search.trial_sharpes]
     sessions = [t for search in searches for t in search.trial_sessions]
     dispersion = metrics.trials_sharpe_dispersion(sharpes, sessions)
-    n_trials = max(1, len(sharpes))
+    n_trials = max(1, len(sharpes) + ASSUMED_SEARCH_TRIALS * len(unknown))
     if dispersion is None:
         estimator = "null variance 1/(T-1): no hyperopt trials behind this row"
     else:
@@ -476,6 +499,11 @@ def _row(
             f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
             f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
             f"(T_val = {min(sessions)}-{max(sessions)} sessions)"
+        )
+    if unknown:
+        estimator = (
+            f"search unknown: {', '.join(unknown)} carries no search record, so N assumes {ASSUMED_SEARCH_TRIALS} "
+            f"trials for each such file; {estimator}"
         )
     stats = dict(n_trials=n_trials * n_configs, trials_dispersion=dispersion)
     folds = []
@@ -516,6 +544,7 @@ def _row(
         n_trials=n_trials,
         n_configurations=n_configs,
         n_policies=n_policies,
+        search_unknown=list(unknown),
         oracle_sharpe=oracle_sharpe,
         capture=None if oracle_sharpe is None or oracle_sharpe <= 0 else oos["sharpe"] / oracle_sharpe,
         trials_dispersion=dispersion,

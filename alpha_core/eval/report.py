@@ -116,6 +116,8 @@ class ModelResult(Strict):
     n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
     n_configurations: int  # rows the report compares (models + ensembles) x the policies each fit compared
     n_policies: int = 1  # the policies each checkpoint's fit compared (1: the fixed rule)
+    # params files behind this row without a search record: its N assumes evaluate.ASSUMED_SEARCH_TRIALS for each
+    search_unknown: list[str] = []
     # the ceiling (generated data only; None: real data): the oracle's exact probabilities through the same policy
     # fitting on the same rows, its out-of-sample net Sharpe, and the row's Sharpe / it (skill capture; None when the
     # oracle's Sharpe is not positive)
@@ -275,6 +277,10 @@ def markdown(report: EnsembleReport) -> str:
                 + " | ".join(_uncertainty(result.oos) + [_fmt(getattr(result.oos, c), none="inf") for c in COLUMNS])
                 + " |"
             )
+        unknown = [(name, r) for name, r in rows if r.search_unknown]
+        if unknown:
+            lines += ["", "Search unknown (params without their search record; N at an assumed number of trials):"]
+            lines += [f"- {name}: {r.dsr_estimator}" for name, r in unknown]
         lines += [
             "",
             "### Per fold",

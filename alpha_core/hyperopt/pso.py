@@ -41,6 +41,7 @@ from alpha_core.eval.metrics import DEFAULT_COST_TICKS
 from alpha_core.hyperopt.configs import HyperoptConfig
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
+from alpha_core.train.params import search_signature
 
 
 def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
@@ -173,6 +174,7 @@ def hyperopt(cfg: HyperoptConfig) -> dict:
         "settings": cfg.model_dump(mode="json"),
         "versions": {"alpha": alpha_core.__version__, "nevergrad": ng.__version__, "torch": torch.__version__},
     }
+    results["signature"] = search_signature(results)  # checked wherever the params are used (train/params.py)
     atomic_write_json(cfg.output, results)
     return results
 
