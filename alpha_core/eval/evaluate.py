@@ -16,9 +16,9 @@ report compares (its model and ensemble rows). The search behind a checkpoint is
 (the results.json its params came from: the same record whichever door trained it), else a `hyperopt_results`
 file given for the model, else `<run>/hyperopt/<model>/<symbol>/results.json` beside `<run>/models` (the
 original layout). V is the variance of N zero-skill Sharpe estimates of the test's length: the null variance
-1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`, net
-of each trial's sampling noise); each row also shows the DSR at the null variance. Each model's AUC is set
-beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
+1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`: counted
+only where the trials differ beyond their sampling noise); each row also shows the DSR at the null variance.
+Each model's AUC is set beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
 labels, on a fixed seeded sample of the test file's snapshots: `predict.auc_rows`), with its 95% DeLong
 interval. Checkpoints that are missing, unreadable, without a test file, of an unknown symbol, with a failed
 gate or tuned on their test file are listed with the reason, never silently dropped; so is every `expected`
@@ -496,8 +496,9 @@ def _row(
         estimator = "null variance 1/(T-1): no hyperopt trials behind this row"
     else:
         estimator = (
-            f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
-            f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
+            f"null variance 1/(T-1) + {dispersion:.4g}: the DerSimonian-Laird variance of {len(sharpes)} hyperopt "
+            f"trials' true per-session validation Sharpe, counted only where Cochran's Q shows them apart beyond "
+            f"their sampling variance (1 + SR^2/2)/T_val at the {metrics.DISPERSION_LEVEL:g} level "
             f"(T_val = {min(sessions)}-{max(sessions)} sessions)"
         )
     if unknown:
