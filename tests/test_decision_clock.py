@@ -311,6 +311,8 @@ def test_an_honest_checkpoint_is_future_blind(run, family):
     entry = entry_ts(bars, book)
     assert blindness.cut_points(bars.rows, checkpoints[family].window + 60)  # the tiny file holds the cuts
     policies = [None] if family == "ppo" else [None, Policy(name="fitted", horizon=2, threshold=0.01, hold=5, sizing="bet")]
+    if family == "perception":  # its aux outcome heads' rule
+        policies.append(Policy(name="fitted", horizon=1, threshold=0.0, hold=3, rule="aux"))
     for policy in policies:
         whole = predict(checkpoints[family], bars, book, 0, 0.05, entry=entry, policy=policy)
         assert blindness.check(checkpoints[family], bars, book, whole, entry) is None

@@ -198,13 +198,13 @@ def test_report_end_to_end(trained, tiny_data):
                 assert getattr(m, key) is not None and math.isfinite(getattr(m, key)), (result.name, key)
             assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
             assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
-            # no hyperopt behind these rows: N = the 6 rows compared x the 48 policies each fit compared, V = the null
-            # variance 1/(T-1)
-            assert m.dsr_n_trials == 6 * 48 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
+            # no hyperopt behind these rows: N = the 6 rows compared x the 54 policies the flagship's fit compared (48
+            # on its probabilities, 6 on its aux outcome heads), V = the null variance 1/(T-1)
+            assert m.dsr_n_trials == 6 * 54 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
             assert m.dsr < m.psr or m.psr in (0.0, 1.0)
             assert m.dsr == m.dsr_null  # no trials: V is the null variance
-        assert result.n_configurations == 6 * 48 and result.dsr_estimator.startswith("null variance")
-        assert result.n_policies == policy.grid_size(3) == 48
+        assert result.n_configurations == 6 * 54 and result.dsr_estimator.startswith("null variance")
+        assert result.n_policies == policy.grid_size(3, aux=True) == 54 and policy.grid_size(3) == 48
     for name in ("mamba2", "kan", "perception"):  # each checkpoint trades the policy fitted on its validation file
         for f in sym.models[name].folds:
             assert f.policy.name == "fitted" and f.policy_val_sharpe is not None

@@ -84,3 +84,14 @@ def test_a_policy_rejects_unknown_keys_and_bad_values():
         policy.Policy(name="fitted", horizon=0, threshold=0.1, hold=1, band=0.1)
     with pytest.raises(ValueError, match="hold"):
         policy.Policy(name="fitted", horizon=0, threshold=0.1, hold=0)
+
+
+def test_the_aux_rule_trades_only_an_expected_outcome_net_of_cost_above_zero():
+    """The flagship's aux heads give each horizon's expected long and short outcome, net of cost: long when the long
+    one is positive and the larger, short in the converse case, flat when neither pays."""
+    aux = np.array([[2.0, 0.5, -1.0, 0.1], [-0.5, 0.0, 1.5, 0.2], [-0.2, 0.0, -0.1, 0.0], [1.0, 0.0, 3.0, 0.0]])
+    rule = policy.Policy(name="fitted", horizon=0, threshold=0.0, hold=1, rule="aux")
+    np.testing.assert_array_equal(policy.positions(rule, np.full((4, 2), 0.5), aux), [1.0, -1.0, 0.0, -1.0])
+    with pytest.raises(ValueError, match="needs the aux heads"):
+        policy.positions(rule, np.full((4, 2), 0.5))
+    assert len(policy.grid(np.full((4, 2), 0.6), [1, 20], aux=True)) == policy.grid_size(2, aux=True) == 36

@@ -6,6 +6,9 @@ bet in p's direction (`sign`), or sized from p as in López de Prado, *Advances 
 predicted for, and the position is the average of the bets still active (AFML 10.4, "averaging active bets"): a
 signal that persists keeps the position instead of paying the cost again, and a lone flicker moves it by 1/hold.
 
+- `aux` rule (the flagship, whose aux heads predict the long and the short outcome of each horizon in ticks, net of
+  the labels' cost): long when the expected long outcome is positive and above the short one, short in the converse
+  case, else flat; a unit bet held one bar or the horizon. The fit compares these beside the probability policies.
 - `fixed`: the old rule, kept for comparison: +1 above 0.5 + band, -1 below 0.5 - band, held one bar.
 - `fitted` (the default): chosen among `grid()` by net Sharpe at the report's cost on the checkpoint's VALIDATION
   predictions (`fit`), then applied unchanged to its test file. Every policy the fit compares counts in the DSR's N.
@@ -45,8 +48,15 @@ class Policy(BaseModel):
     hold: int = Field(ge=1)  # bars each bet lasts; the position averages the active bets
     sizing: Literal["sign", "bet"] = "sign"
     share: float | None = None  # fitted: the share of validation bars the threshold lets trade
+    rule: Literal["probability", "aux"] = "probability"  # aux: the flagship's expected outcomes net of cost
+
+    @property
+    def needs_aux(self) -> bool:
+        return self.rule == "aux"
 
     def describe(self) -> str:
+        if self.rule == "aux":
+            return f"{self.name}: h{self.horizon} aux outcome net of cost > 0, hold {self.hold}"
         return f"{self.name}: h{self.horizon} |p-0.5|>{self.threshold:.4g} hold {self.hold} {self.sizing}"
 
 
@@ -54,8 +64,16 @@ def fixed(horizon: int, band: float) -> Policy:
     return Policy(name="fixed", horizon=horizon, threshold=band, hold=1, sizing="sign")
 
 
-def bets(policy: Policy, probs: np.ndarray) -> np.ndarray:
-    """[N] the bet each bar makes from its probabilities [N, H] (NaN: no prediction, no bet)."""
+def bets(policy: Policy, probs: np.ndarray, aux: np.ndarray | None = None) -> np.ndarray:
+    """[N] the bet each bar makes from its probabilities [N, H] (NaN: no prediction, no bet), or for an `aux` policy
+    from the expected outcomes [N, 2H] (long per horizon, then short)."""
+    if policy.rule == "aux":
+        if aux is None:
+            raise ValueError(f"{policy.describe()} needs the aux heads' outcomes")
+        h = policy.horizon
+        long = np.nan_to_num(np.asarray(aux, dtype=np.float64)[:, h], nan=0.0)
+        short = np.nan_to_num(np.asarray(aux, dtype=np.float64)[:, aux.shape[1] // 2 + h], nan=0.0)
+        return np.where((long > 0) & (long >= short), 1.0, np.where((short > 0) & (short > long), -1.0, 0.0))
     p = np.nan_to_num(np.asarray(probs)[:, policy.horizon], nan=0.5)  # in its own dtype, as the fixed rule compared
     t = policy.threshold
     direction = np.where(p > 0.5 + t, 1.0, np.where(p < 0.5 - t, -1.0, 0.0))
@@ -72,9 +90,9 @@ def _trailing(values: np.ndarray, hold: int, reduce) -> np.ndarray:
     return out
 
 
-def positions(policy: Policy, probs: np.ndarray) -> np.ndarray:
+def positions(policy: Policy, probs: np.ndarray, aux: np.ndarray | None = None) -> np.ndarray:
     """[N] float64 positions: the mean of the bets of the last `hold` bars (the first bars average fewer)."""
-    b = bets(policy, probs)
+    b = bets(policy, probs, aux)
     if policy.hold == 1:
         return b
     total = _trailing(b, policy.hold, np.add)
@@ -87,12 +105,15 @@ def decision_times(policy: Policy, decision: np.ndarray) -> np.ndarray:
     return decision if policy.hold == 1 else _trailing(decision, policy.hold, np.maximum)
 
 
-def grid(probs: np.ndarray, hold_bars: list[int]) -> list[Policy]:
+def grid(probs: np.ndarray, hold_bars: list[int], aux: bool = False) -> list[Policy]:
     """The policies `fit` compares on validation probabilities [N, H]: per horizon, held one bar or its own length
     in bars (`hold_bars`), per trade share (the threshold is that quantile of the validation |p - 0.5|) and per
-    sizing: `grid_size(H)` of them."""
+    sizing: `grid_size(H)` of them; with `aux`, the aux rule per horizon and hold besides."""
     out = []
     for h, length in enumerate(hold_bars):
+        if aux:
+            for hold in (1, max(1, int(length))):
+                out.append(Policy(name="fitted", horizon=h, threshold=0.0, hold=hold, rule="aux"))
         edge = np.abs(np.asarray(probs, dtype=np.float64)[:, h] - 0.5)
         edge = edge[np.isfinite(edge)]
         for hold in (1, max(1, int(length))):
@@ -112,26 +133,34 @@ def grid(probs: np.ndarray, hold_bars: list[int]) -> list[Policy]:
     return out
 
 
-def grid_size(n_horizons: int) -> int:
+def grid_size(n_horizons: int, aux: bool = False) -> int:
     """Policies a fit compares (each counts in the DSR's N), whether or not a horizon's two holds coincide."""
-    return n_horizons * len(HOLDS) * len(TRADE_SHARES) * len(SIZINGS)
+    return n_horizons * len(HOLDS) * (len(TRADE_SHARES) * len(SIZINGS) + (1 if aux else 0))
 
 
-def net_sharpe(policy: Policy, probs: np.ndarray, ts: np.ndarray, moves: np.ndarray, cost_ticks: float) -> float:
+def net_sharpe(
+    policy: Policy, probs: np.ndarray, ts: np.ndarray, moves: np.ndarray, cost_ticks: float, aux: np.ndarray | None = None
+) -> float:
     """The evaluator's annualised Sharpe (daily sessions, net of `cost_ticks` per unit of turnover) of a policy."""
-    pnl = metrics.bar_pnl(positions(policy, probs), moves, cost_ticks)
+    pnl = metrics.bar_pnl(positions(policy, probs, aux), moves, cost_ticks)
     return metrics.sharpe(metrics.daily_pnl(ts, pnl)[1])
 
 
 def fit(
-    probs: np.ndarray, ts: np.ndarray, moves: np.ndarray, cost_ticks: float, hold_bars: list[int]
+    probs: np.ndarray,
+    ts: np.ndarray,
+    moves: np.ndarray,
+    cost_ticks: float,
+    hold_bars: list[int],
+    aux: np.ndarray | None = None,
 ) -> tuple[Policy, float, int]:
     """(the grid's policy of the highest net Sharpe on these validation bars, that Sharpe, the policies compared).
-    Ties keep the first in grid order (shortest horizon, most trades, sign sizing), so a fit is reproducible."""
-    candidates = grid(probs, hold_bars)
+    Ties keep the first in grid order (shortest horizon, aux before probabilities, most trades, sign sizing), so a
+    fit is reproducible. `aux` (the flagship's expected outcomes [N, 2H]) adds the aux rule to the grid."""
+    candidates = grid(probs, hold_bars, aux is not None)
     best, best_sharpe = candidates[0], -math.inf
     for policy in candidates:
-        s = net_sharpe(policy, probs, ts, moves, cost_ticks)
+        s = net_sharpe(policy, probs, ts, moves, cost_ticks, aux)
         if s > best_sharpe:
             best, best_sharpe = policy, s
     return best, best_sharpe, len(candidates)

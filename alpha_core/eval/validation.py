@@ -113,7 +113,9 @@ def hold_bars(model: Loaded, bars: Sidecar, book: Sidecar | None) -> list[int]:
 def fit_from(model: Loaded, pred: Prediction, bars: Sidecar, book: Sidecar | None, cost_ticks: float) -> PolicyFit:
     """The policy fitted on a validation prediction's per-bar probabilities (`policy.fit`)."""
     holds = hold_bars(model, bars, book)
-    policy, sharpe, n = policies.fit(pred.bar_probs, np.asarray(bars.ts), next_move_ticks(bars), cost_ticks, holds)
+    policy, sharpe, n = policies.fit(
+        pred.bar_probs, np.asarray(bars.ts), next_move_ticks(bars), cost_ticks, holds, pred.bar_aux
+    )
     return PolicyFit(policy=policy, sharpe=sharpe, n_policies=n)
 
 
@@ -122,7 +124,8 @@ def fit_policy(
 ) -> PolicyFit:
     """Predict the validation file `bars` and fit the checkpoint's policy on it (`alpha evaluate` where no
     recorded fit serves: `recorded_policy`)."""
-    pred = predict(model, bars, book, DEFAULT_HORIZON, DEFAULT_BAND, scored=False, entry=entry)
+    aux = model.ckpt.trainer == "perception"  # the flagship's aux heads: its aux rule is fitted beside the others
+    pred = predict(model, bars, book, DEFAULT_HORIZON, DEFAULT_BAND, scored=False, entry=entry, with_aux=aux)
     return fit_from(model, pred, bars, book, cost_ticks)
 
 
