@@ -208,6 +208,7 @@ def test_report_end_to_end(trained, tiny_data):
     for name in ("mamba2", "kan", "perception"):  # each checkpoint trades the policy fitted on its validation file
         for f in sym.models[name].folds:
             assert f.policy.name == "fitted" and f.policy_val_sharpe is not None
+            assert 0.0 <= f.policy_pbo <= 1.0  # the choice's probability of backtest overfitting (CSCV)
     assert all(f.policy is None for f in sym.models["ppo"].folds)  # an agent trades its own actions
     assert report.policy == "fitted"
     assert sym.models["mamba2"].oos.n_sessions == sum(f.metrics.n_sessions for f in sym.models["mamba2"].folds)

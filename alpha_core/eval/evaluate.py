@@ -523,6 +523,7 @@ def _row(
                 weights=part.weights,
                 policy=part.prediction.policy,
                 policy_val_sharpe=None if part.fit is None else part.fit.sharpe,
+                policy_pbo=None if part.fit is None else part.fit.pbo,
                 oracle_sharpe=None
                 if (ceiling or {}).get(part.test_file) is None
                 else _net_sharpe(np.asarray(test.ts), ceiling[part.test_file], next_move_ticks(test), cfg.cost_ticks),

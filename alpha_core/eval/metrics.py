@@ -506,3 +506,47 @@ def summarize(
         "dsr_n_trials": int(n_trials),
         "dsr_variance": float(variance),
     }
+
+
+# ----------------------------------------------------------------------------------------------- PBO
+
+PBO_BLOCKS = 16  # CSCV splits the sessions into this many blocks (fewer for a shorter file: an even count >= 2)
+
+
+def probability_of_backtest_overfitting(daily: Any, n_blocks: int = PBO_BLOCKS) -> float | None:
+    """PBO by combinatorially symmetric cross-validation (Bailey, Borwein, López de Prado and Zhu, 2015).
+
+    ``daily`` is [configurations, sessions]: each configuration's daily PnL on the same sessions. The sessions are
+    cut into S contiguous blocks (S even, at most `n_blocks` and the number of sessions); for each of the C(S, S/2)
+    halves taken as in-sample, the configuration of the best in-sample Sharpe is ranked among all by its Sharpe on
+    the other half: omega = rank / (N + 1), lambda = log(omega / (1 - omega)). PBO is the share of splits with
+    lambda <= 0, the chance that the in-sample winner is at or below the median out of sample. None with fewer than 2
+    configurations or 2 sessions."""
+    from itertools import combinations
+
+    m = np.asarray(daily, dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] < 2 or m.shape[1] < 2:
+        return None
+    s = min(n_blocks, m.shape[1]) // 2 * 2
+    blocks = np.array_split(np.arange(m.shape[1]), s)
+    # per block: each configuration's sum and sum of squares, so every split's Sharpes are two matrix products
+    total = np.stack([m[:, b].sum(axis=1) for b in blocks], axis=1)  # [N, S]
+    square = np.stack([(m[:, b] ** 2).sum(axis=1) for b in blocks], axis=1)
+    count = np.array([len(b) for b in blocks], dtype=np.float64)
+    ins = np.zeros((math.comb(s, s // 2), s))
+    for row, chosen in enumerate(combinations(range(s), s // 2)):
+        ins[row, list(chosen)] = 1.0
+
+    def sharpe_of(sel: np.ndarray) -> np.ndarray:  # [splits, N]
+        n = sel @ count
+        mean = (sel @ total.T) / n[:, None]
+        var = ((sel @ square.T) - n[:, None] * mean**2) / np.maximum(n - 1, 1)[:, None]
+        sd = np.sqrt(np.maximum(var, 0.0))
+        return np.where(sd > 1e-12 * (np.abs(mean) + 1), mean / np.where(sd > 0, sd, 1.0), 0.0)
+
+    sr_in, sr_out = sharpe_of(ins), sharpe_of(1.0 - ins)
+    best = sr_out[np.arange(len(ins)), np.argmax(sr_in, axis=1)][:, None]
+    rank = (sr_out < best).sum(axis=1) + ((sr_out == best).sum(axis=1) + 1) / 2.0  # 1 = worst out of sample, ties share
+    omega = rank / (sr_out.shape[1] + 1)
+    logits = np.log(omega / (1.0 - omega))
+    return float(np.mean(logits <= 0.0))

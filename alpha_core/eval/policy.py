@@ -157,13 +157,32 @@ def fit(
     """(the grid's policy of the highest net Sharpe on these validation bars, that Sharpe, the policies compared).
     Ties keep the first in grid order (shortest horizon, aux before probabilities, most trades, sign sizing), so a
     fit is reproducible. `aux` (the flagship's expected outcomes [N, 2H]) adds the aux rule to the grid."""
+    best, sharpe, n, _ = fit_with_pbo(probs, ts, moves, cost_ticks, hold_bars, aux, with_pbo=False)
+    return best, sharpe, n
+
+
+def fit_with_pbo(
+    probs: np.ndarray,
+    ts: np.ndarray,
+    moves: np.ndarray,
+    cost_ticks: float,
+    hold_bars: list[int],
+    aux: np.ndarray | None = None,
+    with_pbo: bool = True,
+) -> tuple[Policy, float, int, float | None]:
+    """`fit`, and the probability that choosing among the grid on these sessions overfits
+    (`metrics.probability_of_backtest_overfitting` over the grid's daily net PnL: the chance the winner on half the
+    sessions is at or below the median on the other half)."""
     candidates = grid(probs, hold_bars, aux is not None)
-    best, best_sharpe = candidates[0], -math.inf
+    best, best_sharpe, daily = candidates[0], -math.inf, []
     for policy in candidates:
-        s = net_sharpe(policy, probs, ts, moves, cost_ticks, aux)
+        d = metrics.daily_pnl(ts, metrics.bar_pnl(positions(policy, probs, aux), moves, cost_ticks))[1]
+        daily.append(d)
+        s = metrics.sharpe(d)
         if s > best_sharpe:
             best, best_sharpe = policy, s
-    return best, best_sharpe, len(candidates)
+    overfit = metrics.probability_of_backtest_overfitting(np.stack(daily)) if with_pbo else None
+    return best, best_sharpe, len(candidates), overfit
 
 
 def hold_bars(horizons: list[int], unit: str, book_rows: int | None = None, bar_rows: int | None = None) -> list[int]:

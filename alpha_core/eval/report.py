@@ -106,6 +106,7 @@ class FoldResult(Strict):
     policy: Policy | None = None  # how the checkpoint's probabilities became positions (None: RL agent, ensemble)
     policy_val_sharpe: float | None = None  # the fitted policy's net Sharpe on the validation file it was chosen on
     oracle_sharpe: float | None = None  # the generator oracle's strategy on this test file (None: real data)
+    policy_pbo: float | None = None  # probability that the policy choice overfit its validation file (CSCV, 2015)
 
 
 class ModelResult(Strict):
@@ -295,13 +296,15 @@ def markdown(report: EnsembleReport) -> str:
             "",
             "### Policies (chosen on each fold's validation file, applied unchanged to its test file)",
             "",
-            "| model | fold | policy | validation Sharpe | policies compared |",
-            "|---|---:|---|---:|---:|",
+            "| model | fold | policy | validation Sharpe | policies compared | PBO |",
+            "|---|---:|---|---:|---:|---:|",
         ]
         for name, result in rows:
             for f in result.folds:
                 what = f.policy.describe() if f.policy else ("its members' policies" if f.weights else "the agent's actions")
-                lines.append(f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} |")
+                lines.append(
+                    f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} | {_fmt(f.policy_pbo)} |"
+                )
         lines += [
             "",
             "### Against the oracle strategy (the ceiling: the generator's probabilities through the same policy fit)",

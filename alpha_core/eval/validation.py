@@ -46,6 +46,7 @@ class ValidationScore(BaseModel):
     policy_sharpe: float | None = None  # its net Sharpe on this file at `cost_ticks`
     n_policies: int | None = None  # the policies the fit compared (each counts in the DSR's N)
     policy_grid: int | None = None  # policy.GRID_VERSION of the grid it was chosen from
+    policy_pbo: float | None = None  # PBO of the choice (CSCV over the grid x the file's sessions)
 
 
 class PolicyFit(BaseModel):
@@ -56,6 +57,7 @@ class PolicyFit(BaseModel):
     policy: Policy
     sharpe: float
     n_policies: int
+    pbo: float | None = None  # the probability that choosing among the grid on this file overfits (CSCV)
 
 
 def next_move_ticks(bars: Sidecar) -> np.ndarray:
@@ -99,6 +101,7 @@ def score(
         policy_sharpe=None if fitted is None else fitted.sharpe,
         n_policies=None if fitted is None else fitted.n_policies,
         policy_grid=None if fitted is None else policies.GRID_VERSION,
+        policy_pbo=None if fitted is None else fitted.pbo,
     )
 
 
@@ -113,10 +116,10 @@ def hold_bars(model: Loaded, bars: Sidecar, book: Sidecar | None) -> list[int]:
 def fit_from(model: Loaded, pred: Prediction, bars: Sidecar, book: Sidecar | None, cost_ticks: float) -> PolicyFit:
     """The policy fitted on a validation prediction's per-bar probabilities (`policy.fit`)."""
     holds = hold_bars(model, bars, book)
-    policy, sharpe, n = policies.fit(
+    policy, sharpe, n, pbo = policies.fit_with_pbo(
         pred.bar_probs, np.asarray(bars.ts), next_move_ticks(bars), cost_ticks, holds, pred.bar_aux
     )
-    return PolicyFit(policy=policy, sharpe=sharpe, n_policies=n)
+    return PolicyFit(policy=policy, sharpe=sharpe, n_policies=n, pbo=pbo)
 
 
 def fit_policy(
@@ -137,7 +140,7 @@ def recorded_policy(ckpt: Checkpoint, val_name: str, cost_ticks: float) -> Polic
         return None
     if s.policy is None or s.file != val_name or s.cost_ticks != cost_ticks or s.policy_grid != policies.GRID_VERSION:
         return None
-    return PolicyFit(policy=s.policy, sharpe=s.policy_sharpe, n_policies=s.n_policies)
+    return PolicyFit(policy=s.policy, sharpe=s.policy_sharpe, n_policies=s.n_policies, pbo=s.policy_pbo)
 
 
 def recorded_sharpe(ckpt: Checkpoint, val_name: str, horizon: int, band: float, cost_ticks: float) -> float | None:
