@@ -24,7 +24,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.special import ndtr
 
 from alpha_core.eval import metrics
 
@@ -79,6 +78,8 @@ def bets(policy: Policy, probs: np.ndarray, aux: np.ndarray | None = None) -> np
     direction = np.where(p > 0.5 + t, 1.0, np.where(p < 0.5 - t, -1.0, 0.0))
     if policy.sizing == "sign":
         return direction
+    from scipy.special import ndtr  # here: `alpha evaluate --help` reads this module's Policy without scipy
+
     q = np.clip(p.astype(np.float64), 1e-9, 1.0 - 1e-9)
     return np.abs(2.0 * ndtr((q - 0.5) / np.sqrt(q * (1.0 - q))) - 1.0) * direction
 
