@@ -46,9 +46,8 @@ def spliced(sc: Sidecar, stop: int, cut: int, salt: int) -> Sidecar:
     """Rows [0, stop) of `sc` in memory, every row after `cut` replaced by rows drawn from the rest of the file (its
     own first rows, reversed, when there is no rest), timestamps kept."""
     n_new = stop - cut - 1
-    rest = np.arange(stop, sc.rows)
-    if len(rest) >= n_new:
-        donors = np.sort(np.random.default_rng([SEED, salt, cut]).choice(rest, n_new, replace=False))
+    if sc.rows - stop >= n_new:  # seeded rows of the rest of the file (a draw, not a permutation of a huge file)
+        donors = np.sort(np.random.default_rng([SEED, salt, cut]).integers(stop, sc.rows, n_new))
     else:
         donors = np.arange(n_new)[::-1] % max(cut, 1)
     arrays = {}
