@@ -777,3 +777,28 @@ def test_params_without_their_search_make_a_row_of_unknown_search(trained, tiny_
         assert row.oos.dsr_n_trials == 100 * row.n_configurations
         assert row.dsr_estimator.startswith(f"search unknown: {copied} carries no search record, so N assumes 100")
     assert "Search unknown" in (tmp_path / "eval" / "r.md").read_text()
+
+
+def test_each_row_is_costed_under_named_cost_models(trained, tiny_data):
+    """Beside the flat tick cost: half the book's spread at each decision (MBP-10) and a linear impact per unit."""
+    from alpha_core.eval.evaluate import half_spreads
+    from alpha_core.eval.predict import book_decision_rows
+
+    root, pd = trained
+    sym = load_report(root / "eval" / "ensemble_report.json").symbols["ES.FUT"]
+    for row in (*sym.models.values(), *sym.ensembles.values()):
+        assert set(row.sharpe_by_cost_model) == {"flat", "half_spread", "impact"}
+        assert row.sharpe_by_cost_model["flat"] == pytest.approx(row.oos.sharpe)
+        assert row.sharpe_by_cost_model["impact"] <= row.sharpe_by_cost_model["flat"] + 1e-9  # impact only adds cost
+        assert row.sharpe_by_cost_model["half_spread"] is not None and row.half_spread_share > 0.9
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
+    half = half_spreads(bars, book)
+    rows = book_decision_rows(bars, book)
+    spread = np.asarray(book.features)[:, book.meta.feature_names.index("spread_ticks")].astype(np.float64)
+    np.testing.assert_array_equal(half[rows >= 0], spread[rows[rows >= 0]] / 2)
+    assert set(np.unique(half[rows >= 0])) <= {0.5, 1.0}  # the demo's touch is 1 tick wide, 2 ticks 5% of the time
+    pos = np.array([0.0, 1.0, 1.0, -1.0])
+    np.testing.assert_allclose(metrics.cost_per_unit("impact", pos, 1.0), [1.0, 1.5, 1.0, 2.0])
+    md = (root / "eval" / "ensemble_report.md").read_text()
+    assert "### Cost models (out of sample)" in md

@@ -54,6 +54,7 @@ from alpha_core.eval.predict import (
     DecisionClockError,
     Loaded,
     Prediction,
+    book_decision_rows,
     check_decision_clock,
     entry_ts,
     load,
@@ -412,8 +413,9 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
     n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
     ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) for test, val in val_of.items()}
+    spreads = {test: half_spreads(bars[test], book.get(test)) for test in val_of}
     models = {
-        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling, _unknown(parts))
+        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling, _unknown(parts), spreads)
         for name, parts in scored.items()
     }
     ensembles = {}
@@ -442,7 +444,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                     )
                 )
             members = [p for member in scored.values() for p in member]
-            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling, _unknown(members))
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling, _unknown(members), spreads)
     return SymbolReport(models=models, ensembles=ensembles)
 
 
@@ -461,7 +463,21 @@ def oracle_strategy(cfg: EvalConfig, val: Sidecar, test: Sidecar) -> np.ndarray 
     return policies.positions(rule, p_test)
 
 
-def _net_sharpe(ts: np.ndarray, position: np.ndarray, moves: np.ndarray, cost: float) -> float:
+def half_spreads(bars: Sidecar, book: Sidecar | None) -> np.ndarray | None:
+    """[N bars] half the bid-ask spread in ticks at each bar's decision (the last snapshot at or before its close
+    trade, from the book sidecar's `spread_ticks`), NaN where the book has none; None without a book file."""
+    if book is None or "spread_ticks" not in book.meta.feature_names:
+        return None
+    rows = book_decision_rows(bars, book)
+    out = np.full(bars.rows, np.nan)
+    ok = np.flatnonzero(rows >= 0)
+    order = np.argsort(rows[ok], kind="stable")
+    column = book.meta.feature_names.index("spread_ticks")
+    out[ok[order]] = take_rows(book, "features", rows[ok][order])[:, column].astype(np.float64) / 2.0
+    return out
+
+
+def _net_sharpe(ts: np.ndarray, position: np.ndarray, moves: np.ndarray, cost: float | np.ndarray) -> float:
     return metrics.sharpe(metrics.daily_pnl(ts, metrics.bar_pnl(position, moves, cost))[1])
 
 
@@ -485,6 +501,7 @@ def _row(
     n_policies: int = 1,
     ceiling: dict[str, np.ndarray | None] | None = None,
     unknown: list[str] = (),
+    spreads: dict[str, np.ndarray | None] | None = None,
 ) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
     each with N = trials x configurations and V = the null variance + the trials' dispersion."""
@@ -536,6 +553,18 @@ def _row(
     oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)
+    by_model = {"flat": _net_sharpe(ts, pos, moves, cfg.cost_ticks)}
+    spread = [(spreads or {}).get(p.test_file) for p in order]
+    if any(a is not None for a in spread):
+        half = np.concatenate(
+            [np.full(bars[p.test_file].rows, np.nan) if a is None else a for p, a in zip(order, spread, strict=True)]
+        )
+        cost = metrics.cost_per_unit("half_spread", pos, cfg.cost_ticks, half)
+        by_model["half_spread"] = _net_sharpe(ts, pos, moves, cost)
+        booked = float(np.isfinite(half).mean())
+    else:
+        by_model["half_spread"], booked = None, 0.0
+    by_model["impact"] = _net_sharpe(ts, pos, moves, metrics.cost_per_unit("impact", pos, cfg.cost_ticks))
     oracle = [(ceiling or {}).get(p.test_file) for p in order]
     oracle_sharpe = None if any(o is None for o in oracle) else _net_sharpe(ts, np.concatenate(oracle), moves, cfg.cost_ticks)
     return ModelResult(
@@ -547,6 +576,8 @@ def _row(
         n_configurations=n_configs,
         n_policies=n_policies,
         search_unknown=list(unknown),
+        sharpe_by_cost_model=by_model,
+        half_spread_share=booked,
         oracle_sharpe=oracle_sharpe,
         capture=None if oracle_sharpe is None or oracle_sharpe <= 0 else oos["sharpe"] / oracle_sharpe,
         trials_dispersion=dispersion,

@@ -550,3 +550,26 @@ def probability_of_backtest_overfitting(daily: Any, n_blocks: int = PBO_BLOCKS) 
     omega = rank / (sr_out.shape[1] + 1)
     logits = np.log(omega / (1.0 - omega))
     return float(np.mean(logits <= 0.0))
+
+
+# ----------------------------------------------------------------------------------------------- cost models
+
+IMPACT_TICKS_PER_UNIT = 0.5  # linear impact: each unit traded moves the price this many ticks against the trade
+
+
+def cost_per_unit(model: str, position: Any, cost_ticks: float, half_spread: Any = None) -> np.ndarray | float:
+    """Ticks charged per unit of position change at each bar under a named cost model (issue 31 item 2):
+
+    * ``flat``: `cost_ticks` (the report's cost);
+    * ``half_spread``: half the bid-ask spread at each decision, from the MBP-10 book (`half_spread`, NaN where the
+      book has no snapshot: there the flat cost);
+    * ``impact``: the flat cost plus a linear price impact, IMPACT_TICKS_PER_UNIT x the units traded, so a change of
+      |d| units costs cost_ticks |d| + 0.5 d^2."""
+    if model == "flat":
+        return cost_ticks
+    if model == "half_spread":
+        spread = np.asarray(half_spread, dtype=np.float64)
+        return np.where(np.isfinite(spread), spread, cost_ticks)
+    if model == "impact":
+        return cost_ticks + IMPACT_TICKS_PER_UNIT * _deltas(_vec("position", position))
+    raise ValueError(f"unknown cost model {model!r} (flat, half_spread, impact)")

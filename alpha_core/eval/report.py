@@ -119,6 +119,10 @@ class ModelResult(Strict):
     n_policies: int = 1  # the policies each checkpoint's fit compared (1: the fixed rule)
     # params files behind this row without a search record: its N assumes evaluate.ASSUMED_SEARCH_TRIALS for each
     search_unknown: list[str] = []
+    # out-of-sample Sharpe under each named cost model (metrics.cost_per_unit): flat (the report's cost), half_spread
+    # (half the book's spread at each decision; None without a book), impact (flat + linear impact)
+    sharpe_by_cost_model: dict[str, float | None] = {}
+    half_spread_share: float = 0.0  # the share of bars costed from the book's spread (the rest at the flat cost)
     # the ceiling (generated data only; None: real data): the oracle's exact probabilities through the same policy
     # fitting on the same rows, its out-of-sample net Sharpe, and the row's Sharpe / it (skill capture; None when the
     # oracle's Sharpe is not positive)
@@ -305,6 +309,19 @@ def markdown(report: EnsembleReport) -> str:
                 lines.append(
                     f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} | {_fmt(f.policy_pbo)} |"
                 )
+        lines += [
+            "",
+            "### Cost models (out of sample)",
+            "",
+            "| model | flat | half-spread (book) | bars costed from the book | flat + linear impact |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, result in rows:
+            c = result.sharpe_by_cost_model
+            lines.append(
+                f"| {name} | {_fmt(c.get('flat'))} | {_fmt(c.get('half_spread'), none='n/a (no book)')} | "
+                f"{result.half_spread_share:.1%} | {_fmt(c.get('impact'))} |"
+            )
         lines += [
             "",
             "### Against the oracle strategy (the ceiling: the generator's probabilities through the same policy fit)",
