@@ -343,12 +343,12 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             drop(ckpt, f"tests on {test_name} like fold {twin}: one checkpoint per test file")
             continue
         try:
-            test, val = bars[test_name], bars[val_name]
+            test = bars[test_name]
             model = load(ckpt, device)
             fit = None
             if cfg.policy == "fitted" and ckpt.trainer != "rl":  # the trainer's fit, or the same function here
                 fit = validation.recorded_policy(ckpt, val_name, cfg.cost_ticks) or validation.fit_policy(
-                    model, val, book.get(val_name), cfg.cost_ticks, clock(val_name)
+                    model, bars[val_name], book.get(val_name), cfg.cost_ticks, clock(val_name)
                 )
             policy = None if fit is None else fit.policy
             pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name), policy=policy)
@@ -412,7 +412,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
     # every row the report compares, times the policies each checkpoint's fit compared (the fixed rule: one)
     n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
     n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
-    ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) for test, val in val_of.items()}
+    ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) if val in bars else None for test, val in val_of.items()}
     spreads = {test: half_spreads(bars[test], book.get(test)) for test in val_of}
     models = {
         name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling, _unknown(parts), spreads)
