@@ -579,9 +579,16 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
     from alpha_core.data.products import PRODUCTS
 
     paths = generate_demo_data(
-        Path(args.out), args.scale, args.seed, args.symbols or list(PRODUCTS), args.quarters, args.book_sessions, args.split
+        Path(args.out),
+        args.scale,
+        args.seed,
+        args.symbols or list(PRODUCTS),
+        args.quarters,
+        args.book_sessions,
+        args.split,
+        args.difficulty,
     )
-    print(f"wrote {len(paths)} DBN files ({args.scale}, seed {args.seed}) under {args.out}")
+    print(f"wrote {len(paths)} DBN files ({args.scale}, {args.difficulty}, seed {args.seed}) under {args.out}")
     for p in paths:
         print(f"  {p}")
     return 0
@@ -598,6 +605,14 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         default=defaults["scale"],
         help="tiny (tests), small (the demo), full (benchmarks) or real (the original workload's shape: "
         "8 quarters of every session, books around each roll) (default: %(default)s)",
+    )
+    _, difficulties = _source_literals("alpha_core.data.demo", "generate_demo_data", "DIFFICULTIES")
+    p.add_argument(
+        "--difficulty",
+        choices=difficulties,
+        default=defaults["difficulty"],
+        help="planted (a strong signal: every model wins) or realistic (weak, noisy, shifting between quarters: the "
+        "oracle's own strategy makes an annualised Sharpe of about 2 at 1 tick at scale real) (default: %(default)s)",
     )
     p.add_argument("--seed", type=_int, default=defaults["seed"], help="default: %(default)s")
     p.add_argument("--symbols", type=_symbols, help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
@@ -988,8 +1003,10 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
             "data_dir": "data root ({SYMBOL}/ folders), or one symbol's folder (then only that symbol)",
             "output": "ensemble_report.json (.md and PNGs beside it)",
             "symbols": "comma-separated, e.g. ES,NQ (default: every symbol with checkpoints)",
-            "horizon": "horizon index the positions follow (0: the shortest)",
-            "band": "flat while |P(up) - 0.5| <= band",
+            "horizon": "--policy fixed: horizon index the positions follow (0: the shortest)",
+            "band": "--policy fixed: flat while |P(up) - 0.5| <= band",
+            "policy": "fitted: each checkpoint's policy (horizon, threshold, holding, sizing) chosen on its validation "
+            "file; fixed: the old rule at --horizon and --band, one bar",
             "cost_ticks": "cost per unit of position change in ticks",
             "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
             "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",

@@ -379,15 +379,30 @@ def expected_max_sharpe(n_trials: int, trials_sharpe_var: float) -> float:
     return float(math.sqrt(trials_sharpe_var) * z)
 
 
-def trials_sharpe_dispersion(annual_sharpes: Any, sessions: Any, periods_per_year: float = 252) -> float | None:
-    """The variance of the hyperopt trials' TRUE per-session Sharpe: the sample variance (ddof=1) of their
-    per-session Sharpe (annualised / sqrt(periods_per_year)) minus the mean sampling variance of each estimate
-    at its own length T, ``(1 + SR^2 / 2) / T`` (Lo 2002, normal returns) times the small-sample factor of a
-    t statistic, ``(T - 1) / (T - 3)`` (2x at T = 5), floored at 0.
+DISPERSION_LEVEL = 0.05  # the trials' spread counts only where it is significant at this level (Cochran's Q)
 
-    Trials scored on a few validation sessions differ mostly by noise: their raw variance would price that
-    noise into the DSR's expected maximum as if the search had found real differences. Trials of 3 sessions or
-    fewer carry no estimate (infinite variance) and are left out; None when fewer than 2 remain."""
+
+def trials_sharpe_dispersion(
+    annual_sharpes: Any, sessions: Any, periods_per_year: float = 252, level: float = DISPERSION_LEVEL
+) -> float | None:
+    """The variance of the hyperopt trials' TRUE per-session Sharpe, counted only where the trials differ by more
+    than their sampling noise, as a random-effects meta-analysis of the trials' Sharpes.
+
+    Each trial's per-session Sharpe s_i (annualised / sqrt(periods_per_year)) has the sampling variance
+    ``v_i = (1 + s_i^2 / 2) / T_i`` (Lo 2002, normal returns) times the small-sample factor of a t statistic,
+    ``(T_i - 1) / (T_i - 3)`` (2x at T = 5). Cochran's ``Q = sum w_i (s_i - s_w)^2`` (w_i = 1 / v_i, s_w their
+    weighted mean) is chi-square with n - 1 degrees of freedom when the trials share one true Sharpe. Only where Q
+    exceeds its (1 - level) quantile is a dispersion counted, the DerSimonian-Laird estimate
+    ``(Q - (n - 1)) / (sum w - sum w^2 / sum w)``; otherwise 0.
+
+    Why the test: with a few trials, their sample variance minus the noise is itself mostly noise (with 2 trials on a
+    5-session validation file V came out 24x the null at its 90th percentile, an expected maximum Sharpe of ~30), and
+    the DSR took that noise for a search that found real differences. With no real difference between the trials,
+    V now exceeds the null in at most `level` of searches, so its 90th percentile is the null at 2-20 trials
+    (docs/validity.md, tests/test_eval_metrics.py). Trials of 3 sessions or fewer carry no estimate (infinite
+    variance) and are left out; None when fewer than 2 remain."""
+    from scipy.stats import chi2
+
     s = np.asarray(annual_sharpes, dtype=np.float64) / math.sqrt(periods_per_year)
     t = np.asarray(sessions, dtype=np.float64)
     if s.shape != t.shape:
@@ -396,8 +411,12 @@ def trials_sharpe_dispersion(annual_sharpes: Any, sessions: Any, periods_per_yea
     s, t = s[ok], t[ok]
     if len(s) < 2:
         return None
-    noise = float(np.mean((1.0 + s * s / 2.0) / t * (t - 1) / (t - 3)))
-    return max(float(s.var(ddof=1)) - noise, 0.0)
+    w = 1.0 / ((1.0 + s * s / 2.0) / t * (t - 1) / (t - 3))
+    centre = float((w * s).sum() / w.sum())
+    q = float((w * (s - centre) ** 2).sum())
+    if not q > chi2.ppf(1.0 - level, len(s) - 1):
+        return 0.0
+    return max((q - (len(s) - 1)) / float(w.sum() - (w * w).sum() / w.sum()), 0.0)
 
 
 def deflated_sharpe_ratio(returns: Any, n_trials: int, trials_sharpe_var: float | None = None) -> float:
@@ -510,3 +529,70 @@ def summarize(
         "dsr_n_trials": int(n_trials),
         "dsr_variance": float(variance),
     }
+
+
+# ----------------------------------------------------------------------------------------------- PBO
+
+PBO_BLOCKS = 16  # CSCV splits the sessions into this many blocks (fewer for a shorter file: an even count >= 2)
+
+
+def probability_of_backtest_overfitting(daily: Any, n_blocks: int = PBO_BLOCKS) -> float | None:
+    """PBO by combinatorially symmetric cross-validation (Bailey, Borwein, López de Prado and Zhu, 2015).
+
+    ``daily`` is [configurations, sessions]: each configuration's daily PnL on the same sessions. The sessions are
+    cut into S contiguous blocks (S even, at most `n_blocks` and the number of sessions); for each of the C(S, S/2)
+    halves taken as in-sample, the configuration of the best in-sample Sharpe is ranked among all by its Sharpe on
+    the other half: omega = rank / (N + 1), lambda = log(omega / (1 - omega)). PBO is the share of splits with
+    lambda <= 0, the chance that the in-sample winner is at or below the median out of sample. None with fewer than 2
+    configurations or 2 sessions."""
+    from itertools import combinations
+
+    m = np.asarray(daily, dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] < 2 or m.shape[1] < 2:
+        return None
+    s = min(n_blocks, m.shape[1]) // 2 * 2
+    blocks = np.array_split(np.arange(m.shape[1]), s)
+    # per block: each configuration's sum and sum of squares, so every split's Sharpes are two matrix products
+    total = np.stack([m[:, b].sum(axis=1) for b in blocks], axis=1)  # [N, S]
+    square = np.stack([(m[:, b] ** 2).sum(axis=1) for b in blocks], axis=1)
+    count = np.array([len(b) for b in blocks], dtype=np.float64)
+    ins = np.zeros((math.comb(s, s // 2), s))
+    for row, chosen in enumerate(combinations(range(s), s // 2)):
+        ins[row, list(chosen)] = 1.0
+
+    def sharpe_of(sel: np.ndarray) -> np.ndarray:  # [splits, N]
+        n = sel @ count
+        mean = (sel @ total.T) / n[:, None]
+        var = ((sel @ square.T) - n[:, None] * mean**2) / np.maximum(n - 1, 1)[:, None]
+        sd = np.sqrt(np.maximum(var, 0.0))
+        return np.where(sd > 1e-12 * (np.abs(mean) + 1), mean / np.where(sd > 0, sd, 1.0), 0.0)
+
+    sr_in, sr_out = sharpe_of(ins), sharpe_of(1.0 - ins)
+    best = sr_out[np.arange(len(ins)), np.argmax(sr_in, axis=1)][:, None]
+    rank = (sr_out < best).sum(axis=1) + ((sr_out == best).sum(axis=1) + 1) / 2.0  # 1 = worst out of sample, ties share
+    omega = rank / (sr_out.shape[1] + 1)
+    logits = np.log(omega / (1.0 - omega))
+    return float(np.mean(logits <= 0.0))
+
+
+# ----------------------------------------------------------------------------------------------- cost models
+
+IMPACT_TICKS_PER_UNIT = 0.5  # linear impact: each unit traded moves the price this many ticks against the trade
+
+
+def cost_per_unit(model: str, position: Any, cost_ticks: float, half_spread: Any = None) -> np.ndarray | float:
+    """Ticks charged per unit of position change at each bar under a named cost model (issue 31 item 2):
+
+    * ``flat``: `cost_ticks` (the report's cost);
+    * ``half_spread``: half the bid-ask spread at each decision, from the MBP-10 book (`half_spread`, NaN where the
+      book has no snapshot: there the flat cost);
+    * ``impact``: the flat cost plus a linear price impact, IMPACT_TICKS_PER_UNIT x the units traded, so a change of
+      |d| units costs cost_ticks |d| + 0.5 d^2."""
+    if model == "flat":
+        return cost_ticks
+    if model == "half_spread":
+        spread = np.asarray(half_spread, dtype=np.float64)
+        return np.where(np.isfinite(spread), spread, cost_ticks)
+    if model == "impact":
+        return cost_ticks + IMPACT_TICKS_PER_UNIT * _deltas(_vec("position", position))
+    raise ValueError(f"unknown cost model {model!r} (flat, half_spread, impact)")

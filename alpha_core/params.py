@@ -12,10 +12,16 @@ trainer refuses params of another model, params of a nested search for another f
 a test file of the fold it trains (unless explicitly allowed, which the fold's summary records and
 `alpha evaluate` reports). Each summary keeps the search's `HyperoptRecord`, so the report finds the trials
 behind a checkpoint (the DSR's N and V) from the checkpoint itself, whichever door trained it.
+
+The search signs its output: `signature` is the sha256 of its lineage, best params and trials (`search_signature`),
+checked where the params are used, so trials cannot be dropped nor params edited without the file saying so. Params
+copied out of a search into a plain file carry no record: training accepts them, and `alpha evaluate` marks the row
+"search unknown" with its DSR at an assumed number of trials (`evaluate.ASSUMED_SEARCH_TRIALS`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -30,6 +36,15 @@ from alpha_core.hashing import file_sha256
 TRAIN_KEYS = ("lr", "weight_decay", "batch_size", "seq_len", "lr_warmup_steps", "lr_min_factor")
 FIXED_MODEL_KEYS = ("n_features", "horizons")  # taken from the data, never from a params file
 MAX_PARAMS_BYTES = 1 << 20  # a params file is a few hundred bytes; a results.json of many trials a few hundred KB
+
+
+SIGNED_KEYS = ("model", "cv_fold", "train_files", "val_files", "best_params", "trials")
+
+
+def search_signature(results: dict) -> str:
+    """sha256 of a results.json's lineage, best params and trials, as canonical JSON (sorted keys)."""
+    signed = {key: results.get(key) for key in SIGNED_KEYS}
+    return hashlib.sha256(json.dumps(signed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class HyperoptRecord(BaseModel):
@@ -92,7 +107,11 @@ def _flat(values, path: Path, where: str | None) -> dict:
 
 
 def _hyperopt_record(results: dict, path: Path) -> HyperoptRecord:
-    """The lineage fields of a results.json; one missing or malformed names the field."""
+    """The lineage fields of a results.json; one missing or malformed names the field, and so does a signature that
+    does not match its contents."""
+    if results.get("signature") != search_signature(results):
+        what = "has no signature" if "signature" not in results else "does not match its best_params and trials"
+        raise PlanError(f"{path}: signature: {what} (edited after the search, or written by an older alpha: re-run hyperopt)")
     trials = results.get("trials")
     if not isinstance(trials, list) or not trials:
         raise PlanError(f"{path}: trials: expected the non-empty list of hyperopt trials")

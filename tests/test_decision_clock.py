@@ -216,7 +216,7 @@ def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path,
     models = next(p for p in checkpoints["kan"].ckpt.path.parents if p.name == "models")  # above the attempt folder
     _cheat(monkeypatch, "kan", "next bar")
     # the gate off: a near-chance tiny checkpoint would be excluded before it trades
-    with pytest.raises(DecisionClockError, match="kan on ES.FUT_"):
+    with pytest.raises(DecisionClockError, match="kan on 2024-Q"):
         main(
             [
                 "evaluate",
@@ -234,3 +234,123 @@ def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path,
                 "--min-val-sharpe=-1e9",
             ]
         )
+
+
+@pytest.mark.parametrize("family", ["kan", "perception"])
+def test_a_held_policy_decides_on_no_data_after_its_entry(run, monkeypatch, family):
+    """A bet held 5 bars makes bar i's position depend on bars i-4..i: its decision time is the latest of theirs,
+    never after bar i's entry, and a model reading past its entry still fails the check through the held bars."""
+    from alpha_core.eval.policy import Policy
+
+    checkpoints, bars, book = run
+    held = Policy(name="fitted", horizon=1, threshold=0.0, hold=5, sizing="bet")
+    one_bar = predict(checkpoints[family], bars, book, 1, 0.0, scored=False)
+    pred = predict(checkpoints[family], bars, book, 1, 0.0, scored=False, policy=held)
+    entry = entry_ts(bars, book)
+    want = one_bar.decision_ts.copy()
+    for k in range(1, 5):
+        want[k:] = np.maximum(want[k:], one_bar.decision_ts[:-k])
+    np.testing.assert_array_equal(pred.decision_ts, want)
+    traded = _traded(pred.position)
+    assert traded.sum() > 10 and len(np.unique(np.abs(pred.position))) > 3  # sized, averaged positions
+    check_decision_clock(family, TEST, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
+    _cheat(monkeypatch, family, "next bar" if family == "kan" else "next record")
+    late = predict(checkpoints[family], bars, book, 1, 0.0, scored=False, policy=held)
+    with pytest.raises(DecisionClockError, match=rf"{family} on {TEST}"):
+        check_decision_clock(family, TEST, np.asarray(bars.ts), late.position, late.decision_ts, entry)
+
+
+# --- future-blindness: probes that read around the row index, which the decision clock cannot see -----------------
+
+
+def _probe(monkeypatch, checkpoints, how: str) -> str:
+    """Install one probe; return the family it cheats for. Each reads the future without the row index knowing."""
+    import alpha_core.eval.predict as predict_module
+
+    if how == "batch neighbour":  # the network's output for window i is its output for window i + 1 of its batch
+        net = checkpoints["kan"].net
+        honest = net.last_position
+
+        def neighbour(x):
+            out = honest(x)
+            return out[torch.clamp(torch.arange(len(out)) + 1, max=len(out) - 1)]
+
+        monkeypatch.setattr(net, "last_position", neighbour)
+        return "kan"
+    if how == "next-bar price":  # a prediction nudged by the next bar's price, read from the sidecar directly
+        honest_probs = predict_module.window_probs
+
+        def peek(model, sc, rows=None):
+            got, p, r = honest_probs(model, sc, rows)
+            price = np.asarray(sc.price)
+            move = price[np.minimum(got + 1, sc.rows - 1)] - price[got]
+            return got, np.clip(p + 0.2 * np.sign(move)[:, None], 0, 1).astype(p.dtype), r
+
+        monkeypatch.setattr(predict_module, "window_probs", peek)
+        return "kan"
+    # the book read a second after the close: each snapshot's features are those of the first one 1 s or more later
+    honest_take = predict_module.take_rows
+
+    def late(sc, name, rows):
+        if name != "features" or sc.meta.kind != "book":
+            return honest_take(sc, name, rows)
+        ts = np.asarray(sc.ts)
+        later = np.minimum(np.searchsorted(ts, ts[rows] + 1_000_000_000), sc.rows - 1)
+        return honest_take(sc, name, later)
+
+    monkeypatch.setattr(predict_module, "take_rows", late)
+    return "perception"
+
+
+@pytest.mark.parametrize("family", ["kan", "ppo", "perception"])
+def test_an_honest_checkpoint_is_future_blind(run, family):
+    from alpha_core.eval import blindness
+    from alpha_core.eval.policy import Policy
+
+    checkpoints, bars, book = run
+    entry = entry_ts(bars, book)
+    assert blindness.cut_points(bars.rows, checkpoints[family].window + 60)  # the tiny file holds the cuts
+    policies = [None] if family == "ppo" else [None, Policy(name="fitted", horizon=2, threshold=0.01, hold=5, sizing="bet")]
+    if family == "perception":  # its aux outcome heads' rule
+        policies.append(Policy(name="fitted", horizon=1, threshold=0.0, hold=3, rule="aux"))
+    for policy in policies:
+        whole = predict(checkpoints[family], bars, book, 0, 0.05, entry=entry, policy=policy)
+        assert blindness.check(checkpoints[family], bars, book, whole, entry) is None
+
+
+@pytest.mark.parametrize("how", ["batch neighbour", "next-bar price", "book 1 s late"])
+def test_a_probe_that_reads_around_the_index_is_not_future_blind(run, monkeypatch, how):
+    """The three ways past the decision clock (issue 31): each passes the clock and fails future-blindness."""
+    from alpha_core.eval import blindness
+
+    checkpoints, bars, book = run
+    family = _probe(monkeypatch, checkpoints, how)
+    entry = entry_ts(bars, book)
+    whole = predict(checkpoints[family], bars, book, 0, 0.05, entry=entry)
+    check_decision_clock(family, TEST, np.asarray(bars.ts), whole.position, whole.decision_ts, entry)  # unseen by it
+    reason = blindness.check(checkpoints[family], bars, book, whole, entry)
+    assert reason is not None and reason.startswith("not future-blind: with the rows after bar ") and TEST in reason
+
+
+def test_the_evaluator_excludes_a_checkpoint_that_is_not_future_blind(run, monkeypatch, tmp_path, tiny_data):
+    import alpha_core.eval.evaluate as evaluate_module
+    from alpha_core.eval.report import load_report
+
+    checkpoints, _, _ = run
+    models = next(p for p in checkpoints["kan"].ckpt.path.parents if p.name == "models")
+    honest_load = evaluate_module.load
+
+    def probed(ckpt, device):  # the batch-neighbour network, as a checkpoint of its own would load
+        loaded = honest_load(ckpt, device)
+        if ckpt.model == "kan":
+            _probe(monkeypatch, {"kan": loaded}, "batch neighbour")
+        return loaded
+
+    monkeypatch.setattr(evaluate_module, "load", probed)
+    out = tmp_path / "r.json"
+    args = ["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out), "--device", "cpu"]
+    main([*args, "--min-val-auc", "0", "--min-val-sharpe=-1e9", "--debug"])
+    report = load_report(out)
+    assert "kan" not in report.symbols["ES.FUT"].models and "ppo" in report.symbols["ES.FUT"].models
+    (reason,) = [e.reason for e in report.excluded if e.model == "kan"]
+    assert reason.startswith("not future-blind: with the rows after bar ")

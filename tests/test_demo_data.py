@@ -412,3 +412,53 @@ def test_daily_weekly_monthly_and_one_file_layouts_of_the_demo_plan_the_same_fol
             np.testing.assert_array_equal(np.asarray(got.features)[warm:], np.asarray(want.features)[warm:])
             # one file stitches every roll before the quarter into its prices: the same moves, from another level
             np.testing.assert_allclose(np.diff(got.price), np.diff(want.price), atol=1e-9)
+
+
+def test_the_oracle_stays_exact_with_noise_and_another_persistence():
+    """The oracle of a quarter with uninformed moves (`q_noise`) and its own persistence (a regime) is calibrated:
+    per quintile of its probability, the share of mids strictly higher 10 events later is the probability's mean.
+    An oracle that ignored the noise misses by ~0.1 (checked beside it)."""
+    from alpha_core.data import demo
+
+    prod = PRODUCTS["ES.FUT"]
+    names, ids = demo._contracts(prod, 2024, 1)
+    days, roll = demo._sessions_around(demo._roll_date(2024, 3), 5)
+    market = demo._Market(beta=0.5, phi=1 - 1 / 100, q_noise=0.6)
+    q = demo._run(prod, names, ids, days, roll, 60_000, np.random.default_rng(1), market=market)
+    h = 10
+    up = (q.mid[h:] > q.mid[:-h]).astype(float)
+
+    def worst_quintile_gap(m) -> float:
+        p = demo._oracle_prob(q.z, q.orient, [h], market=m)[:-h, 0].astype(float)
+        edges = np.quantile(p, [0.2, 0.4, 0.6, 0.8])
+        b = np.searchsorted(edges, p)
+        return max(abs(p[b == k].mean() - up[b == k].mean()) for k in range(5))
+
+    assert worst_quintile_gap(market) < 0.025
+    assert worst_quintile_gap(demo._Market(beta=0.5, phi=1 - 1 / 100, q_noise=0.0)) > 0.06
+
+
+def test_realistic_difficulty_shifts_between_quarters_and_weakens_the_oracle(tmp_path):
+    from alpha_core.data import demo
+    from alpha_core.data.oracle import oracle_auc
+    from alpha_core.data.sidecar import ensure_sidecar
+
+    prod = PRODUCTS["ES.FUT"]
+    planted = {demo._market(demo.DIFFICULTIES["planted"], 7, prod, 2024, qn) for qn in (1, 2, 3, 4)}
+    assert planted == {demo._Market()}  # the default's quarters are the original model, draws unchanged
+    real = [demo._market(demo.DIFFICULTIES["realistic"], 7, prod, 2024, qn) for qn in (1, 2, 3, 4)]
+    assert len({m.beta for m in real}) == 4 and len({m.phi for m in real}) == 4
+    assert all(m.q_noise > 0 and m.beta < 0.2 for m in real)
+
+    aucs = {}
+    for difficulty in ("planted", "realistic"):
+        out = tmp_path / difficulty
+        paths = generate_demo_data(out, scale="tiny", symbols=["ES.FUT"], quarters=1, difficulty=difficulty)
+        bars = [ensure_sidecar(p, tmp_path / f"sc-{difficulty}")[0] for p in paths if p.parent.name == "ohlcv-1m"]
+        aucs[difficulty] = oracle_auc(bars)
+    assert aucs["planted"][0] > 0.65 and 0.5 < aucs["realistic"][0] < 0.58, aucs
+
+
+def test_unknown_difficulty_is_a_plan_error(tmp_path):
+    with pytest.raises(PlanError, match="unknown demo difficulty 'hard'; valid difficulties: planted, realistic"):
+        generate_demo_data(tmp_path, scale="tiny", difficulty="hard")

@@ -93,3 +93,6 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
         ), name
         assert row.oos.model_dump() == other.oos.model_dump(), name  # Sharpe, N, V, DSR, DSR@null, all of it
         assert [f.metrics for f in row.folds] == [f.metrics for f in other.folds], name
+        # the same decision policy per checkpoint from both doors: the one fitted on its validation file
+        assert [f.policy for f in row.folds] == [f.policy for f in other.folds], name
+        assert all(f.policy is not None and f.policy.name == "fitted" for f in row.folds if f.weights is None), name

@@ -19,6 +19,7 @@ from alpha_core.data.features import BAR_FEATURES
 from alpha_core.data.norm import NormStats
 from alpha_core.data.oracle import oracle_probabilities
 from alpha_core.data.sidecar import ARRAYS, Sidecar, load_sidecar
+from alpha_core.eval import policy
 from alpha_core.eval.evaluate import EvalConfig, evaluate, find_checkpoints
 from alpha_core.eval.predict import (
     CPU_BATCH,
@@ -200,11 +201,19 @@ def test_report_end_to_end(trained, tiny_data):
                 assert getattr(m, key) is not None and math.isfinite(getattr(m, key)), (result.name, key)
             assert m.n_sessions >= 3 and m.sharpe_ci_low < m.sharpe_ci_high and m.sharpe_se > 0
             assert list(m.sharpe_by_cost) == ["0", "0.5", "1", "2"] and m.sharpe_by_cost["1"] == m.sharpe
-            # no hyperopt behind these rows: N = the 6 configurations compared, V = the null variance 1/(T-1)
-            assert m.dsr_n_trials == 6 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
+            # no hyperopt behind these rows: N = the 6 rows compared x the 54 policies the flagship's fit compared (48
+            # on its probabilities, 6 on its aux outcome heads), V = the null variance 1/(T-1)
+            assert m.dsr_n_trials == 6 * 54 and m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1))
             assert m.dsr < m.psr or m.psr in (0.0, 1.0)
             assert m.dsr == m.dsr_null  # no trials: V is the null variance
-        assert result.n_configurations == 6 and result.dsr_estimator.startswith("null variance")
+        assert result.n_configurations == 6 * 54 and result.dsr_estimator.startswith("null variance")
+        assert result.n_policies == policy.grid_size(3, aux=True) == 54 and policy.grid_size(3) == 48
+    for name in ("mamba2", "kan", "perception"):  # each checkpoint trades the policy fitted on its validation file
+        for f in sym.models[name].folds:
+            assert f.policy.name == "fitted" and f.policy_val_sharpe is not None
+            assert 0.0 <= f.policy_pbo <= 1.0  # the choice's probability of backtest overfitting (CSCV)
+    assert all(f.policy is None for f in sym.models["ppo"].folds)  # an agent trades its own actions
+    assert report.policy == "fitted"
     assert sym.models["mamba2"].oos.n_sessions == sum(f.metrics.n_sessions for f in sym.models["mamba2"].folds)
     weights = sym.ensembles["validation_weighted"].folds[0].weights
     assert set(weights) == {"mamba2", "kan", "ppo", "perception"} and abs(sum(weights.values()) - 1) < 1e-9
@@ -215,7 +224,7 @@ def test_report_end_to_end(trained, tiny_data):
     assert reasons[("mamba2", 10)] == "tests on 2024-Q4 like fold 0: one checkpoint per test quarter"
     md = out.with_suffix(".md").read_text()
     assert "| **equal_weight** |" in md and "| mamba2 |" in md and "Excluded" in md and "### Per fold" in md
-    assert "95% CI" in md and "AUC against the oracle" in md
+    assert "95% CI" in md and "AUC against the oracle" in md and "### Policies" in md
     for name in ("ES.FUT_equity.png", "ES.FUT_drawdown.png", "ES.FUT_fold_sharpe.png"):
         assert (out.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -692,8 +701,10 @@ def test_validation_files_are_predicted_only_for_the_weights_that_need_them(trai
     calls.clear()
     cfg = cfg.model_copy(update={"models_dir": root / "models", "output": tmp_path / "all" / "r.json"})
     weighted = evaluate(cfg).symbols["ES.FUT"].ensembles["validation_weighted"].folds
-    assert [m for m, _, scored in calls if not scored] == ["perception"]  # kan, mamba2, ppo: their summaries
+    # kan, mamba2: the policy their trainers fitted (and its validation Sharpe); ppo: its summary's Sharpe
+    assert [m for m, _, scored in calls if not scored] == ["perception"]
     monkeypatch.setattr(validation_module, "recorded_sharpe", lambda *a: None)
+    monkeypatch.setattr(validation_module, "recorded_policy", lambda *a: None)
     calls.clear()
     again = evaluate(cfg.model_copy(update={"output": tmp_path / "all2" / "r.json"}))
     val_calls = [(m, f) for m, f, scored in calls if not scored]
@@ -763,3 +774,122 @@ def test_other_splits_of_the_test_data_score_the_checkpoints_on_the_same_quarter
         if split == "monthly":  # each quarter is one monthly file: the very sidecar of its quarterly file
             assert other.oos == row.oos and [f.metrics for f in other.folds] == [f.metrics for f in row.folds]
             assert other.auc == row.auc
+
+
+def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(trained, tiny_data):
+    """A checkpoint's policy is the one fitted on its validation file: recorded by its trainer, the same when
+    `alpha evaluate` (CLI, or Dagster's report through the same `evaluate` and defaults) fits it again, and the
+    report's test positions are that policy's positions."""
+    from alpha_core.eval import validation
+    from alpha_core.eval.configs import EvalConfig as Config
+    from alpha_core.eval.validation import fit_policy
+
+    root, pd = trained
+    assert Config.model_fields["policy"].default == "fitted"
+    report = load_report(root / "eval" / "ensemble_report.json")
+    (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "kan" and c.fold == 0]
+    val_name = ckpt.summary["val_files"][-1]
+    recorded = validation.recorded_policy(ckpt, val_name, metrics.DEFAULT_COST_TICKS)
+    assert recorded is not None and recorded.n_policies == 48
+    fold = next(f for f in report.symbols["ES.FUT"].models["kan"].folds if f.fold == 0)
+    assert fold.policy == recorded.policy and fold.policy_val_sharpe == recorded.sharpe
+    val = load_sidecar(next(pd.rglob(f"ES.FUT_{val_name}.ES.bars.*")))
+    again = fit_policy(load(ckpt, torch.device("cpu")), val, None, metrics.DEFAULT_COST_TICKS)
+    assert again.policy == recorded.policy and again.sharpe == pytest.approx(recorded.sharpe)
+
+
+def test_the_report_sets_each_row_beside_the_oracle_strategy(trained, tiny_data, samples, tmp_path):
+    """The ceiling: the generator's exact probabilities through the same policy fitting (on each fold's validation
+    file), traded on the same test files; each row shows its net Sharpe and the row's capture of it; real data n/a."""
+    from alpha_core.data.sidecar import ensure_sidecar
+    from alpha_core.eval.evaluate import oracle_strategy
+    from alpha_core.eval.report import markdown
+    from alpha_core.eval.validation import next_move_ticks
+
+    root, pd = trained
+    report = load_report(root / "eval" / "ensemble_report.json")
+    sym = report.symbols["ES.FUT"]
+    cfg = EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=tmp_path / "r.json")
+
+    def bars(name: str) -> Sidecar:
+        return load_sidecar(next(pd.rglob(f"ES.FUT_{name}.ES.bars.*")))
+
+    ts, pos, moves = [], [], []
+    for f in sym.models["mamba2"].folds:
+        summary = json.loads((root / "models" / "mamba2" / "ES.FUT" / f"fold-{f.fold}" / "summary.json").read_text())
+        val, test = bars(summary["val_files"][-1]), bars(f.test_file)
+        oracle = oracle_strategy(cfg, val, test)
+        fold_sharpe = metrics.sharpe(metrics.daily_pnl(test.ts, metrics.bar_pnl(oracle, next_move_ticks(test), 1.0))[1])
+        assert f.oracle_sharpe == fold_sharpe
+        ts.append(np.asarray(test.ts))
+        pos.append(oracle)
+        moves.append(next_move_ticks(test))
+    want = metrics.sharpe(
+        metrics.daily_pnl(np.concatenate(ts), metrics.bar_pnl(np.concatenate(pos), np.concatenate(moves), 1.0))[1]
+    )
+    for row in (sym.models["mamba2"], sym.models["kan"], *sym.ensembles.values()):  # the same test files: one ceiling
+        assert row.oracle_sharpe == pytest.approx(want)
+        assert row.capture == (None if want <= 0 else pytest.approx(row.oos.sharpe / want))
+    assert "### Against the oracle strategy" in markdown(report)
+    # real data: no generator oracle, nothing to compare with
+    real, _ = ensure_sidecar(samples / "databento-python/GLBX.MDP3/test_data.mbp-10.dbn.zst", tmp_path / "sc")
+    assert oracle_strategy(cfg, real, real) is None
+    row = sym.models["kan"].model_copy(update={"oracle_sharpe": None, "capture": None})
+    real_report = report.model_copy(update={"symbols": {"ES.FUT": sym.model_copy(update={"models": {"kan": row}})}})
+    assert "| kan | " in markdown(real_report) and "n/a (no generator oracle: real data)" in markdown(real_report)
+
+
+def test_params_without_their_search_make_a_row_of_unknown_search(trained, tiny_data, tmp_path):
+    """A search's best_params copied into a plain params file: training accepts it, and the report marks the row
+    "search unknown", its DSR at an assumed N of trials, instead of "no hyperopt trials behind this row"."""
+    from alpha_core.eval.evaluate import ASSUMED_SEARCH_TRIALS
+
+    root, pd = trained
+    models = tmp_path / "models"
+    copied = tmp_path / "copied_params.json"
+    for fold_dir in sorted((root / "models" / "kan" / "ES.FUT").glob("fold-[01]")):
+        dest = models / "kan" / "ES.FUT" / fold_dir.name
+        shutil.copytree(fold_dir.resolve(), dest)
+        summary = json.loads((dest / "summary.json").read_text())
+        (dest / "summary.json").write_text(json.dumps({**summary, "params_file": str(copied), "hyperopt": None}))
+        seal(dest, f"copied-{fold_dir.name}")
+    cfg = EvalConfig(
+        models_dir=models,
+        data_dir=tiny_data,
+        output=tmp_path / "eval" / "r.json",
+        symbols=["ES.FUT"],
+        predecoded_dir=pd,
+        device="cpu",
+        gate=ANY_FINITE,
+    )
+    sym = evaluate(cfg).symbols["ES.FUT"]
+    for row in (sym.models["kan"], *sym.ensembles.values()):
+        assert row.search_unknown == [str(copied)] and row.n_trials == ASSUMED_SEARCH_TRIALS == 100
+        assert row.oos.dsr_n_trials == 100 * row.n_configurations
+        assert row.dsr_estimator.startswith(f"search unknown: {copied} carries no search record, so N assumes 100")
+    assert "Search unknown" in (tmp_path / "eval" / "r.md").read_text()
+
+
+def test_each_row_is_costed_under_named_cost_models(trained, tiny_data):
+    """Beside the flat tick cost: half the book's spread at each decision (MBP-10) and a linear impact per unit."""
+    from alpha_core.eval.evaluate import half_spreads
+    from alpha_core.eval.predict import book_decision_rows
+
+    root, pd = trained
+    sym = load_report(root / "eval" / "ensemble_report.json").symbols["ES.FUT"]
+    for row in (*sym.models.values(), *sym.ensembles.values()):
+        assert set(row.sharpe_by_cost_model) == {"flat", "half_spread", "impact"}
+        assert row.sharpe_by_cost_model["flat"] == pytest.approx(row.oos.sharpe)
+        assert row.sharpe_by_cost_model["impact"] <= row.sharpe_by_cost_model["flat"] + 1e-9  # impact only adds cost
+        assert row.sharpe_by_cost_model["half_spread"] is not None and row.half_spread_share > 0.9
+    bars = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.bars.*")))
+    book = load_sidecar(next(pd.rglob("ES.FUT_2024-Q4.ES.book.*")))
+    half = half_spreads(bars, book)
+    rows = book_decision_rows(bars, book)
+    spread = np.asarray(book.features)[:, book.meta.feature_names.index("spread_ticks")].astype(np.float64)
+    np.testing.assert_array_equal(half[rows >= 0], spread[rows[rows >= 0]] / 2)
+    assert set(np.unique(half[rows >= 0])) <= {0.5, 1.0}  # the demo's touch is 1 tick wide, 2 ticks 5% of the time
+    pos = np.array([0.0, 1.0, 1.0, -1.0])
+    np.testing.assert_allclose(metrics.cost_per_unit("impact", pos, 1.0), [1.0, 1.5, 1.0, 2.0])
+    md = (root / "eval" / "ensemble_report.md").read_text()
+    assert "### Cost models (out of sample)" in md

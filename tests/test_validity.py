@@ -147,14 +147,15 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
     (line,) = [x for x in printed if x.split()[:1] == ["mamba2"]]
     assert line.split()[1] == f"{row.oos.sharpe:,.2f}" and line.split()[4] == f"{row.oos.dsr:,.2f}", line
     assert printed[-1] == f"Full report: {out.with_suffix('.md')} (plots beside it)."
-    assert row.n_trials == 3 and row.n_configurations == 3  # one model and two ensembles
+    # one model and two ensembles, each row's policy chosen among 48 on validation
+    assert row.n_trials == 3 and row.n_policies == 48 and row.n_configurations == 3 * 48
     assert row.hyperopt_results == [str(results_path.resolve())]
     dispersion = metrics.trials_sharpe_dispersion(
         [t["val_sharpe"] for t in results["trials"]], [t["val_sessions"] for t in results["trials"]]
     )
     assert row.trials_dispersion == dispersion
     for m in (row.oos, *(f.metrics for f in row.folds), *(e.oos for e in sym.ensembles.values())):
-        assert m.dsr_n_trials == 9
+        assert m.dsr_n_trials == 9 * 48
         assert m.dsr_variance == pytest.approx(1 / (m.n_sessions - 1) + (dispersion or 0.0))
         assert m.dsr < m.psr or m.psr in (0.0, 1.0)
     md = out.with_suffix(".md").read_text()
@@ -187,8 +188,11 @@ def test_params_searched_on_a_test_file_are_refused_where_they_are_used(bars, ti
     bars_dir, pd, sidecars = bars
     results = _hyperopt("mamba2", bars_dir, pd, tmp_path / "results.json", "--trials", "2")
     test_file = plan_folds([file_ref(sc) for sc in sidecars]).folds[2].test[0].name  # fold 2's test quarter
+    from alpha_core.params import search_signature
+
     leaky = tmp_path / "leaky.json"
-    leaky.write_text(json.dumps({**results, "val_files": [test_file]}))
+    searched = {**results, "val_files": [test_file]}  # a search that did validate on the test file (signed as its own)
+    leaky.write_text(json.dumps({**searched, "signature": search_signature(searched)}))
     capsys.readouterr()
     assert _train(bars_dir, pd, tmp_path / "m" / "mamba2" / "ES.FUT", leaky) == 2
     err = capsys.readouterr().err
@@ -340,3 +344,33 @@ def test_early_stopping_is_one_rule():
     assert (t.best_val_sharpe, t.best_val_sharpe_epoch, t.no_improvement["val_sharpe"]) == (2.0, 1, 2)
     assert t.should_stop("val_sharpe", 2) and not t.should_stop("val_sharpe", 3) and not t.should_stop("val_sharpe", 0)
     assert not t.update_sharpe(4, math.nan) and t.no_improvement["val_sharpe"] == 3
+
+
+def test_a_search_signs_its_results_and_an_edited_copy_is_refused(tmp_path):
+    """The signature covers the lineage, best params and trials: dropping a trial, editing the params or removing
+    the signature names the field; an untouched file loads with every trial."""
+    from alpha_core.errors import PlanError
+    from alpha_core.params import load_params_file, search_signature
+
+    results = {
+        "model": "kan",
+        "cv_fold": None,
+        "train_files": ["a.dbn.zst"],
+        "val_files": ["b.dbn.zst"],
+        "best_params": {"lr": 0.001},
+        "trials": [{"val_sharpe": 1.5, "val_sessions": 10}, {"val_sharpe": -0.5, "val_sessions": 10}],
+    }
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**results, "signature": search_signature(results)}))
+    assert load_params_file(path).hyperopt.trial_sharpes == [1.5, -0.5]
+    for change in (
+        {"trials": results["trials"][:1]},
+        {"best_params": {"lr": 0.01}},
+        {"val_files": []},
+    ):
+        path.write_text(json.dumps({**results, **change, "signature": search_signature(results)}))
+        with pytest.raises(PlanError, match=r"results.json: signature: does not match its best_params and trials"):
+            load_params_file(path)
+    path.write_text(json.dumps(results))
+    with pytest.raises(PlanError, match=r"results.json: signature: has no signature"):
+        load_params_file(path)

@@ -52,6 +52,13 @@ Scale ``real`` (the original workload's shape: 730 days of OHLCV-1m for 4 symbol
   schemas, each file's sidecar is built from that file alone, and each file's oracle comes from its own run, so
   both oracles are exact. ``generate_demo_data(..., book_sessions=N)`` changes N (0: bars only).
 
+Difficulty (`DIFFICULTIES`, `alpha demo-data --difficulty`): ``planted`` (the default) is the model above, a signal
+so strong that at scale ``real`` every model wins with an intraday Sharpe near 95. ``realistic`` weakens the drift
+(BETA 0.5 -> 0.046), adds uninformed mid moves (0.6 an event) and draws each quarter's own drift and persistence
+(log-sd 0.3: regimes), while the observable footprints keep their strength; the oracle's own strategy, fitted on one
+quarter and traded on the next, then makes an annualised Sharpe of about 2 at 1 tick (bench/README.md, "Realistic
+difficulty"). The regime comes from its own stream, so a difficulty changes no other draw.
+
 Everything is vectorised numpy (no Python loop over events) and deterministic: the generator of a file is
 seeded from (seed, symbol, quarter), zstd uses a fixed level and the npz has fixed zip timestamps.
 """
@@ -118,6 +125,7 @@ SCALES: dict[str, DemoScale] = {
     )
 }
 
+
 # --- model constants ---------------------------------------------------------------------------------------
 PHI = 1.0 - 1.0 / 300.0  # latent persistence: a few hundred events
 SIGMA = float(np.sqrt(1.0 - PHI**2))  # stationary std 1
@@ -138,6 +146,54 @@ ROLL_WIDTH = 1.0 / np.log(9.0)  # logistic scale in sessions: 10% -> 90% over tw
 LEVELS = 10
 ZSTD_LEVEL = 3
 _TICK_GAP = 3  # minimum ns between events; the book record after a trade comes 1-2 ns after the T record
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """How hard the planted signal is to trade: its strength, the noise around it and how it shifts between quarters.
+
+    `beta` scales the latent flow's drift on the mid (``P(up) = Q * sigmoid(beta * z)``); `q_noise` adds, per
+    event, a +-1 mid move (each side q_noise / 2) that nothing observable predicts; `regime` is the log-sd of each
+    quarter's own multipliers of `beta` and of the flow's persistence (a quarter of strong, slow flow, then one of
+    weak, fast flow), drawn from the quarter's seed. The observable footprints (book imbalance, aggressor side,
+    trade size) keep their strength, so a model can still read the flow: what changes is how much the flow is
+    worth net of cost. The oracle knows each quarter's parameters, so it stays exact."""
+
+    name: str
+    beta: float
+    q_noise: float = 0.0
+    regime: float = 0.0
+
+
+DIFFICULTIES: dict[str, Difficulty] = {
+    d.name: d
+    for d in (
+        # the original planted signal: every member wins at the real scale (an intraday Sharpe near 95)
+        Difficulty("planted", 0.5),
+        # calibrated so the oracle's own strategy makes an annualised Sharpe of 1.5-3 at 1 tick at scale `real`
+        # (bench/README.md, "Realistic difficulty")
+        Difficulty("realistic", 0.046, q_noise=0.6, regime=0.3),
+    )
+}
+
+
+@dataclass(frozen=True)
+class _Market:
+    """One quarter's drift parameters (a `Difficulty` with its regime drawn)."""
+
+    beta: float = BETA
+    phi: float = PHI
+    q_noise: float = 0.0
+
+
+def _market(diff: Difficulty, seed: int, prod: Product, year: int, qn: int) -> _Market:
+    """The quarter's parameters: its own stream (the event draws stay those of the default difficulty)."""
+    if diff.regime == 0.0:
+        return _Market(diff.beta, PHI, diff.q_noise)
+    g = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 2]).standard_normal(2)
+    tau = 300.0 * float(np.exp(diff.regime * g[1]))
+    return _Market(diff.beta * float(np.exp(diff.regime * g[0])), 1.0 - 1.0 / tau, diff.q_noise)
+
 
 _CT = ZoneInfo("America/Chicago")
 _NS_MIN = 60 * 1_000_000_000
@@ -187,18 +243,23 @@ def generate_demo_data(
     quarters: int | None = None,
     book_sessions: int | None = None,
     split: str = "quarterly",
+    difficulty: str = "planted",
 ) -> list[Path]:
     """Write the files; return the DBN paths written (mbp-10 and ohlcv-1m), sorted.
 
     `book_sessions` (scale `real` only) overrides how many sessions around each roll get an MBP-10 book; 0 writes
     no MBP-10 files (bars only). `split` lays the same records out as Databento's batch downloads may deliver them
-    (`SPLITS`): one file per quarter (the default), per UTC day or month, or one file for every quarter."""
+    (`SPLITS`): one file per quarter (the default), per UTC day or month, or one file for every quarter.
+    `difficulty` names a `DIFFICULTIES` entry."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise PlanError(f"seed must be a non-negative integer, got {seed!r}")
     if split not in SPLITS:
         raise PlanError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if scale not in SCALES:
         raise PlanError(f"unknown demo scale {scale!r}; valid scales: {', '.join(SCALES)}")
+    if difficulty not in DIFFICULTIES:
+        raise PlanError(f"unknown demo difficulty {difficulty!r}; valid difficulties: {', '.join(DIFFICULTIES)}")
+    diff = DIFFICULTIES[difficulty]
     if isinstance(symbols, str):
         symbols = (symbols,)
     prods = [product(s) for s in symbols]  # PlanError naming the bad symbol and the known ones
@@ -218,7 +279,8 @@ def generate_demo_data(
         quarterly = []
         for k in range(n_q):
             write = _write_quarter if sc.book_sessions is None else _write_real_quarter
-            quarterly += write(out_dir, prod, 2024 + k // 4, k % 4 + 1, sc, seed)
+            year, qn = 2024 + k // 4, k % 4 + 1
+            quarterly += write(out_dir, prod, year, qn, sc, seed, _market(diff, seed, prod, year, qn))
         written += quarterly if split == "quarterly" else _resplit(out_dir / prod.symbol, quarterly, split)
     return sorted(written)
 
@@ -446,6 +508,7 @@ class _Quarter:
     spread_ev: np.ndarray  # sorted indices of the spread's events
     start_ns: int
     end_ns: int
+    market: _Market
 
 
 def _contracts(prod: Product, year: int, qn: int) -> tuple[tuple[str, str, str], np.ndarray]:
@@ -460,12 +523,14 @@ def _contracts(prod: Product, year: int, qn: int) -> tuple[tuple[str, str, str],
     return (front, back, spread), ids
 
 
-def _simulate(prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> tuple[_Quarter, np.random.Generator]:
+def _simulate(
+    prod: Product, year: int, qn: int, sc: DemoScale, seed: int, market: _Market
+) -> tuple[_Quarter, np.random.Generator]:
     """The latent processes, event times and contract of each event; the generator goes on to the records."""
     rng = _rng(seed, prod, year, qn)
     names, ids = _contracts(prod, year, qn)
     days, roll_idx = _sessions_around(_roll_date(year, 3 * qn), sc.sessions_per_quarter)
-    return _run(prod, names, ids, days, roll_idx, sc.events_per_session, rng), rng
+    return _run(prod, names, ids, days, roll_idx, sc.events_per_session, rng, market=market), rng
 
 
 def _run(
@@ -477,18 +542,23 @@ def _run(
     per_session: int,
     rng: np.random.Generator,
     start_ticks: int | None = None,
+    market: _Market = _Market(),
 ) -> _Quarter:
     """One run of the market model over `days` (the roll at session `roll_idx`); `start_ticks` None draws the start
-    price around the product's."""
+    price around the product's. With `market.q_noise`, the same uniform draw that decides an informed move decides
+    an uninformed one past Q_MOVE, so the default difficulty's draws are unchanged."""
     model = _MODELS[prod.symbol]
     front, back, spread = names
     t, pos, start_ns, end_ns = _session_times(rng, days, per_session)
     n = len(t)
 
-    z = _ar1(rng, n, PHI, 1.0)
-    p_up = Q_MOVE * expit(BETA * z)
+    z = _ar1(rng, n, market.phi, 1.0)
+    p_up = Q_MOVE * expit(market.beta * z)
     u = rng.random(n)
     step = (u < p_up).astype(np.int64) - ((u >= p_up) & (u < Q_MOVE)).astype(np.int64)
+    if market.q_noise:
+        noise = (u >= Q_MOVE) & (u < Q_MOVE + market.q_noise)
+        step += np.where(noise, np.where(u < Q_MOVE + market.q_noise / 2, 1, -1), 0)
     if start_ticks is None:
         start_ticks = int(round(model.price / prod.tick_size * np.exp(0.03 * rng.standard_normal())))
     floor = start_ticks // 4
@@ -502,7 +572,7 @@ def _run(
     spread_ev = np.sort(rng.choice(n, size=n_spread, replace=False))
     inst[spread_ev] = 2
 
-    return _Quarter(prod, front, back, spread, ids, t, z, mid, orient, inst, spread_ev, start_ns, end_ns)
+    return _Quarter(prod, front, back, spread, ids, t, z, mid, orient, inst, spread_ev, start_ns, end_ns, market)
 
 
 def _build_records(q: _Quarter, rng: np.random.Generator) -> np.ndarray:
@@ -665,24 +735,27 @@ _Z_GRID = np.linspace(-6.0, 6.0, 481)
 
 
 @functools.lru_cache(maxsize=64)
-def _prob_up_table(h: int, given_a_move: bool = False) -> np.ndarray:
+def _prob_up_table(h: int, given_a_move: bool = False, market: _Market = _Market()) -> np.ndarray:
     """P(sum of the next h mid steps > 0 | z now) on _Z_GRID, Gaussian approximation; `given_a_move`: the same,
     given that the sum is not 0 (the bar labels' definition: a zero move has no direction).
 
     Future latent z[t+k] | z[t] ~ N(PHI^k z, 1 - PHI^2k); the expected step Q*(2*sigmoid(BETA*z)-1) is
     averaged over that Gaussian with the probit approximation. The variance adds the step noise
-    (Q - E[step]^2) and the latent uncertainty of the drift (local slope^2 x Var(sum of future z))."""
+    (Q + q_noise - E[step]^2) and the latent uncertainty of the drift (local slope^2 x Var(sum of future z)); beta,
+    the persistence and q_noise are the quarter's (`market`)."""
+    beta, phi = market.beta, market.phi
+    sigma = float(np.sqrt(1.0 - phi**2))
     k = np.arange(1, h + 1, dtype=np.float64)
-    decay = PHI**k
-    atten = 1.0 / np.sqrt(1.0 + np.pi * BETA**2 * (1.0 - decay**2) / 8.0)
-    x = BETA * _Z_GRID[:, None] * decay[None, :] * atten[None, :]
+    decay = phi**k
+    atten = 1.0 / np.sqrt(1.0 + np.pi * beta**2 * (1.0 - decay**2) / 8.0)
+    x = beta * _Z_GRID[:, None] * decay[None, :] * atten[None, :]
     s = expit(x)
     drift = Q_MOVE * (2.0 * s - 1.0)
     mean = drift.sum(axis=1)
-    var_step = (Q_MOVE - drift**2).sum(axis=1)
-    slope = (2.0 * Q_MOVE * BETA * atten[None, :] * s * (1.0 - s)).mean(axis=1)
-    w = (1.0 - PHI ** (h - k + 1)) / (1.0 - PHI)  # weight of the i-th future shock in the sum of future z
-    var_latent = SIGMA**2 * float((w**2).sum())
+    var_step = (Q_MOVE + market.q_noise - drift**2).sum(axis=1)
+    slope = (2.0 * Q_MOVE * beta * atten[None, :] * s * (1.0 - s)).mean(axis=1)
+    w = (1.0 - phi ** (h - k + 1)) / (1.0 - phi)  # weight of the i-th future shock in the sum of future z
+    var_latent = sigma**2 * float((w**2).sum())
     sd = np.sqrt(var_step + slope**2 * var_latent)
     up = ndtr((mean - 0.5) / sd)  # continuity correction: "strictly higher" means sum >= 1
     if not given_a_move:
@@ -691,12 +764,14 @@ def _prob_up_table(h: int, given_a_move: bool = False) -> np.ndarray:
     return up / (up + down)
 
 
-def _oracle_prob(z: np.ndarray, orient: np.ndarray, horizons: Sequence[int], given_a_move: bool = False) -> np.ndarray:
+def _oracle_prob(
+    z: np.ndarray, orient: np.ndarray, horizons: Sequence[int], given_a_move: bool = False, market: _Market = _Market()
+) -> np.ndarray:
     """[len(z), len(horizons)] float32 probabilities of an up-move, read off the tabulated z grid."""
     out = np.empty((len(z), len(horizons)), np.float32)
     zz = np.where(orient > 0, z, -z)  # a mirrored walk moves against the drift: P(S < 0 | z) = P(S > 0 | -z)
     for j, h in enumerate(horizons):
-        out[:, j] = np.interp(zz, _Z_GRID, _prob_up_table(int(h), given_a_move))
+        out[:, j] = np.interp(zz, _Z_GRID, _prob_up_table(int(h), given_a_move, market))
     return out
 
 
@@ -705,7 +780,7 @@ def _oracle(q: _Quarter, mbp: np.ndarray) -> dict[str, np.ndarray]:
     close trade, the same information set as the bar's close; bar probabilities are given a move (the bar labels'
     definition)."""
     book_ts = mbp["ts_recv"][(mbp["flags"] & dbn.F_LAST) != 0].astype(np.int64)
-    book_prob = _oracle_prob(q.z, q.orient, BOOK_HORIZONS)  # one F_LAST record per event, in event order
+    book_prob = _oracle_prob(q.z, q.orient, BOOK_HORIZONS, market=q.market)  # one F_LAST record per event, in event order
     trades = mbp[mbp["action"] == b"T"]  # a T record carries its event's time: q.t[event]
     minute = trades["ts_recv"].astype(np.int64) // _NS_MIN * _NS_MIN
     iid = trades["instrument_id"]
@@ -715,7 +790,7 @@ def _oracle(q: _Quarter, mbp: np.ndarray) -> dict[str, np.ndarray]:
     close_ev = np.searchsorted(q.t, close_ts[last])
     rate_per_min = len(q.t) / ((q.end_ns - q.start_ns) / _NS_MIN)  # file average (incl. overnight)
     bar_events = [max(1, int(round(m * rate_per_min))) for m in BAR_HORIZONS_MIN]
-    bar_prob = _oracle_prob(q.z[close_ev], q.orient[close_ev], bar_events, given_a_move=True)
+    bar_prob = _oracle_prob(q.z[close_ev], q.orient[close_ev], bar_events, given_a_move=True, market=q.market)
     return {
         "book_ts": book_ts,
         "book_prob": book_prob,
@@ -783,8 +858,10 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _write_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> list[Path]:
-    q, rng = _simulate(prod, year, qn, sc, seed)
+def _write_quarter(
+    out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int, market: _Market = _Market()
+) -> list[Path]:
+    q, rng = _simulate(prod, year, qn, sc, seed, market)
     mbp = _build_records(q, rng)
     stem = f"{prod.symbol}_{year}-Q{qn}"
     base = out / prod.symbol
@@ -801,7 +878,9 @@ def _around(center: int, n: int, total: int) -> int:
     return min(max(0, center - (n - 1) // 2), total - n)
 
 
-def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int) -> list[Path]:
+def _write_real_quarter(
+    out: Path, prod: Product, year: int, qn: int, sc: DemoScale, seed: int, market: _Market = _Market()
+) -> list[Path]:
     """Scale `real`: bars from a run over every session of the calendar quarter (trades only), the book from a
     second run at book density over `sc.book_sessions` sessions around the roll, starting at the first run's mid.
     Each file's oracle comes from its own run (module docstring, "Scale real")."""
@@ -811,7 +890,7 @@ def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoSc
     if sc.sessions_per_quarter < len(days):  # a shorter file of the same density, around the roll
         lo = _around(roll_idx, sc.sessions_per_quarter, len(days))
         days, roll_idx = days[lo : lo + sc.sessions_per_quarter], roll_idx - lo
-    q = _run(prod, names, ids, days, roll_idx, sc.events_per_session, rng := _rng(seed, prod, year, qn))
+    q = _run(prod, names, ids, days, roll_idx, sc.events_per_session, rng := _rng(seed, prod, year, qn), market=market)
     trades = _trades(q, rng)
     stem = f"{prod.symbol}_{year}-Q{qn}"
     base = out / prod.symbol
@@ -828,7 +907,9 @@ def _write_real_quarter(out: Path, prod: Product, year: int, qn: int, sc: DemoSc
         first = int(np.searchsorted(q.t, _ct_ns(days[lo] - dt.timedelta(days=1), 17, 0)))
         start_ticks = int(q.mid[min(first, len(q.t) - 1)])
         book_rng = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 1])
-        qb = _run(prod, names, ids, days[lo : lo + n_book], roll_idx - lo, sc.book_events_per_session, book_rng, start_ticks)
+        qb = _run(
+            prod, names, ids, days[lo : lo + n_book], roll_idx - lo, sc.book_events_per_session, book_rng, start_ticks, market
+        )
         del q
         mbp = _build_records(qb, book_rng)
         mbp_path = base / "mbp-10" / f"{stem}.dbn.zst"

@@ -5,6 +5,7 @@ DEFAULT_* constants) remain importable."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -27,6 +28,9 @@ class EvalConfig(BaseModel):
     symbols: list[str] | None = None
     horizon: NonNegInt = DEFAULT_HORIZON  # index into the sidecar horizons; checked against them in evaluate()
     band: float = Field(DEFAULT_BAND, ge=0, lt=0.5)  # flat while |P(up) - 0.5| <= band
+    # how probabilities become positions (alpha_core/eval/policy.py): each checkpoint's policy fitted on its validation
+    # file (horizon, threshold, holding, sizing: `horizon` and `band` are unused), or the fixed rule at `horizon`/`band`
+    policy: Literal["fitted", "fixed"] = "fitted"
     cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
     predecoded_dir: Path | None = None
     device: Device | None = None

@@ -16,9 +16,9 @@ report compares (its model and ensemble rows). The search behind a checkpoint is
 (the results.json its params came from: the same record whichever door trained it), else a `hyperopt_results`
 file given for the model, else `<run>/hyperopt/<model>/<symbol>/results.json` beside `<run>/models` (the
 original layout). V is the variance of N zero-skill Sharpe estimates of the test's length: the null variance
-1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`, net
-of each trial's sampling noise); each row also shows the DSR at the null variance. Each model's AUC is set
-beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
+1/(T-1) plus the dispersion of the trials' true per-session Sharpe (`metrics.trials_sharpe_dispersion`: counted
+only where the trials differ beyond their sampling noise); each row also shows the DSR at the null variance.
+Each model's AUC is set beside the demo oracle's on the same rows and horizons it was scored on (the book model on its own book
 labels, on a fixed seeded sample of the test file's snapshots: `predict.auc_rows`), with its 95% DeLong
 interval. Checkpoints that are missing, unreadable, without a test file, of an unknown symbol, with a failed
 gate or tuned on their test file are listed with the reason, never silently dropped; so is every `expected`
@@ -40,13 +40,14 @@ import torch
 from alpha_core import artifacts, cpus, metrics, progress
 from alpha_core.data.dbn import MBP10, OHLCV_1M
 from alpha_core.data.loader import take_rows
-from alpha_core.data.oracle import oracle_auc
+from alpha_core.data.oracle import oracle_auc, oracle_probabilities
 from alpha_core.data.predecode import predecode, quarter_sidecars, symbol_dir
 from alpha_core.data.products import PRODUCTS
-from alpha_core.data.sidecar import BOOK, HORIZON_UNIT, Sidecar
+from alpha_core.data.sidecar import BARS, BOOK, HORIZON_UNIT, Sidecar
 from alpha_core.devices import resolve_device
 from alpha_core.errors import DataError, PlanError
-from alpha_core.eval import validation
+from alpha_core.eval import blindness, validation
+from alpha_core.eval import policy as policies
 from alpha_core.eval.configs import ENSEMBLES, EvalConfig
 from alpha_core.eval.predict import (
     AUC_SAMPLE,
@@ -54,6 +55,7 @@ from alpha_core.eval.predict import (
     DecisionClockError,
     Loaded,
     Prediction,
+    book_decision_rows,
     check_decision_clock,
     entry_ts,
     load,
@@ -74,6 +76,10 @@ from alpha_core.eval.validation import next_move_ticks
 from alpha_core.gates import GateThresholds, check_gate, gated_value
 from alpha_core.models import registry
 from alpha_core.params import HyperoptRecord, load_params_file
+
+# trials assumed behind params whose search is unknown (a plain params file: e.g. a search's best_params copied out of
+# its results.json); a moderate search's size, stated in the row (docs/validity.md)
+ASSUMED_SEARCH_TRIALS = 100
 
 
 def find_checkpoints(
@@ -256,6 +262,7 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         horizon_index=cfg.horizon,
         band=cfg.band,
         cost_ticks=cfg.cost_ticks,
+        policy=cfg.policy,
         symbols=symbols,
         excluded=excluded,
         run_id=cfg.run_id,
@@ -277,12 +284,21 @@ class Scored:
     weights: dict[str, float] | None = None  # ensembles
     search: HyperoptRecord | None = None  # the hyperparameter search behind the checkpoint
     checkpoint: str | None = None  # the attempt folder its weights were read from
+    fit: validation.PolicyFit | None = None  # the policy fitted on its validation file (None: fixed rule, RL)
+    unknown_search: str | None = None  # the params file it was trained with, which carries no search record
 
 
 def _predict_checked(
-    model: Loaded, file: str, bars: Sidecar, book: Sidecar | None, cfg: EvalConfig, entry: np.ndarray, scored: bool = True
+    model: Loaded,
+    file: str,
+    bars: Sidecar,
+    book: Sidecar | None,
+    cfg: EvalConfig,
+    entry: np.ndarray,
+    scored: bool = True,
+    policy: policies.Policy | None = None,
 ) -> Prediction:
-    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry)
+    pred = predict(model, bars, book, cfg.horizon, cfg.band, scored, entry, policy)
     check_decision_clock(model.ckpt.model, file, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
     return pred
 
@@ -328,6 +344,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         excluded.append(Excluded(model=ckpt.model, symbol=symbol, fold=ckpt.fold, reason=reason))
 
     held: dict[tuple[str, str], tuple[Checkpoint, Loaded, str]] = {}  # (test file, model) -> what its val needs
+    val_of: dict[str, str] = {}  # test file -> the validation file of its fold (the oracle's policy is fitted there)
     for ckpt in progress.bar(ckpts, desc=f"evaluate {symbol}", unit="checkpoint"):
         val_files, test_files = ckpt.summary["val_files"], ckpt.summary["test_files"]
         reason, search = _unusable(ckpt, cfg, test_files)
@@ -346,7 +363,14 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         try:
             test = bars[test_name]
             model = load(ckpt, device)
-            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name))
+            fit = None
+            if cfg.policy == "fitted" and ckpt.trainer != "rl":  # the trainer's fit, or the same function here
+                fit = validation.recorded_policy(ckpt, val_name, cfg.cost_ticks) or validation.fit_policy(
+                    model, bars[val_name], book.get(val_name), cfg.cost_ticks, clock(val_name)
+                )
+            policy = None if fit is None else fit.policy
+            pred = _predict_checked(model, test_name, test, book.get(test_name), cfg, clock(test_name), policy=policy)
+            blind = blindness.check(model, test, book.get(test_name), pred, clock(test_name))
             labels = mask = None
             if pred.probs is not None:
                 labels = take_rows(pred.scored_on, "labels", pred.rows)
@@ -356,13 +380,32 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         except Exception as exc:  # an unusable checkpoint is listed, not silently dropped
             drop(ckpt, f"unreadable: {type(exc).__name__}: {exc}")
             continue
-        scored[ckpt.model].append(Scored(ckpt.fold, test_name, pred, mask, labels, search=search, checkpoint=str(ckpt.path)))
+        if blind is not None:  # its positions change with the future: whatever it read, it is not reported
+            drop(ckpt, blind)
+            continue
+        unknown = ckpt.summary.get("params_file") if search is None else None
+        scored[ckpt.model].append(
+            Scored(
+                ckpt.fold,
+                test_name,
+                pred,
+                mask,
+                labels,
+                search=search,
+                checkpoint=str(ckpt.path),
+                fit=fit,
+                unknown_search=unknown,
+            )
+        )
+        if fit is not None:  # the validation-weighted ensemble weighs it by its fitted policy's validation Sharpe
+            val_sharpe[(test_name, ckpt.model)] = fit.sharpe
         test_predictions[test_name][ckpt.model] = pred
         held[(test_name, ckpt.model)] = (ckpt, model, val_name)
+        val_of.setdefault(test_name, val_name)
 
     # the validation-weighted ensemble's weights: a validation Sharpe per model of each test file two or more share
     for (test_name, name), (ckpt, model, val_name) in held.items():
-        if len(test_predictions[test_name]) < 2:
+        if len(test_predictions[test_name]) < 2 or (test_name, name) in val_sharpe:
             continue
         sharpe = validation.recorded_sharpe(ckpt, val_name, cfg.horizon, cfg.band, cfg.cost_ticks)
         lacking = None if sharpe is not None else _lacking_quarter(ckpt, val_name, bars, book, "validation")
@@ -386,8 +429,16 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
         val_sharpe[(test_name, name)] = sharpe
     held.clear()
 
-    n_configs = len(scored) + (len(ENSEMBLES) if test_predictions else 0)  # one band, one horizon
-    models = {name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs) for name, parts in scored.items()}
+    scored = {name: parts for name, parts in scored.items() if parts}  # a model whose every checkpoint was dropped
+    # every row the report compares, times the policies each checkpoint's fit compared (the fixed rule: one)
+    n_policies = max((p.fit.n_policies for parts in scored.values() for p in parts if p.fit), default=1)
+    n_configs = (len(scored) + (len(ENSEMBLES) if test_predictions else 0)) * n_policies
+    ceiling = {test: oracle_strategy(cfg, bars[val], bars[test]) if val in bars else None for test, val in val_of.items()}
+    spreads = {test: half_spreads(bars[test], book.get(test)) for test in val_of}
+    models = {
+        name: _row(cfg, name, parts, bars, _distinct_searches(parts), n_configs, n_policies, ceiling, _unknown(parts), spreads)
+        for name, parts in scored.items()
+    }
     ensembles = {}
     if test_predictions:
         fold_of = {p.test_file: p.fold for parts in scored.values() for p in parts}  # the folds' own numbers
@@ -414,8 +465,47 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
                         weights=dict(zip(names, weights.tolist(), strict=True)),
                     )
                 )
-            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs)
+            members = [p for member in scored.values() for p in member]
+            ensembles[kind] = _row(cfg, kind, parts, bars, searches, n_configs, n_policies, ceiling, _unknown(members), spreads)
     return SymbolReport(models=models, ensembles=ensembles)
+
+
+def oracle_strategy(cfg: EvalConfig, val: Sidecar, test: Sidecar) -> np.ndarray | None:
+    """The ceiling: the generator's exact bar probabilities traded through the same decision layer as the models, the
+    policy fitted on the fold's validation file (or the fixed rule), applied to its test file; None without an oracle
+    (real data)."""
+    p_val, p_test = oracle_probabilities(val), oracle_probabilities(test)
+    if p_val is None or p_test is None:
+        return None
+    if cfg.policy == "fixed":
+        rule = policies.fixed(cfg.horizon, cfg.band)
+    else:
+        holds = policies.hold_bars(val.meta.horizons, HORIZON_UNIT[BARS])
+        rule = policies.fit(p_val, np.asarray(val.ts), next_move_ticks(val), cfg.cost_ticks, holds)[0]
+    return policies.positions(rule, p_test)
+
+
+def half_spreads(bars: Sidecar, book: Sidecar | None) -> np.ndarray | None:
+    """[N bars] half the bid-ask spread in ticks at each bar's decision (the last snapshot at or before its close
+    trade, from the book sidecar's `spread_ticks`), NaN where the book has none; None without a book file."""
+    if book is None or "spread_ticks" not in book.meta.feature_names:
+        return None
+    rows = book_decision_rows(bars, book)
+    out = np.full(bars.rows, np.nan)
+    ok = np.flatnonzero(rows >= 0)
+    order = np.argsort(rows[ok], kind="stable")
+    column = book.meta.feature_names.index("spread_ticks")
+    out[ok[order]] = take_rows(book, "features", rows[ok][order])[:, column].astype(np.float64) / 2.0
+    return out
+
+
+def _net_sharpe(ts: np.ndarray, position: np.ndarray, moves: np.ndarray, cost: float | np.ndarray) -> float:
+    return metrics.sharpe(metrics.daily_pnl(ts, metrics.bar_pnl(position, moves, cost))[1])
+
+
+def _unknown(parts: list[Scored]) -> list[str]:
+    """The params files without a search record behind some checkpoints, each once."""
+    return sorted({p.unknown_search for p in parts if p.unknown_search})
 
 
 def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
@@ -423,20 +513,37 @@ def _distinct_searches(parts: list[Scored]) -> list[HyperoptRecord]:
     return list({p.search.sha256: p.search for p in parts if p.search is not None}.values())
 
 
-def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecord], n_configs: int) -> ModelResult:
+def _row(
+    cfg,
+    name: str,
+    parts: list[Scored],
+    bars,
+    searches: list[HyperoptRecord],
+    n_configs: int,
+    n_policies: int = 1,
+    ceiling: dict[str, np.ndarray | None] | None = None,
+    unknown: list[str] = (),
+    spreads: dict[str, np.ndarray | None] | None = None,
+) -> ModelResult:
     """One report row: every fold's test file on its own, then concatenated in time order (out of sample),
     each with N = trials x configurations and V = the null variance + the trials' dispersion."""
     sharpes = [s for search in searches for s in search.trial_sharpes]
     sessions = [t for search in searches for t in search.trial_sessions]
     dispersion = metrics.trials_sharpe_dispersion(sharpes, sessions)
-    n_trials = max(1, len(sharpes))
+    n_trials = max(1, len(sharpes) + ASSUMED_SEARCH_TRIALS * len(unknown))
     if dispersion is None:
         estimator = "null variance 1/(T-1): no hyperopt trials behind this row"
     else:
         estimator = (
-            f"null variance 1/(T-1) + {dispersion:.4g}: the variance of {len(sharpes)} hyperopt trials' "
-            f"per-session validation Sharpe less their mean sampling variance (1 + SR^2/2)/T_val "
+            f"null variance 1/(T-1) + {dispersion:.4g}: the DerSimonian-Laird variance of {len(sharpes)} hyperopt "
+            f"trials' true per-session validation Sharpe, counted only where Cochran's Q shows them apart beyond "
+            f"their sampling variance (1 + SR^2/2)/T_val at the {metrics.DISPERSION_LEVEL:g} level "
             f"(T_val = {min(sessions)}-{max(sessions)} sessions)"
+        )
+    if unknown:
+        estimator = (
+            f"search unknown: {', '.join(unknown)} carries no search record, so N assumes {ASSUMED_SEARCH_TRIALS} "
+            f"trials for each such file; {estimator}"
         )
     stats = dict(n_trials=n_trials * n_configs, trials_dispersion=dispersion)
     folds = []
@@ -453,6 +560,12 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
                 metrics=Metrics(**summary),
                 auc=_auc([part]),
                 weights=part.weights,
+                policy=part.prediction.policy,
+                policy_val_sharpe=None if part.fit is None else part.fit.sharpe,
+                policy_pbo=None if part.fit is None else part.fit.pbo,
+                oracle_sharpe=None
+                if (ceiling or {}).get(part.test_file) is None
+                else _net_sharpe(np.asarray(test.ts), ceiling[part.test_file], next_move_ticks(test), cfg.cost_ticks),
             )
         )
     order = sorted(parts, key=lambda p: bars[p.test_file].meta.first_ts)
@@ -462,6 +575,20 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
     oos = metrics.summarize(ts, pos, moves, cfg.cost_ticks, **stats)
     pnl = metrics.bar_pnl(pos, moves, cfg.cost_ticks)
     step = max(1, len(ts) // 2000)
+    by_model = {"flat": _net_sharpe(ts, pos, moves, cfg.cost_ticks)}
+    spread = [(spreads or {}).get(p.test_file) for p in order]
+    if any(a is not None for a in spread):
+        half = np.concatenate(
+            [np.full(bars[p.test_file].rows, np.nan) if a is None else a for p, a in zip(order, spread, strict=True)]
+        )
+        cost = metrics.cost_per_unit("half_spread", pos, cfg.cost_ticks, half)
+        by_model["half_spread"] = _net_sharpe(ts, pos, moves, cost)
+        booked = float(np.isfinite(half).mean())
+    else:
+        by_model["half_spread"], booked = None, 0.0
+    by_model["impact"] = _net_sharpe(ts, pos, moves, metrics.cost_per_unit("impact", pos, cfg.cost_ticks))
+    oracle = [(ceiling or {}).get(p.test_file) for p in order]
+    oracle_sharpe = None if any(o is None for o in oracle) else _net_sharpe(ts, np.concatenate(oracle), moves, cfg.cost_ticks)
     return ModelResult(
         name=name,
         oos=Metrics(**oos),
@@ -469,6 +596,12 @@ def _row(cfg, name: str, parts: list[Scored], bars, searches: list[HyperoptRecor
         auc=_auc(order),
         n_trials=n_trials,
         n_configurations=n_configs,
+        n_policies=n_policies,
+        search_unknown=list(unknown),
+        sharpe_by_cost_model=by_model,
+        half_spread_share=booked,
+        oracle_sharpe=oracle_sharpe,
+        capture=None if oracle_sharpe is None or oracle_sharpe <= 0 else oos["sharpe"] / oracle_sharpe,
         trials_dispersion=dispersion,
         dsr_estimator=estimator,
         hyperopt_results=[s.path for s in searches],

@@ -3,7 +3,9 @@
 One decision clock. A position for bar t is entered at bar t's close, the minute's last trade, and held over
 bar t+1 (see `entry_ts`); every model must decide on data stamped no later than that trade:
 - supervised bar models: the up-probability at the last position of the window ending at bar t
-  (`bar_decision_rows`); the position is +1 above 0.5 + band, -1 below 0.5 - band, else flat;
+  (`bar_decision_rows`), turned into a position by the checkpoint's policy (`policy.py`: the fitted one, or the
+  fixed rule +1 above 0.5 + band, -1 below 0.5 - band, else flat); a policy that holds a bet h bars makes bar t's
+  position depend on bars t - h + 1 .. t, and its decision time is the latest of theirs;
 - RL agents: the greedy action on the observation of bar t (window + current position), run in sequence
   (`alpha_core.rl.agents.greedy_decisions`, the same function RL validation uses);
 - the book-level perception model: the prediction of the last snapshot at or before bar t's close trade
@@ -40,6 +42,8 @@ from alpha_core.data.labels import NS_PER_MINUTE
 from alpha_core.data.loader import take_rows
 from alpha_core.data.norm import NormStats
 from alpha_core.data.sidecar import Sidecar
+from alpha_core.eval import policy as policies
+from alpha_core.eval.policy import Policy
 from alpha_core.models import registry
 from alpha_core.weights import load_weights
 
@@ -68,6 +72,9 @@ class Prediction:
     probs: np.ndarray | None  # [len(rows), H] up-probabilities (NaN where none); None for RL agents
     scored_on: Sidecar | None  # whose rows and labels `probs` belong to: the bars, or the book file (perception)
     rows: np.ndarray | None = None  # the rows of `scored_on` scored: every bar, or the book's AUC sample
+    bar_probs: np.ndarray | None = None  # [N bars, H] the up-probabilities each bar decides on (NaN: none); None: RL
+    bar_aux: np.ndarray | None = None  # [N bars, 2H] the book model's expected outcomes there, where asked for
+    policy: Policy | None = None  # how `bar_probs` became `position` (None: an RL agent's own actions)
 
 
 @dataclass
@@ -86,6 +93,7 @@ class Checkpoint:
 
 
 def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
+    """The fixed rule on one horizon's probabilities (`policy.fixed`)."""
     return np.where(probs > 0.5 + band, 1.0, np.where(probs < 0.5 - band, -1.0, 0.0))
 
 
@@ -312,9 +320,11 @@ def _probs_at(
     norm: NormStats,
     device: torch.device,
     rows: np.ndarray,
+    aux: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(up-probability per horizon at the last position of the window ending at each of `rows` (sorted, each >=
-    seq_len - 1): [len(rows), H]; the latest row each of those windows read: [len(rows)]).
+    seq_len - 1): [len(rows), H]; the latest row each of those windows read: [len(rows)]). `aux` (the book model):
+    its aux heads' expected long and short outcomes instead, [len(rows), 2H].
 
     The rows read come from the very index that gathers each window, so they are what the model saw, not what it was
     meant to see. The windows go chunk by chunk (`_chunks`): a chunk's rows are fetched (`fetch(name, sorted
@@ -359,6 +369,8 @@ def _probs_at(
         def run(end: torch.Tensor, values=values, times=times, where=where, steps=steps):
             index = end[:, None] + steps  # [B, K]: the fetched rows each window reads, oldest first
             x = values[index]
+            if times is not None and aux:  # the book model's expected outcomes, for the decision layer
+                return model.last_aux(x, times[index]).float(), where[index.amax(dim=1)]
             if times is not None:  # the book model: its trunk's logits, without the aux path
                 last = model.last_logits(x, times[index])
             elif sampling:
@@ -412,14 +424,17 @@ def load(ckpt: Checkpoint, device: torch.device) -> Loaded:
     return Loaded(ckpt, device, norm, seq_len, net)
 
 
-def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def window_probs(
+    model: Loaded, sc: Sidecar, rows: np.ndarray | None = None, aux: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the rows predicted: `rows` (every row when None) with a full window, sorted, each once; [n, H] the
-    up-probabilities of the windows ending there; [n] the latest row each of those windows read), reading only
-    those windows' rows of the file."""
+    up-probabilities of the windows ending there (`aux`: the book model's expected outcomes, [n, 2H]); [n] the latest
+    row each of those windows read), reading only those windows' rows of the file."""
     first = model.window - 1
     rows = np.arange(first, sc.rows) if rows is None else np.unique(rows[rows >= first])
     if len(rows) == 0:
-        return rows, np.empty((0, len(sc.meta.horizons)), np.float32), np.empty(0, np.int64)
+        width = len(sc.meta.horizons) * (2 if aux else 1)
+        return rows, np.empty((0, width), np.float32), np.empty(0, np.int64)
     probs, read = _probs_at(
         model.net,
         lambda name, idx: take_rows(sc, name, idx),
@@ -428,6 +443,7 @@ def window_probs(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> 
         model.norm,
         model.device,
         rows,
+        aux,
     )
     return rows, probs, read
 
@@ -482,11 +498,15 @@ def predict(
     band: float,
     scored: bool = True,
     entry: np.ndarray | None = None,
+    policy: Policy | None = None,
+    with_aux: bool = False,
 ) -> Prediction:
     """The checkpoint's positions on one bar file, each with the time of the latest data it read (the book file
     is the same period's). `scored` False: positions only (no `probs`), so the book model predicts only the
     snapshots bars decide on; True adds its AUC sample (`auc_rows`). `entry`: `entry_ts(bars, book)`, when the
-    caller has it."""
+    caller has it. `policy`: how probabilities become positions (None: the fixed rule at `horizon` and `band`).
+    `with_aux` (the book model; implied by an aux policy): its expected outcomes too (`bar_aux`)."""
+    policy = policies.fixed(horizon, band) if policy is None else policy
     if model.ckpt.trainer == "rl":
         pos, read = rl_positions(model, bars)
         return Prediction(pos, decision_times(read, entry_ts(bars, book) if entry is None else entry), None, None)
@@ -498,17 +518,25 @@ def predict(
         got, snap, read = window_probs(model, book, np.concatenate([rows, sample]))
         at = _index_of(got, rows)
         probs, read_at = at_rows(snap, at, np.nan), at_rows(read, at, -1)
-        pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
+        outcomes = None
+        if with_aux or policy.needs_aux:  # the same windows through the aux trunk: the same rows read
+            got_aux, values, _ = window_probs(model, book, rows, aux=True)
+            outcomes = at_rows(values, _index_of(got_aux, rows), np.nan)
+        pos = policies.positions(policy, probs, outcomes)
         decision = book_decision_times(np.where(np.isfinite(probs).all(axis=1), read_at, -1), book)
+        decision = policies.decision_times(policy, decision)
         if not scored:
-            return Prediction(pos, decision, None, None)
-        return Prediction(pos, decision, snap[_index_of(got, sample)], book, sample)
+            return Prediction(pos, decision, None, None, bar_probs=probs, bar_aux=outcomes, policy=policy)
+        return Prediction(
+            pos, decision, snap[_index_of(got, sample)], book, sample, bar_probs=probs, bar_aux=outcomes, policy=policy
+        )
     rows = bar_decision_rows(bars)
     got, p, r = window_probs(model, bars, rows)
     at = _index_of(got, rows)
     probs, read = at_rows(p, at, np.nan), at_rows(r, at, -1)
-    pos = positions_from_probs(np.nan_to_num(probs[:, horizon], nan=0.5), band)
+    pos = policies.positions(policy, probs)
     decision = decision_times(
-        np.where(np.isfinite(probs[:, horizon]), read, -1), entry_ts(bars, book) if entry is None else entry
+        np.where(np.isfinite(probs[:, policy.horizon]), read, -1), entry_ts(bars, book) if entry is None else entry
     )
-    return Prediction(pos, decision, probs, bars, rows)
+    decision = policies.decision_times(policy, decision)
+    return Prediction(pos, decision, probs, bars, rows, bar_probs=probs, policy=policy)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from alpha_core.atomic import atomic_write_bytes, atomic_write_json, guard
 from alpha_core.errors import DataError
 from alpha_core.eval.export import tables
+from alpha_core.eval.policy import Policy
 from alpha_core.faults import crash_point
 from alpha_core.locks import Lock
 
@@ -104,6 +105,10 @@ class FoldResult(Strict):
     metrics: Metrics
     auc: AucComparison | None = None
     weights: dict[str, float] | None = None  # ensembles: the weight of each model
+    policy: Policy | None = None  # how the checkpoint's probabilities became positions (None: RL agent, ensemble)
+    policy_val_sharpe: float | None = None  # the fitted policy's net Sharpe on the validation file it was chosen on
+    oracle_sharpe: float | None = None  # the generator oracle's strategy on this test file (None: real data)
+    policy_pbo: float | None = None  # probability that the policy choice overfit its validation file (CSCV, 2015)
 
 
 class ModelResult(Strict):
@@ -112,7 +117,19 @@ class ModelResult(Strict):
     folds: list[FoldResult]
     auc: AucComparison | None = None  # pooled over the folds' test files
     n_trials: int  # hyperopt trials behind this row (an ensemble: its members' together)
-    n_configurations: int  # rows the report compares (models + ensembles, x bands x horizons)
+    n_configurations: int  # rows the report compares (models + ensembles) x the policies each fit compared
+    n_policies: int = 1  # the policies each checkpoint's fit compared (1: the fixed rule)
+    # params files behind this row without a search record: its N assumes evaluate.ASSUMED_SEARCH_TRIALS for each
+    search_unknown: list[str] = []
+    # out-of-sample Sharpe under each named cost model (metrics.cost_per_unit): flat (the report's cost), half_spread
+    # (half the book's spread at each decision; None without a book), impact (flat + linear impact)
+    sharpe_by_cost_model: dict[str, float | None] = {}
+    half_spread_share: float = 0.0  # the share of bars costed from the book's spread (the rest at the flat cost)
+    # the ceiling (generated data only; None: real data): the oracle's exact probabilities through the same policy
+    # fitting on the same rows, its out-of-sample net Sharpe, and the row's Sharpe / it (skill capture; None when the
+    # oracle's Sharpe is not positive)
+    oracle_sharpe: float | None = None
+    capture: float | None = None
     trials_dispersion: float | None  # variance of the trials' true per-session Sharpe (None: no trials)
     dsr_estimator: str  # how V was estimated, in words
     hyperopt_results: list[str] = []  # the results.json files of the searches behind this row
@@ -131,6 +148,7 @@ class EnsembleReport(Strict):
     horizon_index: int
     band: float
     cost_ticks: float
+    policy: Literal["fitted", "fixed"] = "fixed"  # EvalConfig.policy (reports before the decision layer: fixed)
     symbols: dict[str, SymbolReport]
     excluded: list[Excluded]
     run_id: str | None = None  # the pipeline run this report belongs to (None: a CLI evaluation of a folder)
@@ -259,13 +277,17 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
 
 
 def markdown(report: EnsembleReport) -> str:
+    if report.policy == "fixed":
+        rule = f"fixed policy: horizon index {report.horizon_index}, flat band ±{report.band}, held one bar"
+    else:
+        rule = "each checkpoint's policy fitted on its validation file (below, per fold)"
     lines = [
         f"# Ensemble report{f' of run {report.run_id}' if report.run_id else ''} ({report.created})",
         "",
         *(f"Reused by name: {what} from {source}." for what, source in report.reused.items()),
         "",
         f"Out-of-sample walk-forward backtests; PnL in ticks, {report.cost_ticks} tick(s) per unit of turnover, "
-        f"horizon index {report.horizon_index}, flat band ±{report.band}. Sharpe: annualised, daily CME sessions; "
+        f"{rule}. Sharpe: annualised, daily CME sessions; "
         f"SE: Mertens (2002); 95% CI: day-block bootstrap; N: hyperopt trials x configurations compared; "
         f"V: variance of N zero-skill daily Sharpe estimates, the null variance 1/(T-1) plus the dispersion of "
         f"the trials' true Sharpe (net of their sampling noise); dsr@null: the DSR at the null variance.",
@@ -293,6 +315,10 @@ def markdown(report: EnsembleReport) -> str:
                 + " | ".join(_uncertainty(result.oos) + [_fmt(getattr(result.oos, c), none="inf") for c in COLUMNS])
                 + " |"
             )
+        unknown = [(name, r) for name, r in rows if r.search_unknown]
+        if unknown:
+            lines += ["", "Search unknown (params without their search record; N at an assumed number of trials):"]
+            lines += [f"- {name}: {r.dsr_estimator}" for name, r in unknown]
         lines += [
             "",
             "### Per fold",
@@ -303,6 +329,43 @@ def markdown(report: EnsembleReport) -> str:
         for name, result in rows:
             for f in result.folds:
                 lines.append(f"| {name} | {f.fold} | {f.test_file} | " + " | ".join(_uncertainty(f.metrics)) + " |")
+        lines += [
+            "",
+            "### Policies (chosen on each fold's validation file, applied unchanged to its test file)",
+            "",
+            "| model | fold | policy | validation Sharpe | policies compared | PBO |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for name, result in rows:
+            for f in result.folds:
+                what = f.policy.describe() if f.policy else ("its members' policies" if f.weights else "the agent's actions")
+                lines.append(
+                    f"| {name} | {f.fold} | {what} | {_fmt(f.policy_val_sharpe)} | {result.n_policies} | {_fmt(f.policy_pbo)} |"
+                )
+        lines += [
+            "",
+            "### Cost models (out of sample)",
+            "",
+            "| model | flat | half-spread (book) | bars costed from the book | flat + linear impact |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, result in rows:
+            c = result.sharpe_by_cost_model
+            lines.append(
+                f"| {name} | {_fmt(c.get('flat'))} | {_fmt(c.get('half_spread'), none='n/a (no book)')} | "
+                f"{result.half_spread_share:.1%} | {_fmt(c.get('impact'))} |"
+            )
+        lines += [
+            "",
+            "### Against the oracle strategy (the ceiling: the generator's probabilities through the same policy fit)",
+            "",
+            "| model | Sharpe | oracle Sharpe | capture | per fold: Sharpe / oracle |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for name, result in rows:
+            folds = ", ".join(f"{_fmt(f.metrics.sharpe)} / {_fmt(f.oracle_sharpe)}" for f in result.folds)
+            oracle = _fmt(result.oracle_sharpe, none="n/a (no generator oracle: real data)")
+            lines.append(f"| {name} | {_fmt(result.oos.sharpe)} | {oracle} | {_fmt(result.capture)} | {folds} |")
         lines += [
             "",
             "### AUC against the oracle (same rows, same horizons)",

@@ -44,6 +44,7 @@ from alpha_core.locks import Lock
 from alpha_core.metrics import DEFAULT_COST_TICKS
 from alpha_core.models import registry
 from alpha_core.models.registry import SearchParam
+from alpha_core.params import search_signature
 
 
 def parametrization(space: dict[str, SearchParam], seed: int) -> ng.p.Dict:
@@ -188,6 +189,7 @@ def _search(cfg: HyperoptConfig, spec, split: FoldData, plan: FoldPlan) -> dict:
         "settings": cfg.model_dump(mode="json"),
         "versions": {"alpha": alpha_core.__version__, "nevergrad": ng.__version__, "torch": torch.__version__},
     }
+    results["signature"] = search_signature(results)  # checked wherever the params are used (alpha_core/params.py)
     crash_point("hyperopt.before_results")
     atomic_write_json(cfg.output, results)
     return results

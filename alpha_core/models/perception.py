@@ -151,6 +151,13 @@ class PerceptionModel(nn.Module):
         (trunk,) = parallel_cfc([self.trunk], [enc], [ts], fused=self.fused_scan)
         return head_logits(trunk, self.heads.weight, self.heads.bias, self.lambdas)[:, -1]
 
+    def last_aux(self, x: Tensor, dt: Tensor) -> Tensor:
+        """[B, 2H] the aux heads' expected long and short outcomes (ticks, net of the labels' cost) at each window's
+        last position, from the encoder and the aux trunk alone: what the decision layer's `aux` policies trade."""
+        enc, steps, _ = self._encode(x, dt)
+        (aux,) = parallel_cfc([self.aux_trunk], [enc], [steps], fused=self.fused_scan)
+        return self.aux_heads(aux[:, -1])
+
     # --- losses and controller updates -----------------------------------------------------------------
 
     def loss(
