@@ -731,7 +731,8 @@ GATE_FLAGS = ("min_val_auc", "min_val_sharpe", "strict_gate")
 
 def _gate_verdicts(args: argparse.Namespace, trainer: str, summaries: list) -> int:
     """Print each fold's gate verdict; the exit status: 1 with --strict-gate when a fold missed it, else 0."""
-    from alpha_core.gates import GateThresholds, check_gate, gated_value
+    from alpha_core.gates import GateThresholds, check_gate
+    from alpha_core.trainers import TRAINERS
 
     thresholds = GateThresholds(
         **{k: getattr(args, k) for k in ("min_val_auc", "min_val_sharpe") if getattr(args, k, None) is not None}
@@ -739,8 +740,8 @@ def _gate_verdicts(args: argparse.Namespace, trainer: str, summaries: list) -> i
     missed = 0
     for s in summaries:
         summary = s.model_dump()
-        value, loss = gated_value(trainer, summary)
-        gate = check_gate(trainer, value, thresholds, loss)
+        value, loss = TRAINERS[trainer].gated_value(summary)
+        gate = check_gate(TRAINERS[trainer], value, thresholds, loss)
         missed += not gate.passed
         fold = summary.get("fold", summary.get("cv_fold"))
         print(

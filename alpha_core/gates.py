@@ -11,11 +11,11 @@ outside Dagster.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from alpha_core.trainers import Trainer
 
 GATE_CHECK = "validation_gate"  # the name of the Dagster asset check that records this rule for a checkpoint
 
@@ -36,29 +36,14 @@ class GateResult:
     reason: str
 
 
-def check_gate(trainer: str, value: float, thresholds: GateThresholds, train_loss: float | None = None) -> GateResult:
-    """`value` is the mean validation AUC (supervised, perception) or the validation Sharpe (rl)."""
-    if trainer == "rl":
-        metric, threshold = "val_sharpe", thresholds.min_val_sharpe
-        label = "validation Sharpe"
-    else:
-        metric, threshold = "mean_val_auc", thresholds.min_val_auc
-        label = "mean validation AUC"
+def check_gate(trainer: Trainer, value: float, thresholds: GateThresholds, train_loss: float | None = None) -> GateResult:
+    """`value` is the trainer's gated metric (`Trainer.gated_value`): the mean validation AUC or the validation Sharpe."""
+    threshold = thresholds.min_val_sharpe if trainer.gate_metric == "val_sharpe" else thresholds.min_val_auc
     finite = math.isfinite(value) and (train_loss is None or math.isfinite(train_loss))
     passed = finite and value > threshold
     reason = (
-        f"{label} {value:.4f} {'>' if value > threshold else '<='} {threshold}"
+        f"{trainer.gate_label} {value:.4f} {'>' if value > threshold else '<='} {threshold}"
         + ("" if train_loss is None else f", train loss {train_loss:.4f}")
         + ("" if finite else ": not finite")
     )
-    return GateResult(passed, metric, value, threshold, reason)
-
-
-def gated_value(trainer: str, summary: Mapping[str, Any]) -> tuple[float, float | None]:
-    """(the gated metric, the final training loss) of a training summary (its JSON): an RL agent's validation
-    Sharpe; a supervised or book model's mean validation AUC at the epoch of the checkpoint it kept, which is
-    the checkpoint `alpha evaluate` loads. Promotion (Dagster) and `alpha evaluate` read the same numbers."""
-    if trainer == "rl":
-        return float(summary["val_sharpe"]), None
-    aucs = summary["val_auc"]
-    return (sum(aucs) / len(aucs) if aucs else math.nan), float(summary["final_train_loss"])
+    return GateResult(passed, trainer.gate_metric, value, threshold, reason)

@@ -43,12 +43,14 @@ def final_config(kind: str, trainer: str) -> type[pydantic.BaseModel]:
     """The config class that finally checks a step's settings: the search's, or the trainer's."""
     from alpha_core.gates import GateThresholds
     from alpha_core.hyperopt.configs import HyperoptConfig
-    from alpha_core.train.configs import RLTrainConfig, SupervisedTrainConfig, TrainConfig
+    from alpha_core.train import configs
+    from alpha_core.trainers import TRAINERS
 
     if kind == "hyperopt":
         return HyperoptConfig
-    trained = {"supervised": SupervisedTrainConfig, "rl": RLTrainConfig}.get(trainer, TrainConfig)
-    return type("StepConfig", (trained, GateThresholds), {})  # the gate's thresholds are a step setting too
+    return type(
+        "StepConfig", (getattr(configs, TRAINERS[trainer].config), GateThresholds), {}
+    )  # the gate's thresholds are a step setting too
 
 
 def check(kind: str, trainer: str, config: dict) -> None:

@@ -22,6 +22,7 @@ from alpha_core.eval.predict import Checkpoint, load
 from alpha_core.models import registry
 from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.supervised import train_supervised
+from alpha_core.trainers import SUPERVISED
 
 
 def main() -> None:
@@ -56,7 +57,7 @@ def main() -> None:
             (summary,) = train_supervised(cfg)
             train_s = time.perf_counter() - t
             ckpt = Checkpoint(
-                name, "ES.FUT", summary.fold, Path(tmp) / f"fold-{summary.fold}", "supervised", summary.model_dump()
+                name, "ES.FUT", summary.fold, Path(tmp) / f"fold-{summary.fold}", SUPERVISED, summary.model_dump()
             )
             val = sidecars[summary.val_files[-1]]
             calls = []

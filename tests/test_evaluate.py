@@ -31,7 +31,7 @@ from alpha_core.eval.predict import (
     window_probs_at,
 )
 from alpha_core.eval.report import load_report
-from alpha_core.gates import GateThresholds, gated_value
+from alpha_core.gates import GateThresholds
 from alpha_core.models import registry
 
 FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2"]
@@ -432,9 +432,10 @@ def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(traine
         folder = root / "models" / model / "ES.FUT" / f"fold-{fold}"
         if not folder.exists():
             continue
-        trainer = registry.get(model).trainer
-        summary = json.loads((folder / ("alpha_train_summary.json" if trainer == "perception" else "summary.json")).read_text())
-        value, _ = gated_value(trainer, summary)
+        kind = registry.get(model).kind
+        trainer = kind.name
+        summary = json.loads((folder / kind.summary_file).read_text())
+        value, _ = kind.gated_value(summary)
         passes = value > (0.0 if trainer == "rl" else 0.52)
         assert ((model, fold) in reported) == passes, (model, fold, value, reasons.get((model, fold)))
         if not passes:
@@ -594,7 +595,7 @@ def test_streaming_evaluation_gives_the_whole_file_numbers_to_the_bit(trained, m
     for model, sc, rows in cases:
         k = model.window
         want_rows = np.arange(k - 1, sc.rows) if rows is None else np.unique(rows[rows >= k - 1])
-        dt = sc.dt if model.ckpt.trainer == "perception" else None
+        dt = sc.dt if model.ckpt.trainer.reads_book else None
         want = _whole_file_probs(model.net, sc.features, dt, k, model.norm, want_rows)
         for chunk in (predict_module.CHUNK_ROWS, 3 * k + 5, k * CPU_BATCH + 1):
             monkeypatch.setattr(predict_module, "CHUNK_ROWS", chunk)

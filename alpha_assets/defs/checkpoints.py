@@ -22,8 +22,9 @@ from alpha_assets.records import ALPHA_RUN, plan_metadata, run_metadata
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core import artifacts
 from alpha_core.eval.report import epoch_curves
-from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate, gated_value
+from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate
 from alpha_core.models import registry
+from alpha_core.trainers import RL, SUPERVISED
 
 GATE_TAG = "alpha/gate"  # `alpha/gate/<model>` on a run whose checkpoint missed its gate: the reason, in the runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
@@ -39,9 +40,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             dg.AssetDep(dg.AssetKey(["hyperopt", name]), partition_mapping=dg.MultiToSingleDimensionPartitionMapping("symbol"))
         )
 
-    core = {"supervised": ("alpha_core.train.supervised", "train_supervised"), "rl": ("alpha_core.train.rl", "train_rl")}.get(
-        spec.trainer, ("alpha_core.train.perception", "PerceptionTrainer")
-    )
+    core = spec.kind.entry
 
     @checked_asset(
         key,
@@ -83,8 +82,8 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
             retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
             summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt, retry)
-        value, loss = gated_value(spec.trainer, summary.model_dump())
-        gate = check_gate(spec.trainer, value, thresholds, loss)
+        value, loss = spec.kind.gated_value(summary.model_dump())
+        gate = check_gate(spec.kind, value, thresholds, loss)
         if gate.passed:
             artifacts.promote(attempt)
         partition = context.partition_key
@@ -177,7 +176,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         "allow_untested_folds": True,
     }  # the fold plan asset already decided, and checked, the layout
     out = attempt.dest.parent
-    if spec.trainer == "supervised":
+    if spec.kind is SUPERVISED:
         from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
         cfg = SupervisedTrainConfig(
@@ -191,7 +190,7 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         )
         (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
         return s, s.horizons
-    if spec.trainer == "rl":
+    if spec.kind is RL:
         from alpha_core.train.rl import RLTrainConfig, train_rl
 
         cfg = RLTrainConfig(

@@ -93,7 +93,7 @@ def check(model: Loaded, bars: Sidecar, book: Sidecar | None, whole: Prediction,
         stop = min(bars.rows, stop)
         short_bars = spliced(bars, stop, cut, 0)
         short_book = None
-        if book is not None and model.ckpt.trainer == "perception":
+        if book is not None and model.ckpt.trainer.reads_book:
             at = book_snapshots_at(book, np.array([entry[cut], entry[stop - 1]]))
             book_cut = int(at[0])
             book_stop = min(book.rows, int(at[1]) + 1 + AFTER)

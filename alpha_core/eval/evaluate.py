@@ -73,7 +73,7 @@ from alpha_core.eval.report import (
     write_report,
 )
 from alpha_core.eval.validation import next_move_ticks
-from alpha_core.gates import GateThresholds, check_gate, gated_value
+from alpha_core.gates import GateThresholds, check_gate
 from alpha_core.models import registry
 from alpha_core.params import HyperoptRecord, load_params_file
 
@@ -122,7 +122,7 @@ def find_checkpoints(
         if problems:
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: {problems[0]}"))
             continue
-        summary_name = "alpha_train_summary.json" if spec.trainer == "perception" else "summary.json"
+        summary_name = spec.kind.summary_file
         try:
             summary = json.loads((fold_dir / summary_name).read_text())
         except (OSError, ValueError) as exc:
@@ -130,7 +130,7 @@ def find_checkpoints(
             continue
         if gate is not None:
             try:
-                value, loss = gated_value(spec.trainer, summary)
+                value, loss = spec.kind.gated_value(summary)
             except (KeyError, TypeError, ValueError) as exc:
                 excluded.append(
                     Excluded(
@@ -141,11 +141,11 @@ def find_checkpoints(
                     )
                 )
                 continue
-            result = check_gate(spec.trainer, value, gate, loss)
+            result = check_gate(spec.kind, value, gate, loss)
             if not result.passed:
                 excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"gate failed: {result.reason}"))
                 continue
-        ckpt = Checkpoint(model, symbol, fold, fold_dir, spec.trainer, summary)
+        ckpt = Checkpoint(model, symbol, fold, fold_dir, spec.kind, summary)
         if not ckpt.weights.exists():
             excluded.append(Excluded(model=model, symbol=symbol, fold=fold, reason=f"unreadable: missing {ckpt.weights.name}"))
             continue
@@ -251,9 +251,7 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
             raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
-        book_items = (
-            predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer == "perception" for c in ckpts) else []
-        )
+        book_items = predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer.reads_book for c in ckpts) else []
         book = quarter_sidecars([i.sidecar for i in book_items])
         symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
@@ -321,7 +319,7 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
 
 def _lacking_quarter(ckpt: Checkpoint, name: str, bars: dict, book: dict, split: str = "test") -> str | None:
     """Why the data at hand cannot score the checkpoint: its test (or validation) quarter is not in it."""
-    needed = [(OHLCV_1M, bars)] + ([(MBP10, book)] if ckpt.trainer == "perception" else [])
+    needed = [(OHLCV_1M, bars)] + ([(MBP10, book)] if ckpt.trainer.reads_book else [])
     for schema, have in needed:
         if name not in have:
             known = ", ".join(have) or "none"
@@ -364,7 +362,7 @@ def _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device) -> Symbol
             test = bars[test_name]
             model = load(ckpt, device)
             fit = None
-            if cfg.policy == "fitted" and ckpt.trainer != "rl":  # the trainer's fit, or the same function here
+            if cfg.policy == "fitted" and not ckpt.trainer.trades_actions:  # the trainer's fit, or the same function here
                 fit = validation.recorded_policy(ckpt, val_name, cfg.cost_ticks) or validation.fit_policy(
                     model, bars[val_name], book.get(val_name), cfg.cost_ticks, clock(val_name)
                 )

@@ -45,6 +45,7 @@ from alpha_core.data.sidecar import Sidecar
 from alpha_core.eval import policy as policies
 from alpha_core.eval.policy import Policy
 from alpha_core.models import registry
+from alpha_core.trainers import Trainer
 from alpha_core.weights import load_weights
 
 BATCH = 4096  # windows per forward pass on an accelerator
@@ -83,13 +84,13 @@ class Checkpoint:
     symbol: str
     fold: int
     path: Path
-    trainer: str  # supervised | rl | perception
+    trainer: Trainer  # how it was trained: what it reads, trades and keeps
     summary: dict
 
     @property
     def weights(self) -> Path:
         """The checkpoint the gate judged: a book model keeps several, its summary names the one it reports."""
-        return self.path / (self.summary["checkpoint"] if self.trainer == "perception" else "model.safetensors")
+        return self.path / self.trainer.weights_file(self.summary)
 
 
 def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
@@ -408,9 +409,9 @@ class Loaded:
 def load(ckpt: Checkpoint, device: torch.device) -> Loaded:
     """The checkpoint's network on `device`, in eval mode, with its normalisation and window."""
     norm = NormStats.load(ckpt.path / "norm_stats.json")
-    if ckpt.trainer == "rl":
+    if ckpt.trainer.trades_actions:
         return Loaded(ckpt, device, norm, _load_json(ckpt.path / "env_config.json")["window"])
-    if ckpt.trainer == "perception":
+    if ckpt.trainer.reads_book:
         from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 
         net = PerceptionModel(PerceptionConfig(**_load_json(ckpt.path / "model_config.json")))
@@ -438,7 +439,7 @@ def window_probs(
     probs, read = _probs_at(
         model.net,
         lambda name, idx: take_rows(sc, name, idx),
-        model.ckpt.trainer == "perception",
+        model.ckpt.trainer.reads_book,
         model.window,
         model.norm,
         model.device,
@@ -507,10 +508,10 @@ def predict(
     caller has it. `policy`: how probabilities become positions (None: the fixed rule at `horizon` and `band`).
     `with_aux` (the book model; implied by an aux policy): its expected outcomes too (`bar_aux`)."""
     policy = policies.fixed(horizon, band) if policy is None else policy
-    if model.ckpt.trainer == "rl":
+    if model.ckpt.trainer.trades_actions:
         pos, read = rl_positions(model, bars)
         return Prediction(pos, decision_times(read, entry_ts(bars, book) if entry is None else entry), None, None)
-    if model.ckpt.trainer == "perception":
+    if model.ckpt.trainer.reads_book:
         if book is None:
             raise ValueError(f"no book file for {bars.meta.source.name}")
         rows = book_decision_rows(bars, book)

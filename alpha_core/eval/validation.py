@@ -87,7 +87,7 @@ def score(
     pred = predict(model, bars, book, horizon, band, scored=False, entry=entry)
     check_decision_clock(model.ckpt.model, bars.meta.source.name, np.asarray(bars.ts), pred.position, pred.decision_ts, entry)
     sharpe, sessions = file_score(bars, pred.position, cost_ticks)
-    rl = model.ckpt.trainer == "rl"
+    rl = model.ckpt.trainer.trades_actions
     fitted = None if rl else fit_from(model, pred, bars, book, cost_ticks)
     return ValidationScore(
         file=bars.meta.source.name,
@@ -108,7 +108,7 @@ def score(
 def hold_bars(model: Loaded, bars: Sidecar, book: Sidecar | None) -> list[int]:
     """Each of the model's horizons in bars of this file: minutes for bar models; a book model's snapshots at the
     file's snapshots a bar."""
-    if model.ckpt.trainer == "perception" and book is not None:
+    if model.ckpt.trainer.reads_book and book is not None:
         return policies.hold_bars(book.meta.horizons, HORIZON_UNIT[book.meta.kind], book.rows, bars.rows)
     return policies.hold_bars(bars.meta.horizons, HORIZON_UNIT[bars.meta.kind])
 
@@ -127,7 +127,7 @@ def fit_policy(
 ) -> PolicyFit:
     """Predict the validation file `bars` and fit the checkpoint's policy on it (`alpha evaluate` where no
     recorded fit serves: `recorded_policy`)."""
-    aux = model.ckpt.trainer == "perception"  # the flagship's aux heads: its aux rule is fitted beside the others
+    aux = model.ckpt.trainer.reads_book  # the flagship's aux heads: its aux rule is fitted beside the others
     pred = predict(model, bars, book, DEFAULT_HORIZON, DEFAULT_BAND, scored=False, entry=entry, with_aux=aux)
     return fit_from(model, pred, bars, book, cost_ticks)
 

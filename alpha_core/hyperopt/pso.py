@@ -117,7 +117,7 @@ def hyperopt(cfg: HyperoptConfig, run: str | None = None, retry: bool = False) -
             f"model {cfg.model!r} has no hyperopt search space (models with one: "
             f"{', '.join(n for n, s in registry.REGISTRY.items() if s.search_space)})"
         )
-    if spec.trainer == "perception":
+    if spec.kind.search_objective is None:
         raise PlanError("the perception model is tuned through `alpha train` flags, not `alpha hyperopt`")
     split, plan = search_split(cfg, spec.input)
     output = Path(cfg.output)
@@ -131,7 +131,7 @@ def _search(cfg: HyperoptConfig, spec, split: FoldData, plan: FoldPlan) -> dict:
 
     def objective(params: dict) -> tuple[float, dict]:
         torch.set_num_threads(1)
-        if spec.trainer == "rl":
+        if spec.kind.trades_actions:
             sharpe, sessions = _rl_trial(cfg, params, split)
             return -sharpe, {"val_sharpe": sharpe, "val_sessions": sessions}
         mean_auc, sharpe, sessions = _supervised_trial(cfg, params, split)
@@ -147,7 +147,7 @@ def _search(cfg: HyperoptConfig, spec, split: FoldData, plan: FoldPlan) -> dict:
         trials_bar.update()
         return loss, extra
 
-    score_name, leader = "val_sharpe" if spec.trainer == "rl" else "val_mean_auc", {"score": -math.inf}
+    score_name, leader = spec.kind.search_objective, {"score": -math.inf}
 
     def say_trial(trial: dict) -> None:  # one stdout line per trial, numbered as in results.json
         score = -trial["loss"]
@@ -163,7 +163,7 @@ def _search(cfg: HyperoptConfig, spec, split: FoldData, plan: FoldPlan) -> dict:
         best, history = pso_minimize(counted, spec.search_space, cfg.trials, cfg.workers, cfg.seed, say_trial)
     results = {
         "model": cfg.model,
-        "metric": ("validation Sharpe" if spec.trainer == "rl" else "validation mean AUC") + " (higher is better)",
+        "metric": f"{spec.kind.search_metric} (higher is better)",
         "best_params": best,
         "best_score": -min(h["loss"] for h in history),
         "trials": [

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from alpha_core.errors import PlanError
+from alpha_core.trainers import TRAINERS, Trainer
 
 if TYPE_CHECKING:  # the specs are data: listing them (`alpha models`) never imports torch
     from torch import nn
@@ -59,6 +60,11 @@ class ModelSpec:
     # bump when a change alters what training this model produces: its Dagster checkpoints then show as stale
     # (2: TF32 matmuls on CUDA for every trainer, the flagship's fused CfC scan)
     code_version: str = "2"
+
+    @property
+    def kind(self) -> Trainer:
+        """How this model is trained, gated, scored and loaded (`alpha_core.trainers`); `trainer` is its name."""
+        return TRAINERS[self.trainer]
 
     def config_class(self) -> type[BaseModel]:
         return getattr(importlib.import_module(self.module), self.config_name)

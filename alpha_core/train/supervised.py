@@ -45,6 +45,7 @@ from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
 from alpha_core.train.walk_forward import fold_unit
+from alpha_core.trainers import SUPERVISED
 from alpha_core.weights import save_weights
 
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
@@ -110,8 +111,8 @@ def train_supervised(
     clock = StageClock()  # the process's stages so far, and the first fold's
     cpus.apply()  # threads for the CPUs this step was given (alpha_core/cpus.py)
     spec = registry.get(cfg.model)
-    if spec.trainer != "supervised":
-        raise PlanError(f"model {cfg.model!r} is trained by `alpha {'train' if spec.trainer == 'perception' else 'train-rl'}`")
+    if spec.kind is not SUPERVISED:
+        raise PlanError(f"model {cfg.model!r} is trained by `alpha {spec.kind.command}`")
     if cfg.early_stop_metric not in EARLY_STOP_METRICS:
         raise PlanError(f"--early-stop-metric must be one of: {', '.join(EARLY_STOP_METRICS)} (got `{cfg.early_stop_metric}`)")
     device = resolve_device(cfg.device)
@@ -256,7 +257,7 @@ def _train_fold(
             break
     with clock.stage("val_score"):
         val_score = validation.score(
-            load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, "supervised", {}), device), val_files[-1]
+            load(Checkpoint(cfg.model, cfg.symbol or "", fold.fold, out, SUPERVISED, {}), device), val_files[-1]
         )
     wall = time.perf_counter() - started
     report.close()
