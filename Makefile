@@ -36,7 +36,7 @@ ui: install
 # lint first (no network: ruff is in the venv), then the tests
 test: install lint
 	scripts/test-deps.sh   # PostgreSQL and Chromium from Debian: installed as root, else the command to run
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile   # two workers, a file each: most tests wait on processes
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder   # two workers, a file each (most tests wait on processes), the longest files first (conftest.py) rather than the files with most tests
 
 # the inner loop: lint, then every test but the slow ones (under 2 minutes on a 2-core machine)
 check: install lint

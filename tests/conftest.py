@@ -12,7 +12,16 @@ torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings s
 SAMPLES = Path(__file__).resolve().parent / "data" / "databento"  # sources and licences: its README.md
 
 
-LONGEST_FILES = ("test_webserver.py", "test_crash_recovery.py", "test_run.py", "test_k8s_executor.py")
+LONGEST_FILES = (
+    "test_webserver.py",
+    "test_crash_recovery.py",
+    "test_run.py",
+    "test_k8s_executor.py",
+    "test_fencing.py",
+    "test_evaluate.py",
+    "test_compile_cache.py",
+    "test_one_run.py",
+)
 
 
 def pytest_collection_modifyitems(items):
