@@ -17,7 +17,8 @@ and hyperopt settings of every op. Every run is tagged `alpha/run_id` (all artif
 Locally the backfill is written to the instance of $DAGSTER_HOME and run by its daemon: the one of a running
 `dg dev` when it has a live heartbeat, else a `dagster-daemon run` started for as long as `alpha run` follows the
 backfill. With `--remote URL` it is launched through the webserver's GraphQL API. Either way `alpha run` prints one
-line per run that starts, finishes or fails, and fails itself when anything failed.
+line per run that starts, finishes or fails (with the plan's progress and an ETA), the backfill's UI link at the
+end, and fails itself when anything failed.
 
 Here: the plan (`plan`, `describe`), following a backfill (`LocalBackfill`, `follow`, `report_followup`) and
 launching it (`launch_local`, `launch_remote`, `print_summaries`). What a backfill targets and reads back is
@@ -44,12 +45,13 @@ from alpha_assets.lineage import PHASES, asset_graph_subset, lineage
 from alpha_assets.partitions import SYMBOLS
 from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import StorageRoot, default_resources
-from alpha_core import cpus, step_settings
+from alpha_core import cpus, progress, step_settings
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.models import registry
 from alpha_core.storage import run_id_problem
 
 MAX_PARALLEL = 10  # the original system's default GPU concurrency cap
+LOCAL_UI = "http://127.0.0.1:3000"  # where `alpha ui` serves the instance of $DAGSTER_HOME
 BACKFILL_TAG = "dagster/backfill"
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 RUN_WORDS = {
@@ -260,15 +262,19 @@ class Outcome:
         return self.ok
 
 
-def follow(backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failures: bool = False) -> Outcome:
+def follow(
+    backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failures: bool = False, total: int | None = None
+) -> Outcome:
     """Print one line per run that starts, finishes or fails until the backfill is finished; true if all succeeded.
 
     A run that failed only because a checkpoint missed its (blocking) gate prints `GATE`; with
     `allow_gate_failures` it does not count as a failure (the report lists the checkpoint as excluded), though
     Dagster shows that partition, and so the backfill, as failed. `check()` returns a reason to give up (the daemon
-    died), or None."""
+    died), or None. With `total` (the plan's asset partitions), each finished run's line says how many are
+    finished and an ETA, and a bar on a terminal's stderr shows the same."""
     out = out or sys.stdout  # the stdout of the moment (a test's capture replaces it after import)
     started, seen, gates, failures = time.monotonic(), {}, 0, 0
+    plan_progress = PlanProgress(total, started)
     while True:
         status = backfill.status()  # before the runs: a finished backfill has launched all of its runs
         runs = sorted(backfill.runs(), key=lambda r: r.run_id)
@@ -282,13 +288,14 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failu
                 word, reason = "GATE", reason.removeprefix(GATE_REASON)
             gates += word == "GATE"
             failures += word in ("FAILED", "canceled")
-            print(
+            where = plan_progress.finished(len(run.assets)) if word != "running" else ""
+            plan_progress.say(
                 f"{time.monotonic() - started:6.0f} s  {word:<8} {run.partition:<10} {', '.join(run.assets)}  "
-                f"(run {run.run_id[:8]}){'  ' + reason if reason else ''}",
-                file=out,
-                flush=True,
+                f"(run {run.run_id[:8]}){'  ' + where if where else ''}{'  ' + reason if reason else ''}",
+                out,
             )
         if status in FINISHED:
+            plan_progress.close()
             failed = failures + (0 if allow_gate_failures else gates)
             done = sum(w == "done" for w in seen.values())
             print(
@@ -303,8 +310,52 @@ def follow(backfill, poll_s: float = 2.0, check=None, out=None, allow_gate_failu
             return Outcome(finished and not failed, status, gates, failures, tuple(runs))
         problem = check() if check else None
         if problem:
+            plan_progress.close()
             raise PlanError(problem)
         time.sleep(poll_s)
+
+
+class PlanProgress:
+    """How far a followed backfill is through its plan's asset partitions, with an ETA from the pace so far
+    (partitions finished per second since the start: runs overlap, so a mean over the whole run, not per run)."""
+
+    def __init__(self, total: int | None, started: float) -> None:
+        self.total, self.started, self.done = total, started, 0
+        self.bar = progress.bar(total=total, desc="plan", unit="partition") if total else None
+
+    def finished(self, n_assets: int) -> str:
+        """Count a finished run's asset partitions; the line's `k/N partitions, ETA ...` ('' without a total)."""
+        if not self.total:
+            return ""
+        n = max(n_assets, 1)
+        self.done = min(self.done + n, self.total)
+        self.bar.update(n)
+        left = self.total - self.done
+        if not left:
+            return f"{self.done}/{self.total} partitions"
+        elapsed = time.monotonic() - self.started
+        return f"{self.done}/{self.total} partitions, ETA {duration(elapsed * left / self.done)}"
+
+    def say(self, line: str, out) -> None:
+        if self.bar is not None:
+            self.bar.write(line, file=out)  # tqdm clears and redraws its bar around the line
+        else:
+            print(line, file=out)
+        out.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def duration(seconds: float) -> str:
+    """`45 s`, `3 min 20 s`, `2 h 05 min`: an ETA as a person reads it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def report_followup(p: Plan, outcome: Outcome) -> Plan | None:
@@ -361,14 +412,15 @@ def launch_local(
     )
     daemon = Daemon(instance, {**os.environ, "MAX_PARALLEL": str(p.max_parallel), cpus.ENV: str(host.cpus_per_step)})
     try:
-        outcome = follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures)
-        followup = report_followup(p, outcome)
-        if followup is None:
-            return outcome
-        source = LocalBackfill(instance, _add_backfill(instance, followup))
-        print(f"backfill {source.backfill_id}: {_followup_note(followup)}", flush=True)
-        report = follow(source, poll_s, check=daemon.ensure)
-        return replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
+        outcome = follow(source, poll_s, check=daemon.ensure, allow_gate_failures=allow_gate_failures, total=p.size)
+        followup, first = report_followup(p, outcome), source.backfill_id
+        if followup is not None:
+            source = LocalBackfill(instance, _add_backfill(instance, followup))
+            print(f"backfill {source.backfill_id}: {_followup_note(followup)}", flush=True)
+            report = follow(source, poll_s, check=daemon.ensure, total=followup.size)
+            outcome = replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
+        print(f"In the UI: {LOCAL_UI}/runs/b/{first} (`alpha ui` serves this instance)", flush=True)
+        return outcome
     except KeyboardInterrupt:
         source.cancel()
         raise
@@ -409,15 +461,15 @@ def launch_remote(p: Plan, url: str, poll_s: float = 5.0, allow_gate_failures: b
         flush=True,
     )
     try:
-        outcome = follow(remote, poll_s, allow_gate_failures=allow_gate_failures)
+        outcome = follow(remote, poll_s, allow_gate_failures=allow_gate_failures, total=p.size)
         followup = report_followup(p, outcome)
-        if followup is None:
-            return outcome
-        remote = RemoteBackfill(url)
-        backfill_id = remote.launch(followup)
-        print(f"backfill {backfill_id}: {_followup_note(followup)}: {remote.url}/runs/b/{backfill_id}", flush=True)
-        report = follow(remote, poll_s)
-        return replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
+        if followup is not None:
+            remote = RemoteBackfill(url)
+            print(f"backfill {remote.launch(followup)}: {_followup_note(followup)}", flush=True)
+            report = follow(remote, poll_s, total=followup.size)
+            outcome = replace(outcome, ok=outcome.ok and report.ok, failures=outcome.failures + report.failures)
+        print(f"In the UI: {remote.url}/runs/b/{backfill_id}", flush=True)
+        return outcome
     except KeyboardInterrupt:
         remote.cancel()
         raise

@@ -103,3 +103,45 @@ def test_a_missed_gate_does_not_excuse_another_failure_in_its_run(failures):
     assert not follow(FinishedBackfill(failures["mixed"]), out=out, allow_gate_failures=True)
     (line,) = [line for line in out.getvalue().splitlines() if "ES.FUT|1" in line]
     assert line.split()[2] == "FAILED", line
+
+
+class ProgressingBackfill:
+    """A backfill of three runs (four asset partitions) that finish one per poll."""
+
+    backfill_id = "progress"
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.plan = [
+            RunState("a" * 32, "SUCCESS", "ES.FUT", ("bar_sidecars", "fold_plans")),
+            RunState("b" * 32, "SUCCESS", "ES.FUT|0", ("checkpoints/tft",)),
+            RunState("c" * 32, "SUCCESS", "ES.FUT", ("ensemble_report",)),
+        ]
+
+    def status(self) -> str:
+        self.polls += 1
+        return "COMPLETED_SUCCESS" if self.polls > len(self.plan) else "REQUESTED"
+
+    def runs(self) -> list[RunState]:
+        return self.plan[: self.polls]
+
+    def failure(self, run_id: str) -> str:
+        return ""
+
+
+def test_each_finished_run_says_how_far_the_plan_is_with_an_eta():
+    out = io.StringIO()
+    assert follow(ProgressingBackfill(), poll_s=0.01, out=out, total=4)
+    lines = [line for line in out.getvalue().splitlines() if "(run " in line]
+    assert [line.split("(run ")[1].split(")  ")[1].split(",")[0] for line in lines] == [
+        "2/4 partitions",
+        "3/4 partitions",
+        "4/4 partitions",
+    ], lines
+    assert "ETA " in lines[0] and "ETA " in lines[1] and "ETA" not in lines[2], lines
+
+
+def test_an_eta_reads_as_a_person_says_it():
+    from alpha_assets.run import duration
+
+    assert [duration(s) for s in (4.4, 65, 3600 * 2 + 300)] == ["4 s", "1 min 05 s", "2 h 05 min"]
