@@ -64,10 +64,13 @@ def inline_png(path: Path, title: str) -> dg.MetadataValue:
     return png(Path(path).read_bytes(), title)
 
 
-def series(metric: str, partition: str) -> str:
-    """The metadata key of one metric of one partition: `val_auc_h10 [ES.FUT fold 1]`, `best_score [ES.FUT]`."""
+def series(metric: str, partition: str, run: str | None = None) -> str:
+    """The metadata key of one metric of one partition, and of one run where given: `val_auc_h10 [ES.FUT fold 1,
+    run demo]`, `best_score [ES.FUT, run demo]`. Dagster plots a key's values across a partition's materializations
+    as one line: keyed by run, two runs of a fold never join into one line."""
     symbol, sep, fold = str(partition).partition("|")
-    return f"{metric} [{symbol} fold {fold}]" if sep else f"{metric} [{symbol}]"
+    where = f"{symbol} fold {fold}" if sep else symbol
+    return f"{metric} [{where}{f', run {run}' if run else ''}]"
 
 
 def text(value: float | int | str | None, digits: int = 4) -> dg.MetadataValue | None:

@@ -65,10 +65,11 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
         (check,) = ok.get_asset_check_evaluations()
         assert check.passed and check.check_name == "validation_gate"
         assert {"metric", "value", "threshold", "partition"} <= set(check.metadata)
-        assert plotted(check.metadata) == {f"mean_val_auc [ES.FUT fold {fold}]"}, "the metric only, one series a fold"
+        where = f"[ES.FUT fold {fold}, run shared]"  # one series a fold and run: two runs never join into one line
+        assert plotted(check.metadata) == {f"mean_val_auc {where}"}, "the metric only, one series a fold"
         meta = ok.get_asset_materialization_events()[0].materialization.metadata
-        assert f"val_auc_h5 [ES.FUT fold {fold}]" in plotted(meta)  # no epochs, wall time or threshold among them
-        assert all(key.endswith(f" [ES.FUT fold {fold}]") for key in plotted(meta)), plotted(meta)
+        assert f"val_auc_h5 {where}" in plotted(meta)  # no epochs, wall time or threshold among them
+        assert all(key.endswith(f" {where}") for key in plotted(meta)), plotted(meta)
         assert "](data:image/png;base64," in meta["curves"].value and "tensorboard --logdir" in meta["tensorboard"].value
         passing[fold] = ok.run_id
         gated = train("kan", fold, 0.99)

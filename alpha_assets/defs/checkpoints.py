@@ -97,10 +97,10 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                 "promoted_to": dg.MetadataValue.path(str(dest)) if gate.passed else None,
                 **({"curves": metadata.png(curves, f"{name} {symbol} fold {fold}: per-epoch curves")} if curves else {}),
                 "tensorboard": tensorboard(run_dir / "models", name, symbol, fold),
-                metadata.series(gate.metric, partition): value,
-                metadata.series("final_train_loss", partition): loss,
+                metadata.series(gate.metric, partition, run_id(context)): value,
+                metadata.series("final_train_loss", partition, run_id(context)): loss,
                 **{
-                    metadata.series(k, partition): v
+                    metadata.series(k, partition, run_id(context)): v
                     for k, v in (metadata.per_horizon("val_auc", horizons, aucs) if aucs else {}).items()
                 },
                 **({"val_auc": dg.MetadataValue.json([metadata.number(a) for a in aucs])} if aucs else {}),
@@ -125,7 +125,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                     "value": metadata.text(gate.value),
                     "threshold": metadata.text(gate.threshold),
                     "reason": gate.reason,
-                    metadata.series(gate.metric, partition): value,
+                    metadata.series(gate.metric, partition, run_id(context)): value,
                     "partition": partition,
                     "attempt": attempt.id,
                     ALPHA_RUN: run_id(context),

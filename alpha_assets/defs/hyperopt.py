@@ -82,7 +82,7 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
         wanted = results["settings"]["trials"]
         problems += [f"{len(scores)} of {wanted} trials completed"] if len(scores) != wanted else []
         problems += hyperopt_leakage(FoldPlan.model_validate(plans["plans"]["bars"]), results)
-        best = metadata.series("best_score", symbol)
+        best = metadata.series("best_score", symbol, run_id(context))
         return dg.MaterializeResult(
             metadata=clean(
                 {
