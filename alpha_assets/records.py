@@ -69,8 +69,17 @@ def gate_miss(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str, ru
 
 
 def plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
-    plans = latest_metadata(context, dg.AssetKey("fold_plans"), symbol)
+    """The fold plans this run made (or a run it reuses made); else the newest of any run, with a warning: a click
+    on one checkpoint in the UI must not need its plans again, but a run that plans its own folds uses its own."""
+    key = dg.AssetKey("fold_plans")
+    plans = run_metadata(context, key, symbol)
     if plans is None:
-        raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
+        plans = latest_metadata(context, key, symbol)
+        if plans is None:
+            raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
+        context.log.warning(
+            f"fold_plans[{symbol}] was not materialized in run {runs_in_scope(context)[0]}: using run "
+            f"{plans.get(ALPHA_RUN, 'unknown')}'s (materialize fold_plans in this run to plan its own folds)"
+        )
     # counts are text in the metadata (shown, never plotted)
     return {**plans, "cv_n_folds": int(plans["cv_n_folds"]), "train_window": int(plans["train_window"])}

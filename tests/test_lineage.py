@@ -87,6 +87,13 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
         assert tag.startswith("missed: AUC 0.") and tag.endswith(" <= 0.99"), tag
         assert not (storage / "shared" / "models" / "kan" / "ES.FUT" / f"fold-{fold}").exists(), "never promoted"
 
+    # another run plans its folds later: this run's steps keep training on this run's plans
+    assert run(["fold_plans"], "ES.FUT", tags={"alpha/run_id": "other"}).success
+    again = train("mamba2", 1, 0.0)
+    assert again.success
+    assert again.get_asset_materialization_events()[0].materialization.metadata["plans_run"].value == "shared"
+    passing[1] = again.run_id
+
     fold0 = storage / "shared" / "models" / "mamba2" / "ES.FUT" / "fold-0"
     weights = load_file(str(fold0 / "model.safetensors"))
     assert artifacts.promoted(fold0).id == passing[0]

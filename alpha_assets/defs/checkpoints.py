@@ -111,6 +111,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                 "attempt": attempt.id,
                 ALPHA_RUN: run_id(context),
                 "run_id": context.run.run_id,
+                "plans_run": plans.get(ALPHA_RUN),  # whose fold plans it trained on: its own run's, unless it had none
                 **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
             }
         )
