@@ -1,5 +1,7 @@
 """Diffusion ensemble member: a conditional DDPM (Ho et al. 2020) over the forward moves at every horizon.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`DiffusionModel`) with OwnLoss, Sampling.
+
 Target. At position k the vector y0[b, k, :] holds the forward price move in ticks at each horizon,
 ``move = (outcome_long - outcome_short) / 2 / tick_size`` (outcome_long = move - cost and outcome_short =
 -move - cost, so the cost cancels), divided by a per-horizon scale ``s_h = sqrt(E[move_h^2])``. The scale is

@@ -1,6 +1,8 @@
 """Kolmogorov-Arnold network (Liu et al. 2024, "KAN: Kolmogorov-Arnold Networks") with B-spline edges, in the
 efficient-kan formulation (Blealtan/efficient-kan), plus a small causal sequence model built from it.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`KANModel`) with LastPosition.
+
 Why in-house: pykan is a research tool (undeclared imports, writes checkpoints to ``./model`` by default, 19x slower
 with its symbolic bookkeeping on) and efficient-kan is not on PyPI; the layer is ~40 lines. See
 docs/libraries.md.

@@ -1,5 +1,7 @@
 """Mamba2 ensemble member: input projection -> stacked Mamba2 blocks (the flagship's SSD) -> per-horizon heads.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`Mamba2StackModel`) with LastPosition, CpuBatch.
+
 x [B, K, F] -> Linear(F, d_model) -> Mamba2 x n_layers (pre-norm residual, final RMSNorm) -> Linear(d_model, H).
 The SSD recurrence is causal, so the logit at position k depends on x[:, :k+1] only.
 """

@@ -1,6 +1,8 @@
 """The flagship perception model: input projection -> Mamba2 -> CfC trunk -> per-horizon heads, plus the
 auxiliary outcome path of the original system, and the small on-device controllers that steer its training.
 
+Hooks (alpha_core/models/hooks.py): BookModel (`PerceptionModel`); trained by its own trainer (`train/perception.py`).
+
 Forward, for a window x [B, K, F] with time steps dt [B, K] (seconds between snapshots):
 
     e = Mamba2(Linear(x))                                  encoder, [B, K, d]

@@ -1,6 +1,8 @@
 """Temporal Fusion Transformer (Lim, Arik, Loeff & Pfister 2021, "Temporal Fusion Transformers for interpretable
 multi-horizon time series forecasting", IJF), in-house, as a causal per-position classifier of the alpha zoo.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TFTModel`) with PositionWise.
+
 Why in-house: pytorch-forecasting 1.8.0's TFT is a LightningModule fed by a DataFrame-built batch dict, with ~20
 graph breaks (``.item()`` on encoder lengths) and ~250 MB of dependencies (docs/libraries.md). The pieces are
 small; here they are batch-first and take our tensor windows ``x [B, K, F] -> logits [B, K, H]``.

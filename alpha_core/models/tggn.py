@@ -1,5 +1,7 @@
 """TGGN ensemble member: a temporal gated graph network over the features (nodes) of each bar.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TGGNModel`) with PositionWise, LastPosition.
+
 "TGGN" is read as GGNN spatial steps + gated temporal convolutions (STGCN / Graph WaveNet
 style). For bar data every input feature is a node:
 

@@ -1,5 +1,7 @@
 """TLOB (Berti & Kasneci 2025): dual attention over time and over features, made causal for per-position labels.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TLOBModel`) with LastPosition, CpuBatch.
+
 The paper's model (written here from the paper, no copied code)
 ---------------------------------------------------------------------------------------------------------
 Input ``X [T, F]`` (a window of order-book snapshots) goes through

@@ -1,5 +1,7 @@
 """xLSTM in plain PyTorch (Beck et al. 2024, "xLSTM: Extended Long Short-Term Memory"): mLSTM and sLSTM blocks.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`XLSTMModel`), no optional hook.
+
 In-house on purpose: the official ``xlstm`` / ``mlstm_kernels`` packages (NX-AI) are not a dependency (licence, see
 docs/libraries.md). Shapes below: ``B`` batch, ``T`` time, ``NH`` heads, ``DH`` head dim.
 

@@ -37,6 +37,7 @@ from alpha_core.eval import validation
 from alpha_core.eval.predict import Checkpoint, load
 from alpha_core.eval.validation import ValidationScore
 from alpha_core.models import registry
+from alpha_core.models.hooks import OwnLoss, Sampling
 from alpha_core.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.stages import StageClock
@@ -208,6 +209,7 @@ def _train_fold(
     checkpoint_epoch, checkpoint_auc = 0, []
     report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, total_steps // cfg.epochs)
     started = time.perf_counter()
+    own_loss = isinstance(model, OwnLoss)  # else the masked BCE of its logits
     for epoch in range(cfg.epochs):
         epoch_started, first_step_s = time.perf_counter(), 0.0
         model.train()
@@ -217,7 +219,7 @@ def _train_fold(
             step_started = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(cfg.lr, cfg.lr * cfg.lr_min_factor, t.global_step, cfg.lr_warmup_steps, total_steps)
-            loss = model.loss(batch, tick_size) if hasattr(model, "loss") else masked_bce(model(batch.x), batch.labels)
+            loss = model.loss(batch, tick_size) if own_loss else masked_bce(model(batch.x), batch.labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -313,8 +315,9 @@ def _validate(
     loader.reset(cfg.seed + 1 + epoch)
     batch_size = min(cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (cfg.seq_len * n_features)))
     bce_sum, count, probs, labels = 0.0, 0, [], []
+    sampling = isinstance(model, Sampling)
     for batch in loader.batches(batch_size):
-        if hasattr(model, "forward_last"):  # sampling models: score the last position only (the AUC's position)
+        if sampling:  # sampling models: score the last position only (the AUC's position)
             noise = torch.Generator(device=batch.x.device).manual_seed(cfg.seed + 1)  # the same every epoch too
             last = model.forward_last(batch.x, generator=noise)
             scored = batch.labels[:, -1:]
