@@ -3,8 +3,10 @@ a reader of the file sees what the trainers and the predictor will call on it.""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +27,27 @@ def declared(module: str) -> set[str]:
 def test_hooks_line_names_the_hooks_the_model_has(spec):
     model = spec.build(n_features=4)
     assert declared(spec.module) == {p.__name__ for p in OPTIONAL if isinstance(model, p)}
+
+
+def _shape_note(lines: list[str], fn: ast.FunctionDef) -> str:
+    """The text a reader sees first for a forward: its def line's comment, its docstring, the comments before
+    its first statement."""
+    doc = ast.get_docstring(fn) or ""
+    first = fn.body[1] if doc and len(fn.body) > 1 else fn.body[0]
+    head = lines[fn.lineno - 1 : first.lineno]
+    return doc + "\n" + "\n".join(line.split("#", 1)[1] for line in head if "#" in line)
+
+
+def test_every_forward_states_its_shapes():
+    """Each forward of alpha_core/models names its input and output shapes (`x [B, K, F] -> [B, K, H]`)."""
+    missing = []
+    for path in sorted(Path(registry.__file__).parent.glob("*.py")):
+        lines = path.read_text().splitlines()
+        classes = [node for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)]
+        forwards = [(c, f) for c in classes for f in c.body if isinstance(f, ast.FunctionDef) and f.name.startswith("forward")]
+        missing += [
+            f"{path.name}:{fn.lineno} {cls.name}.{fn.name}"
+            for cls, fn in forwards
+            if not re.search(r"\[[^\]]*\].*->.*\[", _shape_note(lines, fn))
+        ]
+    assert not missing, missing

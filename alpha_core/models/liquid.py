@@ -49,7 +49,7 @@ class LiquidModel(nn.Module):
         )
         self.heads = nn.Linear(cfg.units, len(cfg.horizons))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         if not x.is_cuda:
             states, _ = self.ltc(x)
             return self.heads(states)

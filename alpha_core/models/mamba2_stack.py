@@ -41,7 +41,7 @@ class Mamba2StackModel(nn.Module):
         )
         self.heads = nn.Linear(cfg.d_model, len(cfg.horizons))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         return self.heads(self.backbone(self.input_proj(x)))
 
     def last_position(self, x: Tensor) -> Tensor:

@@ -137,6 +137,7 @@ class PerceptionModel(nn.Module):
         return enc, steps, steps.unsqueeze(-1) * torch.exp(-log_tau)[self.bucket_of_unit]
 
     def forward(self, x: Tensor, dt: Tensor) -> dict[str, Tensor]:
+        # x [B, K, F], dt [B, K] -> logits, aux_long, aux_short [B, K, H]
         enc, steps, ts = self._encode(x, dt)
         aux_in = torch.where(self.aux_lifted, enc, enc.detach())
         # both trunks step in one loop (block-diagonal weights), or each in one fused kernel on cuda
