@@ -29,7 +29,7 @@ from alpha_core.eval.predict import (
     book_close_trade_ts,
     load,
     snapshots_at,
-    window_probs_at,
+    window_probs,
 )
 from alpha_core.eval.report import load_report
 from alpha_core.gates import GateThresholds
@@ -49,6 +49,17 @@ def evaluate_argv(root, data, out, pd, *extra: str) -> list[str]:
         *flags(models_dir=root / "models", data_dir=data, output=out, symbols="ES.FUT", predecoded_dir=pd, device="cpu"),
         *extra,
     ]
+
+
+def window_probs_at(model, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
+    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere): `window_probs` laid out
+    over every row of the file (a test's view; evaluation keeps the compact form)."""
+    got, p, r = window_probs(model, sc, rows)
+    probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
+    read = np.full(sc.rows, -1, dtype=np.int64)
+    probs[got], read[got] = p, r
+    return probs, read
 
 
 @pytest.fixture(scope="module")

@@ -94,11 +94,6 @@ class Checkpoint:
         return self.path / self.trainer.weights_file(self.summary)
 
 
-def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
-    """The fixed rule on one horizon's probabilities (`policy.fixed`)."""
-    return np.where(probs > 0.5 + band, 1.0, np.where(probs < 0.5 - band, -1.0, 0.0))
-
-
 def _blocks(sc: Sidecar, name: str):
     """Column `name` of a sidecar in blocks of BLOCK_ROWS rows (plain reads: nothing stays mapped)."""
     for a in range(0, sc.rows, BLOCK_ROWS):
@@ -449,17 +444,6 @@ def window_probs(
         aux,
     )
     return rows, probs, read
-
-
-def window_probs_at(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
-    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere): `window_probs` laid out
-    over every row of the file (a test's view; evaluation keeps the compact form)."""
-    got, p, r = window_probs(model, sc, rows)
-    probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
-    read = np.full(sc.rows, -1, dtype=np.int64)
-    probs[got], read[got] = p, r
-    return probs, read
 
 
 def _index_of(got: np.ndarray, rows: np.ndarray) -> np.ndarray:
