@@ -848,9 +848,14 @@ WALK_FORWARD_HELP = {
 }
 
 
-def _add_params_options(p: argparse.ArgumentParser, what: str) -> None:
+def _add_bar_train_options(p: argparse.ArgumentParser, config_name: str, what: str, helps: dict[str, str]) -> None:
+    """The options of a bar trainer's command: its params file and explicit params, the gate, and its settings."""
+    from alpha_core.train import configs
+
     p.add_argument("--params-file", type=Path, help="JSON params or a hyperopt results.json (missing = defaults)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help=f"explicit {what} parameter (wins)")
+    _add_gate_options(p)
+    add_config_options(p, getattr(configs, config_name), {**WALK_FORWARD_HELP, **helps})
 
 
 def cmd_train_supervised(args: argparse.Namespace) -> int:
@@ -872,18 +877,11 @@ def cmd_train_supervised(args: argparse.Namespace) -> int:
 
 
 def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.train.configs import SupervisedTrainConfig
-
-    _add_params_options(p, "model/training")
-    _add_gate_options(p)
-    add_config_options(
+    _add_bar_train_options(
         p,
-        SupervisedTrainConfig,
-        {
-            **WALK_FORWARD_HELP,
-            "model": "a supervised model of `alpha models`",
-            "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none",
-        },
+        "SupervisedTrainConfig",
+        "model/training",
+        {"model": "a supervised model of `alpha models`", "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none"},
     )
 
 
@@ -901,15 +899,11 @@ def cmd_train_rl(args: argparse.Namespace) -> int:
 
 
 def add_train_rl_options(p: argparse.ArgumentParser) -> None:
-    from alpha_core.train.configs import RLTrainConfig
-
-    _add_params_options(p, "agent")
-    _add_gate_options(p)
-    add_config_options(
+    _add_bar_train_options(
         p,
-        RLTrainConfig,
+        "RLTrainConfig",
+        "agent",
         {
-            **WALK_FORWARD_HELP,
             "data_dir": f"{WALK_FORWARD_HELP['data_dir']} (its OHLCV-1m files are used)",
             "timesteps_per_epoch": "environment steps per epoch",
             "window": "bars of features in each observation",

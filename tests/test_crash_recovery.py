@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_BOOK, flags
 from safetensors.torch import load_file
 
 from alpha_core.artifacts import verify
@@ -43,40 +44,16 @@ def weights(path: Path) -> dict:
 
 # --- the flagship: killed anywhere, `--resume` finishes with the same summary and weights ---------------------
 
-PERCEPTION = [
-    "--device",
-    "cpu",
-    "--epochs",
-    "3",
-    "--batch-size",
-    "32",
-    "--n-train-seqs",
-    "128",
-    "--n-val-seqs",
-    "64",
-    "--seq-len",
-    "8",
-    "--lr-warmup-steps",
-    "2",
-    "--cv-fold",
-    "0",
-]
-EARLY_STOP = [
-    "--epochs",
-    "4",
-    "--early-stop-metric",
-    "auc_h1000",
-    "--early-stop-patience",
-    "1",
-    "--lr-cfc",
-    "1e-12",
-    "--lr-mamba2",
-    "1e-12",
-    "--lr-aux",
-    "1e-12",
-    "--n-val-seqs",
-    "100000",
-]  # learning rates too small to move a float32 weight, and every validation window each epoch (not a sample of
+PERCEPTION = flags(**SMALL_BOOK)
+EARLY_STOP = flags(
+    epochs=4,
+    early_stop_metric="auc_h1000",
+    early_stop_patience=1,
+    lr_cfc="1e-12",
+    lr_mamba2="1e-12",
+    lr_aux="1e-12",
+    n_val_seqs=100000,
+)  # learning rates too small to move a float32 weight, and every validation window each epoch (not a sample of
 # them): epoch 1 scores exactly as epoch 0, cannot improve on it, and the run stops after epoch 2 on any machine
 PERCEPTION_KILLS = [
     "tmp.before_commit#1",
@@ -166,32 +143,21 @@ def supervised_reference(tiny_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("supervised")
     argv = [
         "train-supervised",
-        "--model",
-        "tft",
-        "--data-dir",
-        str(tiny_data / "ES.FUT"),
-        "--predecoded-dir",
-        str(tmp / "pd"),
-        "--epochs",
-        "2",
-        "--cv-n-folds",
-        "2",
-        "--cv-train-window",
-        "2",
-        "--cv-fold",
-        "0",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "32",
-        "--n-train-seqs",
-        "128",
-        "--n-val-seqs",
-        "128",
-        "--device",
-        "cpu",
-        "--param",
-        "d_model=16",
+        *flags(
+            model="tft",
+            data_dir=tiny_data / "ES.FUT",
+            predecoded_dir=tmp / "pd",
+            epochs=2,
+            cv_n_folds=2,
+            cv_train_window=2,
+            cv_fold=0,
+            seq_len=16,
+            batch_size=32,
+            n_train_seqs=128,
+            n_val_seqs=128,
+            device="cpu",
+            param="d_model=16",
+        ),
     ]
     assert run_cli([*argv, "--output-dir", str(tmp / "straight")]) == 0
     return argv, tmp / "straight" / "fold-0"
@@ -204,26 +170,18 @@ def test_a_multi_fold_run_is_one_unit(tiny_data, tmp_path):
 
     argv = [
         "train-supervised",
-        "--model",
-        "kan",
-        "--data-dir",
-        str(tiny_data / "ES.FUT"),
-        "--predecoded-dir",
-        str(tmp_path / "pd"),
-        "--epochs",
-        "1",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "64",
-        "--n-train-seqs",
-        "128",
-        "--n-val-seqs",
-        "64",
-        "--device",
-        "cpu",
-        "--output-dir",
-        str(tmp_path / "models" / "kan" / "ES.FUT"),
+        *flags(
+            model="kan",
+            data_dir=tiny_data / "ES.FUT",
+            predecoded_dir=tmp_path / "pd",
+            epochs=1,
+            seq_len=16,
+            batch_size=64,
+            n_train_seqs=128,
+            n_val_seqs=64,
+            device="cpu",
+            output_dir=tmp_path / "models" / "kan" / "ES.FUT",
+        ),
     ]
     folds = [tmp_path / "models" / "kan" / "ES.FUT" / f"fold-{k}" for k in range(3)]
     assert run_cli(argv) == 0
@@ -287,18 +245,14 @@ def test_a_killed_report_leaves_no_report_and_a_rerun_is_whole(supervised_refere
     (models / "ES.FUT").symlink_to(fold0.parent, target_is_directory=True)
     argv = [
         "evaluate",
-        "--models-dir",
-        str(tmp_path / "models"),
-        "--data-dir",
-        str(tiny_data),
-        "--predecoded-dir",
-        str(tmp_path / "pd"),
-        "--device",
-        "cpu",
-        "--min-val-auc",
-        "0",
-        "--min-val-sharpe",
-        "-1000",
+        *flags(
+            models_dir=tmp_path / "models",
+            data_dir=tiny_data,
+            predecoded_dir=tmp_path / "pd",
+            device="cpu",
+            min_val_auc=0,
+            min_val_sharpe=-1000,
+        ),
     ]  # a tiny model near chance is still reported
     out = tmp_path / "eval" / "ensemble_report.json"
     assert run_cli([*argv, "--output", str(tmp_path / "straight.json")]) == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import flags
 
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
@@ -25,7 +26,7 @@ from alpha_core.models import registry
 pytestmark = pytest.mark.cuda
 
 SUPERVISED = [n for n, s in registry.REGISTRY.items() if s.trainer == "supervised"]
-COMMON = ["--device", "cuda", "--epochs", "1", "--cv-n-folds", "2", "--cv-fold", "0"]
+COMMON = flags(device="cuda", epochs=1, cv_n_folds=2, cv_fold=0)
 
 
 @pytest.fixture(autouse=True)
@@ -64,22 +65,16 @@ def test_supervised_member_trains_on_cuda(gpu_data, models_dir, model):
         main(
             [
                 "train-supervised",
-                "--model",
-                model,
-                "--data-dir",
-                str(data / "ES.FUT"),
-                "--predecoded-dir",
-                str(pd / "ES.FUT"),
-                "--output-dir",
-                str(out),
-                "--seq-len",
-                "16",
-                "--batch-size",
-                "64",
-                "--n-train-seqs",
-                "256",
-                "--n-val-seqs",
-                "256",
+                *flags(
+                    model=model,
+                    data_dir=data / "ES.FUT",
+                    predecoded_dir=pd / "ES.FUT",
+                    output_dir=out,
+                    seq_len=16,
+                    batch_size=64,
+                    n_train_seqs=256,
+                    n_val_seqs=256,
+                ),
                 *COMMON,
             ]
         )
@@ -98,16 +93,9 @@ def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
         main(
             [
                 "train-rl",
-                "--model",
-                model,
-                "--data-dir",
-                str(data / "ES.FUT"),
-                "--predecoded-dir",
-                str(pd / "ES.FUT"),
-                "--output-dir",
-                str(out),
-                "--timesteps-per-epoch",
-                "512",
+                *flags(
+                    model=model, data_dir=data / "ES.FUT", predecoded_dir=pd / "ES.FUT", output_dir=out, timesteps_per_epoch=512
+                ),
                 *COMMON,
             ]
         )
@@ -122,27 +110,19 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
     out = models_dir / "perception" / "ES.FUT"  # `alpha train --out` holds fold-<k>, as every trainer writes
     argv = [
         "train",
-        "--mbp10-data-dir",
-        str(data / "ES.FUT" / "mbp-10"),
-        "--predecoded-dir",
-        str(pd / "ES.FUT"),
-        "--device",
-        "cuda",
-        "--epochs",
-        "2",
-        "--batch-size",
-        "64",
-        "--n-train-seqs",
-        "1024",
-        "--n-val-seqs",
-        "512",
-        "--seq-len",
-        "16",
-        "--cv-n-folds",
-        "2",
-        "--cv-fold",
-        "0",
-        "--cuda-graph",
+        *flags(
+            mbp10_data_dir=data / "ES.FUT" / "mbp-10",
+            predecoded_dir=pd / "ES.FUT",
+            device="cuda",
+            epochs=2,
+            batch_size=64,
+            n_train_seqs=1024,
+            n_val_seqs=512,
+            seq_len=16,
+            cv_n_folds=2,
+            cv_fold=0,
+            cuda_graph=True,
+        ),
         "--compile",
     ]
     assert main([*argv, "--out", str(out)]) == 0
@@ -163,32 +143,21 @@ def test_one_hyperopt_trial_on_cuda(gpu_data, tmp_path, model):
         main(
             [
                 "hyperopt",
-                "--model",
-                model,
-                "--data-dir",
-                str(data / "ES.FUT"),
-                "--predecoded-dir",
-                str(pd / "ES.FUT"),
-                "--output",
-                str(out),
-                "--trials",
-                "1",
-                "--epochs",
-                "1",
-                "--device",
-                "cuda",
-                "--cv-n-folds",
-                "2",
-                "--seq-len",
-                "16",
-                "--batch-size",
-                "64",
-                "--n-train-seqs",
-                "256",
-                "--n-val-seqs",
-                "256",
-                "--timesteps-per-epoch",
-                "512",
+                *flags(
+                    model=model,
+                    data_dir=data / "ES.FUT",
+                    predecoded_dir=pd / "ES.FUT",
+                    output=out,
+                    trials=1,
+                    epochs=1,
+                    device="cuda",
+                    cv_n_folds=2,
+                    seq_len=16,
+                    batch_size=64,
+                    n_train_seqs=256,
+                    n_val_seqs=256,
+                    timesteps_per_epoch=512,
+                ),
             ]
         )
         == 0
@@ -210,20 +179,15 @@ def test_evaluation_on_cuda_matches_cpu(gpu_data, models_dir, tmp_path):
             main(
                 [
                     "evaluate",
-                    "--models-dir",
-                    str(models_dir),
-                    "--data-dir",
-                    str(data),
-                    "--predecoded-dir",
-                    str(pd),
-                    "--output",
-                    str(out),
-                    "--device",
-                    device,
-                    "--min-val-auc",
-                    "0",
-                    "--min-val-sharpe",
-                    "-1000",
+                    *flags(
+                        models_dir=models_dir,
+                        data_dir=data,
+                        predecoded_dir=pd,
+                        output=out,
+                        device=device,
+                        min_val_auc=0,
+                        min_val_sharpe=-1000,
+                    ),
                 ]
             )
             == 0
@@ -240,20 +204,15 @@ def test_evaluation_on_cuda_matches_cpu(gpu_data, models_dir, tmp_path):
         main(
             [
                 "evaluate",
-                "--models-dir",
-                str(models_dir),
-                "--data-dir",
-                str(data),
-                "--predecoded-dir",
-                str(pd),
-                "--output",
-                str(again),
-                "--device",
-                "cuda",
-                "--min-val-auc",
-                "0",
-                "--min-val-sharpe",
-                "-1000",
+                *flags(
+                    models_dir=models_dir,
+                    data_dir=data,
+                    predecoded_dir=pd,
+                    output=again,
+                    device="cuda",
+                    min_val_auc=0,
+                    min_val_sharpe=-1000,
+                ),
             ]
         )
         == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import flags
 
 from alpha_core.cli import main
 from alpha_core.data.labels import NS_PER_MINUTE
@@ -22,7 +23,7 @@ from alpha_core.eval.predict import (
     snapshots_at,
 )
 
-FOLDS = ["--cv-n-folds", "2", "--cv-train-window", "2", "--cv-fold", "0", "--device", "cpu"]
+FOLDS = flags(cv_n_folds=2, cv_train_window=2, cv_fold=0, device="cpu")
 TEST = "ES.FUT_2024-Q4"  # fold 0's test file
 
 
@@ -36,24 +37,17 @@ def run(tiny_data, tmp_path_factory):
         main(
             [
                 "train-supervised",
-                "--model",
-                "kan",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(models / "kan" / "ES.FUT"),
-                "--epochs",
-                "1",
-                "--seq-len",
-                "16",
-                "--batch-size",
-                "64",
-                "--n-train-seqs",
-                "256",
-                "--n-val-seqs",
-                "128",
-                "--predecoded-dir",
-                str(pd),
+                *flags(
+                    model="kan",
+                    data_dir=bars_dir,
+                    output_dir=models / "kan" / "ES.FUT",
+                    epochs=1,
+                    seq_len=16,
+                    batch_size=64,
+                    n_train_seqs=256,
+                    n_val_seqs=128,
+                    predecoded_dir=pd,
+                ),
                 *FOLDS,
             ]
         )
@@ -63,22 +57,16 @@ def run(tiny_data, tmp_path_factory):
         main(
             [
                 "train-rl",
-                "--model",
-                "ppo",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(models / "ppo" / "ES.FUT"),
-                "--epochs",
-                "1",
-                "--timesteps-per-epoch",
-                "256",
-                "--n-envs",
-                "4",
-                "--window",
-                "8",
-                "--predecoded-dir",
-                str(pd),
+                *flags(
+                    model="ppo",
+                    data_dir=bars_dir,
+                    output_dir=models / "ppo" / "ES.FUT",
+                    epochs=1,
+                    timesteps_per_epoch=256,
+                    n_envs=4,
+                    window=8,
+                    predecoded_dir=pd,
+                ),
                 *FOLDS,
             ]
         )
@@ -88,22 +76,16 @@ def run(tiny_data, tmp_path_factory):
         main(
             [
                 "train",
-                "--mbp10-data-dir",
-                str(book_dir),
-                "--predecoded-dir",
-                str(pd),
-                "--out",
-                str(models / "perception" / "ES.FUT"),
-                "--epochs",
-                "1",
-                "--batch-size",
-                "32",
-                "--n-train-seqs",
-                "64",
-                "--n-val-seqs",
-                "32",
-                "--seq-len",
-                "16",
+                *flags(
+                    mbp10_data_dir=book_dir,
+                    predecoded_dir=pd,
+                    out=models / "perception" / "ES.FUT",
+                    epochs=1,
+                    batch_size=32,
+                    n_train_seqs=64,
+                    n_val_seqs=32,
+                    seq_len=16,
+                ),
                 *FOLDS,
             ]
         )
@@ -220,17 +202,9 @@ def test_the_evaluator_refuses_a_cheating_checkpoint(run, monkeypatch, tmp_path,
         main(
             [
                 "evaluate",
-                "--models-dir",
-                str(models),
-                "--data-dir",
-                str(tiny_data),
-                "--output",
-                str(tmp_path / "r.json"),
-                "--device",
-                "cpu",
-                "--debug",
-                "--min-val-auc",
-                "0",
+                *flags(
+                    models_dir=models, data_dir=tiny_data, output=tmp_path / "r.json", device="cpu", debug=True, min_val_auc=0
+                ),
                 "--min-val-sharpe=-1e9",
             ]
         )
@@ -348,7 +322,7 @@ def test_the_evaluator_excludes_a_checkpoint_that_is_not_future_blind(run, monke
 
     monkeypatch.setattr(evaluate_module, "load", probed)
     out = tmp_path / "r.json"
-    args = ["evaluate", "--models-dir", str(models), "--data-dir", str(tiny_data), "--output", str(out), "--device", "cpu"]
+    args = ["evaluate", *flags(models_dir=models, data_dir=tiny_data, output=out, device="cpu")]
     main([*args, "--min-val-auc", "0", "--min-val-sharpe=-1e9", "--debug"])
     report = load_report(out)
     assert "kan" not in report.symbols["ES.FUT"].models and "ppo" in report.symbols["ES.FUT"].models

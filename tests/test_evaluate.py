@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+from helpers import flags
 
 from alpha_core import metrics
 from alpha_core.artifacts import seal
@@ -28,7 +29,7 @@ from alpha_core.eval.predict import (
     book_close_trade_ts,
     load,
     snapshots_at,
-    window_probs_at,
+    window_probs,
 )
 from alpha_core.eval.report import load_report
 from alpha_core.gates import GateThresholds
@@ -41,6 +42,26 @@ NO_THRESHOLD = ["--min-val-auc", "0", "--min-val-sharpe", "-1000"]
 ANY_FINITE = GateThresholds(min_val_auc=0.0, min_val_sharpe=-1000.0)
 
 
+def evaluate_argv(root, data, out, pd, *extra: str) -> list[str]:
+    """`alpha evaluate` of the checkpoints under `root/models` on ES.FUT, on CPU, into `out`."""
+    return [
+        "evaluate",
+        *flags(models_dir=root / "models", data_dir=data, output=out, symbols="ES.FUT", predecoded_dir=pd, device="cpu"),
+        *extra,
+    ]
+
+
+def window_probs_at(model, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
+    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere): `window_probs` laid out
+    over every row of the file (a test's view; evaluation keeps the compact form)."""
+    got, p, r = window_probs(model, sc, rows)
+    probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
+    read = np.full(sc.rows, -1, dtype=np.int64)
+    probs[got], read[got] = p, r
+    return probs, read
+
+
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory):
     """Checkpoints of two cheap supervised members, PPO and the flagship, laid out as the original system's models/ tree."""
@@ -48,60 +69,26 @@ def trained(tiny_data, tmp_path_factory):
     models, pd = root / "models", root / "pd"
     bars, book = tiny_data / "ES.FUT" / "ohlcv-1m", tiny_data / "ES.FUT" / "mbp-10"
     small = [
-        "--epochs",
-        "1",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "64",
-        "--n-train-seqs",
-        "512",
-        "--n-val-seqs",
-        "256",
-        "--predecoded-dir",
-        str(pd),
-        "--device",
-        "cpu",
+        *flags(epochs=1, seq_len=16, batch_size=64, n_train_seqs=512, n_val_seqs=256, predecoded_dir=pd, device="cpu"),
         *FOLDS,
     ]
     for model in ("mamba2", "kan"):
-        assert (
-            main(
-                [
-                    "train-supervised",
-                    "--model",
-                    model,
-                    "--data-dir",
-                    str(bars),
-                    "--output-dir",
-                    str(models / model / "ES.FUT"),
-                    *small,
-                ]
-            )
-            == 0
-        )
+        assert main(["train-supervised", *flags(model=model, data_dir=bars, output_dir=models / model / "ES.FUT"), *small]) == 0
     assert (
         main(
             [
                 "train-rl",
-                "--model",
-                "ppo",
-                "--data-dir",
-                str(bars),
-                "--output-dir",
-                str(models / "ppo" / "ES.FUT"),
-                "--epochs",
-                "1",
-                "--timesteps-per-epoch",
-                "512",
-                "--n-envs",
-                "4",
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--cv-fold",
-                "0",
+                *flags(
+                    model="ppo",
+                    data_dir=bars,
+                    output_dir=models / "ppo" / "ES.FUT",
+                    epochs=1,
+                    timesteps_per_epoch=512,
+                    n_envs=4,
+                    predecoded_dir=pd,
+                    device="cpu",
+                    cv_fold=0,
+                ),
                 *FOLDS,
             ]
         )
@@ -111,26 +98,18 @@ def trained(tiny_data, tmp_path_factory):
         main(
             [
                 "train",
-                "--mbp10-data-dir",
-                str(book),
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--out",
-                str(models / "perception" / "ES.FUT"),
-                "--epochs",
-                "1",
-                "--batch-size",
-                "32",
-                "--n-train-seqs",
-                "128",
-                "--n-val-seqs",
-                "64",
-                "--seq-len",
-                "16",
-                "--cv-fold",
-                "0",
+                *flags(
+                    mbp10_data_dir=book,
+                    predecoded_dir=pd,
+                    device="cpu",
+                    out=models / "perception" / "ES.FUT",
+                    epochs=1,
+                    batch_size=32,
+                    n_train_seqs=128,
+                    n_val_seqs=64,
+                    seq_len=16,
+                    cv_fold=0,
+                ),
                 *FOLDS,
             ]
         )
@@ -154,27 +133,7 @@ def test_report_end_to_end(trained, tiny_data):
     root, pd = trained
     out = root / "eval" / "ensemble_report.json"
     threads = torch.get_num_threads()
-    assert (
-        main(
-            [
-                "evaluate",
-                "--models-dir",
-                str(root / "models"),
-                "--data-dir",
-                str(tiny_data),
-                "--output",
-                str(out),
-                "--symbols",
-                "ES.FUT",
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                *NO_THRESHOLD,
-            ]
-        )
-        == 0
-    )
+    assert main(evaluate_argv(root, tiny_data, out, pd, *NO_THRESHOLD)) == 0
     assert torch.get_num_threads() == threads  # CPU evaluation runs one intra-op thread per worker, then restores it
     report = load_report(out)  # validates against the schema
     sym = report.symbols["ES.FUT"]
@@ -401,28 +360,7 @@ def test_alpha_evaluate_applies_the_gate_of_promotion_to_every_checkpoint(traine
     and every one at or below it listed as "gate failed" with its metric and threshold."""
     root, pd = trained
     out = root / "eval-gated" / "ensemble_report.json"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--models-dir",
-                str(root / "models"),
-                "--data-dir",
-                str(tiny_data),
-                "--output",
-                str(out),
-                "--symbols",
-                "ES.FUT",
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--min-val-auc",
-                "0.52",
-            ]
-        )
-        == 0
-    )
+    assert main(evaluate_argv(root, tiny_data, out, pd, "--min-val-auc", "0.52")) == 0
     report = load_report(out)
     sym = report.symbols.get("ES.FUT")
     reported = {(m, f.fold) for m, r in (sym.models.items() if sym else []) for f in r.folds}
@@ -455,22 +393,7 @@ def test_a_second_evaluate_into_the_same_report_fails_fast_and_sets_stay_one_wri
 
     root, pd = trained
     out = root / "eval-race" / "ensemble_report.json"
-    argv = [
-        "evaluate",
-        "--models-dir",
-        str(root / "models"),
-        "--data-dir",
-        str(tiny_data),
-        "--output",
-        str(out),
-        "--symbols",
-        "ES.FUT",
-        "--predecoded-dir",
-        str(pd),
-        "--device",
-        "cpu",
-        *NO_THRESHOLD,
-    ]
+    argv = evaluate_argv(root, tiny_data, out, pd, *NO_THRESHOLD)
     out.parent.mkdir(parents=True)
     with Lock(out.with_name(f".{out.name}.lock"), run="first-writer", step=str(out)).hold():
         assert main(argv) == 2
@@ -495,8 +418,7 @@ def test_a_full_disk_under_the_report_names_the_report_s_path(trained, tiny_data
     root, pd = trained
     out = full / "ensemble_report.json"
     try:
-        argv = ["evaluate", "--models-dir", str(root / "models"), "--data-dir", str(tiny_data), "--output", str(out)]
-        code = main([*argv, "--symbols", "ES.FUT", "--predecoded-dir", str(pd), "--device", "cpu", *NO_THRESHOLD])
+        code = main(evaluate_argv(root, tiny_data, out, pd, *NO_THRESHOLD))
     finally:
         subprocess.run(["umount", "-l", str(full)], check=False)
     errors = [line for line in capsys.readouterr().err.splitlines() if ": warning: " not in line]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import SMALL_BOOK, flags
 
 from alpha_core import artifacts
 from alpha_core.errors import PlanError
@@ -168,26 +169,7 @@ def test_a_damaged_complete_attempt_is_rebuilt_never_promoted(tmp_path, capsys):
 
 # --- the writers, frozen past staleness: training, the report, the sidecar cache ------------------------------
 
-PERCEPTION = [
-    "--device",
-    "cpu",
-    "--epochs",
-    "3",
-    "--batch-size",
-    "32",
-    "--n-train-seqs",
-    "128",
-    "--n-val-seqs",
-    "64",
-    "--seq-len",
-    "8",
-    "--lr-warmup-steps",
-    "2",
-    "--cv-fold",
-    "0",
-    "--early-stop-metric",
-    "none",
-]
+PERCEPTION = flags(**SMALL_BOOK, early_stop_metric="none")
 
 
 @pytest.mark.slow
@@ -231,9 +213,9 @@ def tft_models(tiny_data, tmp_path_factory):
     """A tiny trained tft fold, laid out as `alpha evaluate --models-dir` reads it."""
     tmp = tmp_path_factory.mktemp("fencing-tft")
     argv = ["train-supervised", "--model", "tft", "--data-dir", str(tiny_data / "ES.FUT")]
-    argv += ["--predecoded-dir", str(tmp / "pd"), "--epochs", "1", "--cv-n-folds", "2", "--cv-train-window", "2"]
-    argv += ["--cv-fold", "0", "--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "64", "--n-val-seqs", "64"]
-    argv += ["--device", "cpu", "--param", "d_model=16", "--output-dir", str(tmp / "models" / "tft" / "ES.FUT")]
+    argv += flags(predecoded_dir=tmp / "pd", epochs=1, cv_n_folds=2, cv_train_window=2)
+    argv += flags(cv_fold=0, seq_len=16, batch_size=32, n_train_seqs=64, n_val_seqs=64)
+    argv += flags(device="cpu", param="d_model=16", output_dir=tmp / "models" / "tft" / "ES.FUT")
     done = _cli(argv)
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp
@@ -252,7 +234,7 @@ def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_mode
 
     out = tmp_path / "eval" / "ensemble_report.json"
     argv = ["evaluate", "--models-dir", str(tft_models / "models"), "--data-dir", str(tiny_data)]
-    argv += ["--predecoded-dir", str(tft_models / "pd"), "--device", "cpu", "--min-val-auc", "0"]
+    argv += flags(predecoded_dir=tft_models / "pd", device="cpu", min_val_auc=0)
     argv += ["--min-val-sharpe", "-1000", "--output", str(out)]
     frozen = _start_frozen(argv, point)
     try:
@@ -272,8 +254,8 @@ def test_a_frozen_report_writer_never_damages_the_report_that_took_over(tft_mode
 @pytest.mark.slow
 def test_a_frozen_search_never_replaces_the_results_of_the_one_that_took_over(tiny_data, tmp_path):
     out = tmp_path / "hyperopt" / "results.json"
-    argv = ["hyperopt", "--model", "mamba2", "--trials", "2", "--epochs", "1", "--data-dir", str(tiny_data / "ES.FUT")]
-    argv += ["--seq-len", "16", "--batch-size", "32", "--n-train-seqs", "64", "--n-val-seqs", "64", "--device", "cpu"]
+    argv = ["hyperopt", *flags(model="mamba2", trials=2, epochs=1, data_dir=tiny_data / "ES.FUT")]
+    argv += flags(seq_len=16, batch_size=32, n_train_seqs=64, n_val_seqs=64, device="cpu")
     argv += ["--predecoded-dir", str(tmp_path / "pd"), "--output", str(out)]
     frozen = _start_frozen([*argv, "--seed", "1"], "hyperopt.before_results")  # its trials run, its results not written
     try:

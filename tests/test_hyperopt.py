@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from helpers import SMALL_BARS, flags
 
 from alpha_core.cli import main
 from alpha_core.errors import PlanError
@@ -40,30 +41,9 @@ def test_hyperopt_end_to_end_produces_a_params_file_train_supervised_accepts(tin
     results_path = tmp_path / "hyperopt" / "mamba2" / "ES.FUT" / "results.json"
     argv = [
         "hyperopt",
-        "--model",
-        "mamba2",
-        "--trials",
-        "3",
-        "--epochs",
-        "1",
-        "--data-dir",
-        str(bars),
-        "--output",
-        str(results_path),
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "32",
-        "--n-train-seqs",
-        "96",
-        "--n-val-seqs",
-        "96",
-        "--predecoded-dir",
-        str(tmp_path / "pd"),
-        "--device",
-        "cpu",
-        "--seed",
-        "3",
+        *flags(
+            model="mamba2", trials=3, data_dir=bars, output=results_path, predecoded_dir=tmp_path / "pd", seed=3, **SMALL_BARS
+        ),
     ]
     assert main(argv) == 0
     results = json.loads(results_path.read_text())
@@ -77,28 +57,14 @@ def test_hyperopt_end_to_end_produces_a_params_file_train_supervised_accepts(tin
     assert all(isinstance(t["val_sharpe"], float) and math.isfinite(t["val_sharpe"]) for t in results["trials"])
     train = [
         "train-supervised",
-        "--model",
-        "mamba2",
-        "--data-dir",
-        str(bars),
-        "--output-dir",
-        str(tmp_path / "m"),
-        "--params-file",
-        str(results_path),
-        "--epochs",
-        "1",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "32",
-        "--n-train-seqs",
-        "96",
-        "--n-val-seqs",
-        "96",
-        "--predecoded-dir",
-        str(tmp_path / "pd"),
-        "--device",
-        "cpu",
+        *flags(
+            model="mamba2",
+            data_dir=bars,
+            output_dir=tmp_path / "m",
+            params_file=results_path,
+            predecoded_dir=tmp_path / "pd",
+            **SMALL_BARS,
+        ),
     ]
     assert main(train) == 0
     params = json.loads((tmp_path / "m" / "fold-0" / "params.json").read_text())

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import flags
 from model_harness import assert_causal
 from safetensors.torch import load_model, save_model
 
@@ -102,32 +103,21 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys,
     monkeypatch.setattr(stages_module, "_first_clock_taken", False)  # as in a fresh process: the CLI's first clock
     argv = [
         "train-supervised",
-        "--model",
-        "mamba2",
-        "--data-dir",
-        str(bars_dir),
-        "--output-dir",
-        str(tmp_path / "m"),
-        "--predecoded-dir",
-        str(tmp_path / "pd"),
-        "--epochs",
-        "2",
-        "--cv-n-folds",
-        "2",
-        "--cv-train-window",
-        "2",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "32",
-        "--n-train-seqs",
-        "128",
-        "--n-val-seqs",
-        "128",
-        "--param",
-        "n_layers=1",
-        "--device",
-        "cpu",
+        *flags(
+            model="mamba2",
+            data_dir=bars_dir,
+            output_dir=tmp_path / "m",
+            predecoded_dir=tmp_path / "pd",
+            epochs=2,
+            cv_n_folds=2,
+            cv_train_window=2,
+            seq_len=16,
+            batch_size=32,
+            n_train_seqs=128,
+            n_val_seqs=128,
+            param="n_layers=1",
+            device="cpu",
+        ),
     ]
     assert main(argv) == 0
     for k in (0, 1):
@@ -152,10 +142,7 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys,
         assert set(stages) >= {"data", "build", "first_step", "epochs", "validation", "val_score", "writing", "total"} | first
         assert all(v >= 0 for v in stages.values()) and (k == 1) == ("imports" not in stages)
         assert sum(v for n, v in stages.items() if n != "total") <= stages["total"] + 1e-3
-    assert (
-        main(["train-supervised", "--model", "perception", "--data-dir", str(bars_dir), "--output-dir", str(tmp_path / "p")])
-        == 2
-    )
+    assert main(["train-supervised", *flags(model="perception", data_dir=bars_dir, output_dir=tmp_path / "p")]) == 2
     assert "is trained by `alpha train`" in capsys.readouterr().err
 
 

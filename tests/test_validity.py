@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import SMALL_BARS, flags
 
 from alpha_core import metrics
 from alpha_core.cli import main
@@ -22,20 +23,7 @@ from alpha_core.eval.validation import file_score, recorded_sharpe
 from alpha_core.gates import GateThresholds
 from alpha_core.train.tracking import Trackers
 
-SMALL = [
-    "--epochs",
-    "1",
-    "--seq-len",
-    "16",
-    "--batch-size",
-    "32",
-    "--n-train-seqs",
-    "96",
-    "--n-val-seqs",
-    "96",
-    "--device",
-    "cpu",
-]
+SMALL = flags(**SMALL_BARS)
 
 
 @pytest.fixture(scope="module")
@@ -49,19 +37,10 @@ def bars(tiny_data, tmp_path_factory):
 
 
 def _hyperopt(model: str, bars_dir, pd, out, *extra: str) -> dict:
-    rl = ["--timesteps-per-epoch", "256", "--epochs", "1", "--device", "cpu"]
+    rl = flags(timesteps_per_epoch=256, epochs=1, device="cpu")
     argv = [
         "hyperopt",
-        "--model",
-        model,
-        "--trials",
-        "2",
-        "--data-dir",
-        str(bars_dir),
-        "--output",
-        str(out),
-        "--predecoded-dir",
-        str(pd),
+        *flags(model=model, trials=2, data_dir=bars_dir, output=out, predecoded_dir=pd),
         *(rl if model in ("dqn", "ppo") else SMALL),
         *extra,
     ]
@@ -103,16 +82,13 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
         main(
             [
                 "train-supervised",
-                "--model",
-                "mamba2",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(models / "mamba2" / "ES.FUT"),
-                "--params-file",
-                str(results_path),
-                "--predecoded-dir",
-                str(pd),
+                *flags(
+                    model="mamba2",
+                    data_dir=bars_dir,
+                    output_dir=models / "mamba2" / "ES.FUT",
+                    params_file=results_path,
+                    predecoded_dir=pd,
+                ),
                 *SMALL,
             ]
         )
@@ -123,18 +99,7 @@ def test_the_original_commands_find_their_search_and_count_every_trial(bars, tin
         main(
             [
                 "evaluate",
-                "--models-dir",
-                str(models),
-                "--data-dir",
-                str(tiny_data),
-                "--output",
-                str(out),
-                "--predecoded-dir",
-                str(pd),
-                "--device",
-                "cpu",
-                "--min-val-auc",
-                "0",
+                *flags(models_dir=models, data_dir=tiny_data, output=out, predecoded_dir=pd, device="cpu", min_val_auc=0),
             ]
         )
         == 0
@@ -166,16 +131,7 @@ def _train(bars_dir, pd, out, params, *extra):
     return main(
         [
             "train-supervised",
-            "--model",
-            "mamba2",
-            "--data-dir",
-            str(bars_dir),
-            "--output-dir",
-            str(out),
-            "--params-file",
-            str(params),
-            "--predecoded-dir",
-            str(pd),
+            *flags(model="mamba2", data_dir=bars_dir, output_dir=out, params_file=params, predecoded_dir=pd),
             *SMALL,
             *extra,
         ]
@@ -231,16 +187,7 @@ def test_a_nested_search_trains_only_its_own_fold_and_only_its_own_model(bars, t
         main(
             [
                 "train-supervised",
-                "--model",
-                "kan",
-                "--data-dir",
-                str(bars_dir),
-                "--output-dir",
-                str(tmp_path / "k"),
-                "--params-file",
-                str(nested),
-                "--predecoded-dir",
-                str(pd),
+                *flags(model="kan", data_dir=bars_dir, output_dir=tmp_path / "k", params_file=nested, predecoded_dir=pd),
                 *SMALL,
                 "--cv-fold",
                 "1",
@@ -256,8 +203,8 @@ def _train_fold_0(command: str, model: str, bars, models, *args: str) -> int:
     bars_dir, pd, _ = bars
     out = models / model / "ES.FUT"
     return main(
-        [command, "--model", model, "--data-dir", str(bars_dir), "--output-dir", str(out), "--predecoded-dir", str(pd)]
-        + ["--device", "cpu", "--cv-n-folds", "2", "--cv-fold", "0", *args]
+        [command, *flags(model=model, data_dir=bars_dir, output_dir=out, predecoded_dir=pd)]
+        + [*flags(device="cpu", cv_n_folds=2, cv_fold=0), *args]
     )
 
 
@@ -298,7 +245,7 @@ def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, 
     on that file, to the bit, at the evaluator's defaults; another band, horizon, cost or file is not reused."""
     sidecars = bars[2]
     models = tmp_path / "models"
-    small = ["--epochs", "1", "--seq-len", "16", "--batch-size", "64", "--n-train-seqs", "256", "--n-val-seqs", "128"]
+    small = flags(epochs=1, seq_len=16, batch_size=64, n_train_seqs=256, n_val_seqs=128)
     assert _train_fold_0("train-supervised", "kan", bars, models, *small) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
     val_name = ckpt.summary["val_files"][-1]

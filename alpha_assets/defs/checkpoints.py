@@ -5,6 +5,7 @@ threshold and the partition. A passing attempt is promoted to `models/<model>/<s
 missed gate fails the step with its reason in one line (no materialization), so Dagster shows the partition, its run
 and its backfill as failed."""
 
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from alpha_core import artifacts
 from alpha_core.eval.report import epoch_curves
 from alpha_core.gates import GATE_CHECK, GateThresholds, check_gate
 from alpha_core.models import registry
-from alpha_core.trainers import RL, SUPERVISED
 
 GATE_TAG = "alpha/gate"  # `alpha/gate/<model>` on a run whose checkpoint missed its gate: the reason, in the runs list
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
@@ -177,34 +177,23 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
         "allow_untested_folds": True,
     }  # the fold plan asset already decided, and checked, the layout
     out = attempt.dest.parent
-    if spec.kind is SUPERVISED:
-        from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
+    if not spec.kind.reads_book:  # the bar trainers: one settings shape and one entry point signature
+        from alpha_core.train import configs
 
-        cfg = SupervisedTrainConfig(
+        config_class = getattr(configs, spec.kind.config)
+        module, function = spec.kind.entry
+        cfg = config_class(
             model=name,
             data_dir=data.symbol_dir(symbol),
             output_dir=out,
             symbol=symbol,
             predecoded_dir=storage.predecoded_dir(symbol),
             **common,
-            **given(config, SupervisedTrainConfig.model_fields),
+            **given(config, config_class.model_fields),
         )
-        (s,) = train_supervised(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
-        return s, s.horizons
-    if spec.kind is RL:
-        from alpha_core.train.rl import RLTrainConfig, train_rl
-
-        cfg = RLTrainConfig(
-            model=name,
-            data_dir=data.symbol_dir(symbol),
-            output_dir=out,
-            symbol=symbol,
-            predecoded_dir=storage.predecoded_dir(symbol),
-            **common,
-            **given(config, RLTrainConfig.model_fields),
-        )
-        (s,) = train_rl(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
-        return s, []
+        train = getattr(importlib.import_module(module), function)
+        (s,) = train(cfg, params_file, attempt_id=attempt.id, promote=False, retry=retry)
+        return s, [] if spec.kind.trades_actions else s.horizons
     from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
     cfg = TrainConfig(

@@ -23,6 +23,7 @@ import numpy as np
 from alpha_core.data.loader import take_rows
 from alpha_core.data.sidecar import ARRAYS, Sidecar
 from alpha_core.eval.predict import BATCH, CPU_BATCH, NO_DECISION, Loaded, Prediction, book_snapshots_at, predict
+from alpha_core.models.hooks import Sampling, cpu_batch
 
 SEED = 0xB1D
 SPAN = 0.02  # the cuts fall in the first 2% of the bars a checkpoint decides (after its first window and holding)
@@ -65,7 +66,7 @@ def spliced(sc: Sidecar, stop: int, cut: int, salt: int) -> Sidecar:
 
 
 def _batch(model: Loaded) -> int:
-    return getattr(model.net, "cpu_batch", CPU_BATCH) if model.device.type == "cpu" else BATCH
+    return cpu_batch(model.net, CPU_BATCH) if model.device.type == "cpu" else BATCH
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -88,7 +89,7 @@ def check(model: Loaded, bars: Sidecar, book: Sidecar | None, whole: Prediction,
     start = model.window - 1
     for cut in cut_points(bars.rows, int(decided[0]) + hold + AFTER, len(decided)):
         stop = cut + 1 + AFTER
-        if hasattr(model.net, "forward_last"):  # a sampling model: whole batches, so its noise is drawn as before
+        if isinstance(model.net, Sampling):  # a sampling model: whole batches, so its noise is drawn as before
             stop = start + math.ceil((stop - start) / _batch(model)) * _batch(model)
         stop = min(bars.rows, stop)
         short_bars = spliced(bars, stop, cut, 0)

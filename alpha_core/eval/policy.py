@@ -139,14 +139,6 @@ def grid_size(n_horizons: int, aux: bool = False) -> int:
     return n_horizons * len(HOLDS) * (len(TRADE_SHARES) * len(SIZINGS) + (1 if aux else 0))
 
 
-def net_sharpe(
-    policy: Policy, probs: np.ndarray, ts: np.ndarray, moves: np.ndarray, cost_ticks: float, aux: np.ndarray | None = None
-) -> float:
-    """The evaluator's annualised Sharpe (daily sessions, net of `cost_ticks` per unit of turnover) of a policy."""
-    pnl = metrics.bar_pnl(positions(policy, probs, aux), moves, cost_ticks)
-    return metrics.sharpe(metrics.daily_pnl(ts, pnl)[1])
-
-
 def fit(
     probs: np.ndarray,
     ts: np.ndarray,

@@ -45,12 +45,13 @@ from alpha_core.data.sidecar import Sidecar
 from alpha_core.eval import policy as policies
 from alpha_core.eval.policy import Policy
 from alpha_core.models import registry
+from alpha_core.models.hooks import LastPosition, PositionWise, Sampling, cpu_batch
 from alpha_core.trainers import Trainer
 from alpha_core.weights import load_weights
 
 BATCH = 4096  # windows per forward pass on an accelerator
 CPU_BATCH = 128  # on CPU: small batches stay in cache (4096 windows took 3x the CPU time of 128-256 per window)
-# (a model's `cpu_batch` attribute, where set, is its own: measured fastest for it, bench/README.md)
+# (a model's `cpu_batch` (`models.hooks.CpuBatch`), where set, is its own: measured fastest for it, bench/README.md)
 MAX_CPU_WORKERS = 8  # CPU threads that each run one batch at a time
 SAMPLING_SEED = 0x5EED  # the noise of sampling models in evaluation: the same report for the same checkpoint
 BLOCK_ROWS = 1 << 20  # rows of one column read per block where a book file's times are scanned (8 MiB)
@@ -91,11 +92,6 @@ class Checkpoint:
     def weights(self) -> Path:
         """The checkpoint the gate judged: a book model keeps several, its summary names the one it reports."""
         return self.path / self.trainer.weights_file(self.summary)
-
-
-def positions_from_probs(probs: np.ndarray, band: float) -> np.ndarray:
-    """The fixed rule on one horizon's probabilities (`policy.fixed`)."""
-    return np.where(probs > 0.5 + band, 1.0, np.where(probs < 0.5 - band, -1.0, 0.0))
 
 
 def _blocks(sc: Sidecar, name: str):
@@ -342,10 +338,11 @@ def _probs_at(
     if len(rows) == 0:
         return np.empty((0, 0), np.float32), np.empty(0, np.int64)
     mean, std = (torch.from_numpy(a).to(device) for a in norm.arrays())
-    sampling = hasattr(model, "forward_last")
+    sampling = isinstance(model, Sampling)
+    position_wise, last_position = isinstance(model, PositionWise), isinstance(model, LastPosition)
     generator = torch.Generator(device=device).manual_seed(SAMPLING_SEED) if sampling else None
     cpu = device.type == "cpu"
-    batch = getattr(model, "cpu_batch", CPU_BATCH) if cpu else BATCH
+    batch = cpu_batch(model, CPU_BATCH) if cpu else BATCH
     parallel = cpu and not sampling
     lags = np.arange(-seq_len + 1, 1)
     probs, reads = [], []
@@ -356,7 +353,7 @@ def _probs_at(
         else:
             need = np.unique((ends[:, None] + lags).ravel())
         values = torch.from_numpy(fetch("features", need)).to(device).float().sub_(mean).div_(std)  # [len(need), F]
-        if hasattr(model, "position_wise"):  # chunks of as many rows as a batch of windows has positions
+        if position_wise:  # chunks of as many rows as a batch of windows has positions
             (values,) = _padded(
                 lambda r, v=values: (model.position_wise(v[r][None])[0],),
                 torch.arange(len(values), device=device),
@@ -376,10 +373,10 @@ def _probs_at(
                 last = model.last_logits(x, times[index])
             elif sampling:
                 last = model.forward_last(x, generator=generator)
-            elif hasattr(model, "last_position"):  # only what the window's last position depends on
+            elif last_position:  # only what the window's last position depends on
                 last = model.last_position(x)
             else:
-                last = (model.forward_windows(x) if hasattr(model, "position_wise") else model(x))[:, -1]
+                last = (model.forward_windows(x) if position_wise else model(x))[:, -1]
             return torch.sigmoid(last.float()), where[index.amax(dim=1)]
 
         # a window's K rows are consecutive among the fetched rows, so its last one's place locates it
@@ -447,17 +444,6 @@ def window_probs(
         aux,
     )
     return rows, probs, read
-
-
-def window_probs_at(model: Loaded, sc: Sidecar, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """([N, H] up-probabilities of the windows ending at `rows` of a bar or book file (every full window when
-    None), NaN elsewhere; [N] the latest row each of those windows read, -1 elsewhere): `window_probs` laid out
-    over every row of the file (a test's view; evaluation keeps the compact form)."""
-    got, p, r = window_probs(model, sc, rows)
-    probs = np.full((sc.rows, len(sc.meta.horizons)), np.nan, dtype=np.float32)
-    read = np.full(sc.rows, -1, dtype=np.int64)
-    probs[got], read[got] = p, r
-    return probs, read
 
 
 def _index_of(got: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -217,24 +217,32 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
     ), plan
 
 
+def _trial_settings(cfg: HyperoptConfig, tmp: str) -> dict:
+    """The settings a trial of either bar trainer takes from the search: the model, the data, the epochs, the seed
+    and the device; its checkpoint goes to the trial's temporary folder."""
+    return {
+        "model": cfg.model,
+        "data_dir": cfg.data_dir,
+        "output_dir": Path(tmp),
+        "predecoded_dir": cfg.predecoded_dir,
+        "symbol": cfg.symbol,
+        "epochs": cfg.epochs,
+        "seed": cfg.seed,
+        "device": cfg.device,
+    }
+
+
 def _supervised_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float, float, int]:
     """(best validation mean AUC, the evaluator's validation Sharpe of that checkpoint, its sessions)."""
     from alpha_core.train.supervised import SupervisedTrainConfig, train_supervised
 
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
         train_cfg = SupervisedTrainConfig(
-            model=cfg.model,
-            data_dir=cfg.data_dir,
-            output_dir=Path(tmp),
-            predecoded_dir=cfg.predecoded_dir,
-            symbol=cfg.symbol,
-            epochs=cfg.epochs,
+            **_trial_settings(cfg, tmp),
             seq_len=cfg.seq_len,
             batch_size=cfg.batch_size,
             n_train_seqs=cfg.n_train_seqs,
             n_val_seqs=cfg.n_val_seqs,
-            seed=cfg.seed,
-            device=cfg.device,
             early_stop_metric="mean_auc",
         )
         (summary,) = train_supervised(train_cfg, explicit_params=params, folds=[split])
@@ -246,16 +254,6 @@ def _rl_trial(cfg: HyperoptConfig, params: dict, split: FoldData) -> tuple[float
     from alpha_core.train.rl import RLTrainConfig, train_rl
 
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{owner_tag()}~") as tmp:
-        train_cfg = RLTrainConfig(
-            model=cfg.model,
-            data_dir=cfg.data_dir,
-            output_dir=Path(tmp),
-            predecoded_dir=cfg.predecoded_dir,
-            symbol=cfg.symbol,
-            epochs=cfg.epochs,
-            timesteps_per_epoch=cfg.timesteps_per_epoch,
-            seed=cfg.seed,
-            device=cfg.device,
-        )
+        train_cfg = RLTrainConfig(**_trial_settings(cfg, tmp), timesteps_per_epoch=cfg.timesteps_per_epoch)
         (summary,) = train_rl(train_cfg, explicit_params=params, folds=[split])
         return float(summary.val_sharpe), summary.val_sessions

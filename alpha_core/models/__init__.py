@@ -1,1 +1,2 @@
-"""Sequence models of alpha (CfC, Mamba2, heads); pure PyTorch, no dagster."""
+"""Sequence models of alpha: the flagship, the supervised members, their kernels, the registry and the model
+protocol (`hooks`). No dagster."""

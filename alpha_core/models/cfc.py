@@ -47,7 +47,7 @@ __all__ = ["CfC", "CfCCell", "LeCun"]
 class LeCun(nn.Module):
     """LeCun's scaled tanh, 1.7159 * tanh(0.666 * x) (ncps's default backbone activation)."""
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [...] -> [...] (elementwise)
         return 1.7159 * torch.tanh(0.666 * x)
 
 
@@ -141,6 +141,7 @@ class CfC(nn.Module):
 
         Returns (outputs [B, L, H], h_last [B, H]); outputs[:, t] is the state after step t.
         """
+        # x [B, L, in], timespans [B, L] | [B, L, 1] | [B, L, H], h0 [B, H] -> ([B, L, H], [B, H])
         if x.dim() != 3 or x.shape[2] != self.input_size:
             raise ValueError(f"x must have shape [B, L, {self.input_size}], got {tuple(x.shape)}")
         batch, length, _ = x.shape
@@ -231,6 +232,7 @@ class CfCScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, xproj: Tensor, ts: Tensor, w_h: Tensor, w_heads: Tensor, b_heads: Tensor, keep: bool = True) -> Tensor:
+        # xproj [B, L, U], ts [B, L, H], w_h [U, H], w_heads [4H, U], b_heads [4H] -> [B, L, H]
         dtype = xproj.dtype
         with torch.autocast(xproj.device.type, enabled=False):
             w_h_, w_heads_, b_heads_ = w_h.to(dtype), w_heads.to(dtype), b_heads.to(dtype)

@@ -1,5 +1,7 @@
 """Diffusion ensemble member: a conditional DDPM (Ho et al. 2020) over the forward moves at every horizon.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`DiffusionModel`) with OwnLoss, Sampling.
+
 Target. At position k the vector y0[b, k, :] holds the forward price move in ticks at each horizon,
 ``move = (outcome_long - outcome_short) / 2 / tick_size`` (outcome_long = move - cost and outcome_short =
 -move - cost, so the cost cancels), divided by a per-horizon scale ``s_h = sqrt(E[move_h^2])``. The scale is
@@ -207,6 +209,7 @@ class Denoiser(nn.Module):
         return self.time_mlp(timestep_embedding(t, self.d_time))
 
     def forward(self, yt: Tensor, time_term: Tensor, context_term: Tensor) -> Tensor:
+        # yt [S, B, K, H], time_term [d_hidden] | [S, B, K, d_hidden], context_term [B, K, d_hidden] -> eps [S, B, K, H]
         h = F.silu(self.in_y(yt) + context_term + time_term)
         return self.out(F.silu(self.hidden(h)))
 
@@ -265,7 +268,7 @@ class DiffusionModel(nn.Module):
         """x [B, K, F] -> logits [B, K, H] of P(move_h > 0) from ``n_samples`` ancestral samples per position."""
         return self.logits_from_context(self.encode(x), generator)
 
-    def forward_last(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    def forward_last(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:  # x [B, K, F] -> logits [B, H]
         """Logits [B, H] at the last position only: ``forward(x)[:, -1]`` (same seed, common noise) at 1/K the cost."""
         return self.logits_from_context(self.encode(x)[:, -1:], generator)[:, 0]
 

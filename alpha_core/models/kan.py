@@ -1,6 +1,8 @@
 """Kolmogorov-Arnold network (Liu et al. 2024, "KAN: Kolmogorov-Arnold Networks") with B-spline edges, in the
 efficient-kan formulation (Blealtan/efficient-kan), plus a small causal sequence model built from it.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`KANModel`) with LastPosition.
+
 Why in-house: pykan is a research tool (undeclared imports, writes checkpoints to ``./model`` by default, 19x slower
 with its symbolic bookkeeping on) and efficient-kan is not on PyPI; the layer is ~40 lines. See
 docs/libraries.md.
@@ -124,7 +126,7 @@ class KANLinear(nn.Module):
     def scaled_spline_weight(self) -> Tensor:
         return self.spline_weight * self.spline_scaler.unsqueeze(-1)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [..., in] -> [..., out]
         base = F.linear(F.silu(x), self.base_weight)
         spline = F.linear(self.b_splines(x).flatten(-2), self.scaled_spline_weight.flatten(-2))
         return base + spline
@@ -189,7 +191,7 @@ class CausalEMA(nn.Module):
         w = torch.exp(log_a[..., None, None] * lag.clamp(min=0)) * causal  # exponent <= 0
         return w / w.sum(-1, keepdim=True)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> [B, K, R, F]
         w = self.weights(x.shape[1], x.dtype, x.device)
         return torch.einsum("rfts,bsf->btrf", w, x)
 
@@ -219,7 +221,7 @@ class KANModel(nn.Module):
         dev = self.ema(x) - x.unsqueeze(2)  # [B, K, R, F]
         return torch.cat([x, dev.flatten(-2)], dim=-1)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         if x.dim() != 3 or x.shape[-1] != self.cfg.n_features:
             raise ValueError(f"x must be [B, K, {self.cfg.n_features}], got {tuple(x.shape)}")
         z = self.norm_in(self.features(x))

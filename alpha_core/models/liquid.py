@@ -1,5 +1,7 @@
 """Liquid ensemble member: ncps's liquid time-constant network (Hasani et al. 2021) over regular bars.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`LiquidModel`), no optional hook.
+
 x [B, K, F] -> ncps `LTC` (the original authors' library; fully connected wiring, `ode_unfolds` fused Euler
 steps per bar, softplus-constrained parameters) -> Linear(units, H). Bars are regular (one per traded
 minute), so no timespans are passed: ncps's batched timespans are broken (docs/libraries.md), and the
@@ -47,7 +49,7 @@ class LiquidModel(nn.Module):
         )
         self.heads = nn.Linear(cfg.units, len(cfg.horizons))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         if not x.is_cuda:
             states, _ = self.ltc(x)
             return self.heads(states)

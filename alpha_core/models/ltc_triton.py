@@ -172,6 +172,7 @@ class LTCScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, ns, ds, w, sigma, mu, erev, cmt, gleak, glvl, unfolds: int, eps: float, save: bool):
+        # ns, ds [B, L, U], w, sigma, mu, erev [U, U], cmt, gleak, glvl [U] -> states [B, L, U]
         batch, length, units = ns.shape
         out = torch.empty_like(ns)
         vs = ns.new_empty(batch, length, unfolds, units) if save else ns.new_empty(0)

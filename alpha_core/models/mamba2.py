@@ -196,7 +196,7 @@ class Mamba2Block(nn.Module):
         self.norm = nn.RMSNorm(d_inner, eps=1e-5)  # gated: norm(y * silu(z))
         self.out_proj = nn.Linear(d_inner, cfg.d_model, bias=False)
 
-    def forward(self, u: Tensor) -> Tensor:
+    def forward(self, u: Tensor) -> Tensor:  # u [B, L, d_model] -> [B, L, d_model]
         cfg = self.cfg
         batch, seqlen, _ = u.shape
         z, x, dt, A, B, C = self._inputs(u)
@@ -205,7 +205,7 @@ class Mamba2Block(nn.Module):
         y = self.norm(y.reshape(batch, seqlen, cfg.d_inner) * F.silu(z))
         return self.out_proj(y)
 
-    def forward_last(self, u: Tensor) -> Tensor:
+    def forward_last(self, u: Tensor) -> Tensor:  # u [B, L, d_model] -> [B, 1, d_model]
         """`forward(u)[:, -1:]` (inference): the output at the last position is C there times the state after it
         (plus the skip), so the scan computes only the final state, and the gate, norm and projection one position."""
         cfg = self.cfg
@@ -246,12 +246,12 @@ class Mamba2(nn.Module):
             for layer in self.layers:
                 layer["mixer"].out_proj.weight.div_(math.sqrt(max(cfg.n_layers, 1)))
 
-    def forward(self, u: Tensor) -> Tensor:
+    def forward(self, u: Tensor) -> Tensor:  # u [B, L, d_model] -> [B, L, d_model]
         for layer in self.layers:
             u = u + layer["mixer"](layer["norm"](u))
         return self.norm_f(u)
 
-    def forward_last(self, u: Tensor) -> Tensor:
+    def forward_last(self, u: Tensor) -> Tensor:  # u [B, L, d_model] -> [B, 1, d_model]
         """`forward(u)[:, -1:]` (inference): every layer but the last over every position, the last one at the last."""
         if not len(self.layers):
             return self.norm_f(u[:, -1:])

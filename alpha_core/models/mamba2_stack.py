@@ -1,5 +1,7 @@
 """Mamba2 ensemble member: input projection -> stacked Mamba2 blocks (the flagship's SSD) -> per-horizon heads.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`Mamba2StackModel`) with LastPosition, CpuBatch.
+
 x [B, K, F] -> Linear(F, d_model) -> Mamba2 x n_layers (pre-norm residual, final RMSNorm) -> Linear(d_model, H).
 The SSD recurrence is causal, so the logit at position k depends on x[:, :k+1] only.
 """
@@ -39,7 +41,7 @@ class Mamba2StackModel(nn.Module):
         )
         self.heads = nn.Linear(cfg.d_model, len(cfg.horizons))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         return self.heads(self.backbone(self.input_proj(x)))
 
     def last_position(self, x: Tensor) -> Tensor:

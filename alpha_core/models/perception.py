@@ -1,6 +1,8 @@
 """The flagship perception model: input projection -> Mamba2 -> CfC trunk -> per-horizon heads, plus the
 auxiliary outcome path of the original system, and the small on-device controllers that steer its training.
 
+Hooks (alpha_core/models/hooks.py): BookModel (`PerceptionModel`); trained by its own trainer (`train/perception.py`).
+
 Forward, for a window x [B, K, F] with time steps dt [B, K] (seconds between snapshots):
 
     e = Mamba2(Linear(x))                                  encoder, [B, K, d]
@@ -135,6 +137,7 @@ class PerceptionModel(nn.Module):
         return enc, steps, steps.unsqueeze(-1) * torch.exp(-log_tau)[self.bucket_of_unit]
 
     def forward(self, x: Tensor, dt: Tensor) -> dict[str, Tensor]:
+        # x [B, K, F], dt [B, K] -> logits, aux_long, aux_short [B, K, H]
         enc, steps, ts = self._encode(x, dt)
         aux_in = torch.where(self.aux_lifted, enc, enc.detach())
         # both trunks step in one loop (block-diagonal weights), or each in one fused kernel on cuda

@@ -3,8 +3,8 @@
 Adding a model is one entry here; the CLI (`alpha models`, `alpha train-supervised`, `alpha hyperopt`) and the
 Dagster assets are generated from it. A spec is data (listing the registry imports no torch); its config class and
 builder are imported when a model is built. Supervised models map a window x [B, K, F] to causal
-per-horizon logits [B, K, H]; a model may define `loss(batch, tick_size)` to train on something other than
-masked BCE (the diffusion member does). RL models are built by the RL trainer from their config.
+per-horizon logits [B, K, H] and may add the optional hooks of `alpha_core.models.hooks` (their own loss, a
+sampling forward, the last position only, ...). RL models are built by the RL trainer from their config.
 """
 
 from __future__ import annotations

@@ -199,6 +199,7 @@ class SLSTMScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, wx: Tensor, R: Tensor, save: bool):
+        # wx [B, T, 4, NH, DH], R [NH, DH, 4, DH] -> (h [B, T, NH, DH], (c, n, m) [3, B, NH, DH])
         batch, length, _, heads, dh = wx.shape
         out = wx.new_empty(batch, length, heads, dh)
         states = [wx.new_empty(batch, length, heads, dh) if save else wx.new_empty(0) for _ in range(3)]

@@ -1,6 +1,8 @@
 """Temporal Fusion Transformer (Lim, Arik, Loeff & Pfister 2021, "Temporal Fusion Transformers for interpretable
 multi-horizon time series forecasting", IJF), in-house, as a causal per-position classifier of the alpha zoo.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TFTModel`) with PositionWise.
+
 Why in-house: pytorch-forecasting 1.8.0's TFT is a LightningModule fed by a DataFrame-built batch dict, with ~20
 graph breaks (``.item()`` on encoder lengths) and ~250 MB of dependencies (docs/libraries.md). The pieces are
 small; here they are batch-first and take our tensor windows ``x [B, K, F] -> logits [B, K, H]``.
@@ -108,7 +110,7 @@ class GRN(nn.Module):
             return a @ w + b
         return torch.einsum("...gi,gio->...go", a, w) + b
 
-    def forward(self, a: Tensor) -> Tensor:
+    def forward(self, a: Tensor) -> Tensor:  # a [..., d_in] -> [..., d_out] (grouped: [..., G, d_in] -> [..., G, d_out])
         eta2 = F.elu(self._lin(a, self.w2, self.b2))
         eta1 = self._lin(eta2, self.w1, self.b1)
         gated = F.glu(self._lin(self.dropout(eta1), self.w_glu, self.b_glu), dim=-1)  # value * sigmoid(gate)
@@ -125,7 +127,7 @@ class GateAddNorm(nn.Module):
         self.glu = nn.Linear(d, 2 * d)
         self.norm = nn.LayerNorm(d)
 
-    def forward(self, g: Tensor, residual: Tensor) -> Tensor:
+    def forward(self, g: Tensor, residual: Tensor) -> Tensor:  # g, residual [..., d] -> [..., d]
         return self.norm(residual + F.glu(self.glu(self.dropout(g)), dim=-1))
 
 
@@ -140,7 +142,7 @@ class VariableSelectionNetwork(nn.Module):
         self.selector = GRN(n_features * d, d, n_features, dropout=dropout)
         self.feature_grns = GRN(d, d, d, n_groups=n_features, dropout=dropout)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:  # x [B, K, F] -> (selected [B, K, d], weights [B, K, F])
         xi = x.unsqueeze(-1) * self.emb_weight + self.emb_bias  # [B, K, F, d]
         weights = torch.softmax(self.selector(xi.flatten(-2)), dim=-1)  # [B, K, F]
         processed = self.feature_grns(xi)  # [B, K, F, d]
@@ -161,7 +163,7 @@ class InterpretableMultiHeadAttention(nn.Module):
         self.out = nn.Linear(self.d_head, d)  # W_H
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, theta: Tensor) -> tuple[Tensor, Tensor]:  # theta [B, K, d] -> (out [B, K, d], attn [B, h, K, K])
         b, k, _ = theta.shape
         q = self.q(theta).view(b, k, self.n_heads, self.d_head)
         key = self.k(theta).view(b, k, self.n_heads, self.d_head)
@@ -212,7 +214,7 @@ class TFTModel(nn.Module):
         self.last_variable_weights: Tensor | None = None
         self.last_attention: Tensor | None = None
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         if x.dim() != 3 or x.shape[-1] != self.cfg.n_features:
             raise ValueError(f"expected x [B, K, {self.cfg.n_features}], got {tuple(x.shape)}")
         selected, weights = self.vsn(x)
@@ -225,7 +227,7 @@ class TFTModel(nn.Module):
         hold the bar (it is about 80% of forward's CPU time)."""
         return self.vsn(x)[0]
 
-    def forward_windows(self, selected: Tensor) -> Tensor:
+    def forward_windows(self, selected: Tensor) -> Tensor:  # selected [B, K, d] -> logits [B, K, H]
         """forward from the variable selection's output [B, K, d] (`position_wise`): logits [B, K, H]."""
         phi, _ = self.lstm(selected)
         phi = self.post_lstm(phi, selected)

@@ -1,5 +1,7 @@
 """TGGN ensemble member: a temporal gated graph network over the features (nodes) of each bar.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TGGNModel`) with PositionWise, LastPosition.
+
 "TGGN" is read as GGNN spatial steps + gated temporal convolutions (STGCN / Graph WaveNet
 style). For bar data every input feature is a node:
 
@@ -43,7 +45,7 @@ class GatedGraphStep(nn.Module):
         self.message = nn.Linear(d, d, bias=False)
         self.gru = nn.GRUCell(d, d)
 
-    def forward(self, h: Tensor, adjacency: Tensor) -> Tensor:
+    def forward(self, h: Tensor, adjacency: Tensor) -> Tensor:  # h [B, K, N, d], adjacency [N, N] -> [B, K, N, d]
         m = torch.einsum("nm,...md->...nd", adjacency, self.message(h))
         return self.gru(m.reshape(-1, m.shape[-1]), h.reshape(-1, h.shape[-1])).reshape(h.shape)
 
@@ -56,7 +58,7 @@ class GatedTemporalConv(nn.Module):
         self.pad = (kernel_size - 1) * dilation
         self.conv = nn.Conv1d(d, 2 * d, kernel_size, dilation=dilation)
 
-    def forward(self, h: Tensor) -> Tensor:  # [B, K, N, d]
+    def forward(self, h: Tensor) -> Tensor:  # h [B, K, N, d] -> [B, K, N, d]
         b, k, n, d = h.shape
         seq = h.permute(0, 2, 3, 1).reshape(b * n, d, k)  # each node's series
         f, g = self.conv(F.pad(seq, (self.pad, 0))).chunk(2, dim=1)
@@ -81,7 +83,7 @@ class TGGNModel(nn.Module):
     def adjacency(self) -> Tensor:
         return torch.softmax(torch.relu(self.e1 @ self.e2.T), dim=-1)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H] (the F features are the N nodes)
         return self.forward_windows(self.position_wise(x))
 
     def position_wise(self, x: Tensor) -> Tensor:
@@ -93,7 +95,7 @@ class TGGNModel(nn.Module):
             h = step(h, a)
         return h
 
-    def forward_windows(self, h: Tensor) -> Tensor:
+    def forward_windows(self, h: Tensor) -> Tensor:  # h [B, K, N, d] -> logits [B, K, H]
         """forward from the graph steps' node states (`position_wise`): logits [B, K, H]."""
         for conv in self.temporal:
             h = conv(h)

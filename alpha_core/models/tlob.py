@@ -1,5 +1,7 @@
 """TLOB (Berti & Kasneci 2025): dual attention over time and over features, made causal for per-position labels.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`TLOBModel`) with LastPosition, CpuBatch.
+
 The paper's model (written here from the paper, no copied code)
 ---------------------------------------------------------------------------------------------------------
 Input ``X [T, F]`` (a window of order-book snapshots) goes through
@@ -123,7 +125,7 @@ class CausalBiN(nn.Module):
         var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.gamma_f + self.beta_f
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> [B, K, F]
         y1, y2 = F.softplus(self.mix_raw).unbind(0)
         return y1 * self.feature_norm(x) + y2 * self.time_norm(x)
 
@@ -173,12 +175,12 @@ class TransformerLayer(nn.Module):
         )
         return self.w0(y.transpose(1, 2).reshape(*lead, n, h * w))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [..., n, width] -> [..., n, width]
         p = self.dropout if self.training else 0.0
         x = self.norm1(x + F.dropout(self.attention(x), p, self.training))
         return self.norm2(x + F.dropout(self.fc2(F.gelu(self.fc1(x))), p, self.training))
 
-    def forward_last(self, x: Tensor) -> Tensor:
+    def forward_last(self, x: Tensor) -> Tensor:  # x [..., n, width] -> [..., 1, width]
         """`forward(x)[..., -1:, :]` (inference): only the last token queries, every token is a key (causal or not,
         the last token sees them all)."""
         *lead, n, w = x.shape
@@ -201,7 +203,7 @@ class FeatureAttention(nn.Module):
         self.read_w = nn.Parameter(torch.randn(d_model, d_token) / math.sqrt(d_token))
         self.read_b = nn.Parameter(torch.zeros(d_model))
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Tensor) -> Tensor:  # h [B, K, d] -> [B, K, d]
         u = h.unsqueeze(-1) * self.lift_w + self.lift_b  # [B, K, d tokens, d_token]
         u = self.layer(u)
         return h + (u * self.read_w).sum(-1) + self.read_b
@@ -228,7 +230,7 @@ class TLOBModel(nn.Module):
             nn.Sequential(nn.Linear(d, cfg.d_head_hidden), nn.GELU(), nn.Linear(cfg.d_head_hidden, 1)) for _ in cfg.horizons
         )
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         h = self._embedded(x)
         for temporal, feature in zip(self.temporal, self.feature, strict=True):
             h = feature(temporal(h))

@@ -1,5 +1,7 @@
 """xLSTM in plain PyTorch (Beck et al. 2024, "xLSTM: Extended Long Short-Term Memory"): mLSTM and sLSTM blocks.
 
+Hooks (alpha_core/models/hooks.py): BarModel (`XLSTMModel`), no optional hook.
+
 In-house on purpose: the official ``xlstm`` / ``mlstm_kernels`` packages (NX-AI) are not a dependency (licence, see
 docs/libraries.md). Shapes below: ``B`` batch, ``T`` time, ``NH`` heads, ``DH`` head dim.
 
@@ -218,7 +220,7 @@ class CausalConv1d(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(dim, dim, kernel, groups=dim, padding=kernel - 1)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, T, D] -> [B, T, D]
         return self.conv(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
 
 
@@ -230,7 +232,7 @@ class HeadNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n_heads * d_head))
         self.d_head = d_head
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, T, NH, DH] -> [B, T, NH * DH]
         x = F.layer_norm(x, (self.d_head,), eps=1e-5)
         return x.flatten(-2) * self.weight
 
@@ -260,7 +262,7 @@ class MLSTMBlock(nn.Module):
         self.down_proj = nn.Linear(d_inner, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, T, d_model] -> [B, T, d_model]
         b, t, _ = x.shape
         x_m, z = self.up_proj(self.norm(x)).chunk(2, dim=-1)
         x_c = F.silu(self.conv(x_m))
@@ -290,6 +292,7 @@ class SLSTMLayer(nn.Module):
             self.w_if.bias[d_model:] = f_bias
 
     def forward(self, x: Tensor, x_conv: Tensor, state: SLSTMState | None = None) -> tuple[Tensor, SLSTMState]:
+        # x, x_conv [B, T, D] -> (h [B, T, NH, DH], the final state)
         b, t, _ = x.shape
         wx = torch.cat([self.w_if(x_conv), self.w_zo(x)], dim=-1).reshape(b, t, 4, self.n_heads, self.d_head)
         if state is None and wx.is_cuda and wx.dtype == self.R.dtype == torch.float32 and self.d_head <= FUSED_MAX_HEAD:
@@ -328,7 +331,7 @@ class SLSTMBlock(nn.Module):
         self.ffn_down = nn.Linear(d_ffn, d)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, T, d_model] -> [B, T, d_model]
         u = self.norm(x)
         h, _ = self.cell(u, F.silu(self.conv(u)))
         x = x + self.dropout(self.head_norm(h))
@@ -347,7 +350,7 @@ class XLSTMModel(nn.Module):
         self.norm_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, len(cfg.horizons))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # x [B, K, F] -> logits [B, K, H]
         if x.dim() != 3 or x.shape[-1] != self.cfg.n_features:
             raise ValueError(f"expected x [B, K, {self.cfg.n_features}], got {tuple(x.shape)}")
         u = self.embed(x)

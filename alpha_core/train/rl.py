@@ -14,15 +14,12 @@ Agent parameters resolve as: defaults < params file < explicit values.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
-import alpha_core
 from alpha_core import artifacts, compile_cache, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import check_batch_fits
@@ -32,11 +29,12 @@ from alpha_core.data.predecode import FoldData, default_predecoded_dir, walk_for
 from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval.validation import ValidationScore
-from alpha_core.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, split_params
+from alpha_core.params import ParamsFile, check_isolation, load_params_file, split_params
 from alpha_core.progress import TrainingReporter
 from alpha_core.rl import DQNConfig, EnvConfig, PPOConfig, TradingVecEnv, build_agent, evaluate, load_policy, save_policy
 from alpha_core.rl.agents import evaluate_sessions, session_spans
 from alpha_core.stages import StageClock
+from alpha_core.train.bar_folds import BarFoldSummary, train_folds, versions
 from alpha_core.train.configs import RLTrainConfig
 from alpha_core.train.tracking import Trackers
 from alpha_core.train.walk_forward import fold_unit
@@ -44,50 +42,29 @@ from alpha_core.train.walk_forward import fold_unit
 AGENT_CONFIGS = {"dqn": DQNConfig, "ppo": PPOConfig}
 
 
-class RLFoldSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RLFoldSummary(BarFoldSummary):
+    """An RL fold's summary: the kept policy's validation Sharpe and its parts, the Sharpe per epoch; `epoch_metrics`
+    rows hold val_sharpe, val_mean_reward, val_turnover and the learning diagnostics (`RL_DIAGNOSTICS`)."""
 
-    model: str
-    fold: int
-    train_files: list[str]
-    val_files: list[str]
-    test_files: list[str]
-    epochs: int
-    early_stopped: bool
-    best_epoch: int
     # annualised daily-session Sharpe (the evaluator's: `alpha evaluate` computes this number from the checkpoint) of
-    # the kept policy on the whole validation files
+    # the kept policy on the whole validation files; `val_score` is its evaluator's record where there is one file
     val_sharpe: float
     val_sessions: int  # the sessions that Sharpe was measured on
     val_mean_reward: float  # ticks per bar
     val_turnover: float
-    # `val_sharpe` as the evaluator's record (alpha_core/eval/validation.py), where there is one validation file
-    val_score: ValidationScore | None = None
     val_sharpe_per_epoch: list[float]  # what early stopping and the kept epoch follow
     # the sessions each epoch's Sharpe scored: a fixed seeded subset of the validation files' sessions
     # (`agents.evaluate_sessions`, the evaluator's number on those sessions); None: the whole files, every epoch
     val_sessions_per_epoch: int | None = None
-    epoch_metrics: list[dict[str, int | float]] = []  # per epoch: val_sharpe, val_mean_reward, val_turnover
-    params: dict
-    params_file: str | None = None
-    hyperopt: HyperoptRecord | None = None  # the search behind `params`: the report's N and V
-    hyperopt_leakage: list[str] = []  # test files the search used, let through by --allow-hyperopt-leakage
     timesteps: int
-    device: str
-    wall_time_s: float
     env_steps_per_s: float
-    # seconds per stage (alpha_core/stages.py): process_start and imports (the first fold of a process), data, build,
-    # epochs (learning), validation (each epoch's scoring), val_score (the kept policy on the whole files), writing
-    stage_s: dict[str, float] = {}
-    versions: dict[str, str]
-    attempt: str
-    unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
 def train_rl(
     cfg: RLTrainConfig,
     params_file: str | Path | None = None,
     explicit_params: dict | None = None,
+    *,
     attempt_id: str | None = None,
     promote: bool = True,
     retry: bool = False,
@@ -126,30 +103,18 @@ def train_rl(
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
     attempt_id = attempt_id or artifacts.new_attempt_id()
     unit = fold_unit({**cfg.model_dump(mode="json"), "params": agent_cfg.model_dump(mode="json")}) if promote else None
-    units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
-    summaries = [
-        artifacts.run_attempt(
-            attempt,
-            lambda out, fold=fold: _train_fold(
-                cfg,
-                agent_cfg,
-                fold,
-                device,
-                out,
-                attempt_id,
-                unit,
-                source,
-                leaks[fold.fold],
-                clock if fold is folds[0] else StageClock(),
-            ),
-            lambda out: RLFoldSummary.model_validate_json((out / "summary.json").read_text()),
-            retry,
-        )
-        for attempt, fold in zip(units, folds, strict=True)
-    ]
-    if promote:
-        artifacts.promote_all(units)
-    return summaries
+    return train_folds(
+        cfg.output_dir,
+        folds,
+        attempt_id,
+        promote,
+        retry,
+        RLFoldSummary,
+        lambda fold, out, fold_clock: _train_fold(
+            cfg, agent_cfg, fold, device, out, attempt_id, unit, source, leaks[fold.fold], fold_clock
+        ),
+        clock,
+    )
 
 
 RL_DIAGNOSTICS = {  # SB3's name of the epoch's last update -> ours (docs/models.md, "Metric names"), as CleanRL logs them
@@ -249,7 +214,7 @@ def _train_fold(
     summary = RLFoldSummary(
         model=cfg.model,
         fold=fold.fold,
-        train_files=fold.train_names,  # calendar quarters (`folds.py`)
+        train_files=fold.train_names,
         val_files=fold.val_names,
         test_files=fold.test_names,
         epochs=len(curve),
@@ -282,9 +247,9 @@ def _train_fold(
         wall_time_s=wall,
         env_steps_per_s=agent.num_timesteps / max(wall, 1e-9),
         stage_s=clock.as_dict(),
-        versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        versions=versions(),
         attempt=attempt_id,
         unit=unit,
     )
-    atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
+    summary.write(out)
     return summary

@@ -14,16 +14,13 @@ folds of one call together, once all are complete (or by the caller, after its g
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-import alpha_core
 from alpha_core import artifacts, compile_cache, cpus
 from alpha_core.atomic import atomic_write_json
 from alpha_core.bounds import MAX_BATCH_ELEMENTS, check_batch_fits
@@ -35,11 +32,12 @@ from alpha_core.devices import resolve_device
 from alpha_core.errors import PlanError, describe_validation_error
 from alpha_core.eval import validation
 from alpha_core.eval.predict import Checkpoint, load
-from alpha_core.eval.validation import ValidationScore
 from alpha_core.models import registry
-from alpha_core.params import HyperoptRecord, ParamsFile, check_isolation, load_params_file, resolve
+from alpha_core.models.hooks import OwnLoss, Sampling
+from alpha_core.params import ParamsFile, check_isolation, load_params_file, resolve
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.stages import StageClock
+from alpha_core.train.bar_folds import BarFoldSummary, train_folds, versions
 from alpha_core.train.configs import SupervisedTrainConfig
 from alpha_core.train.metrics import auc_per_horizon, masked_bce
 from alpha_core.train.schedule import lr_at
@@ -51,21 +49,14 @@ from alpha_core.weights import save_weights
 SCHEMA_OF_INPUT = {"bars": OHLCV_1M, "book": MBP10}
 
 
-class FoldSummary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FoldSummary(BarFoldSummary):
+    """A supervised fold's summary: the checkpoint's epoch and its validation AUC per horizon, the three trackers'
+    bests, the final losses; `epoch_metrics` rows hold train_loss, val_loss and val_auc_h<horizon>."""
 
-    model: str
-    fold: int
-    train_files: list[str]
-    val_files: list[str]
-    test_files: list[str]
     horizons: list[int]
-    epochs: int
-    early_stopped: bool
     checkpoint_metric: str
     checkpoint_epoch: int
     val_auc: list[float]  # at the checkpoint's epoch
-    best_epoch: int
     best_val_loss: float
     best_mean_auc: float
     best_mean_auc_epoch: int
@@ -74,34 +65,19 @@ class FoldSummary(BaseModel):
     final_train_loss: float
     final_val_loss: float
     final_val_auc: list[float]
-    # the evaluator's Sharpe of the checkpoint on the last validation file (alpha_core/eval/validation.py): the
-    # validation-weighted ensemble's weight, computed once here
-    val_score: ValidationScore | None = None
-    epoch_metrics: list[dict[str, int | float]] = []  # per epoch: train_loss, val_loss, val_auc_h<horizon>
-    params: dict
-    params_file: str | None = None
-    hyperopt: HyperoptRecord | None = None  # the search behind `params`: the report's N and V
-    hyperopt_leakage: list[str] = []  # test files the search used, let through by --allow-hyperopt-leakage
     n_train_seqs_consumed: int
-    device: str
-    wall_time_s: float
     sequences_per_s: float
-    # seconds per stage of the process or fold (alpha_core/stages.py): process_start, imports (first fold of a process),
-    # data, build, first_step (its kernels compiled or loaded), epochs, validation, val_score, writing, total
-    stage_s: dict[str, float] = {}
-    versions: dict[str, str]
-    attempt: str
-    unit: str | None = None  # the run whose folds were promoted together (a CLI call); None: one by one (Dagster)
 
 
 def train_supervised(
     cfg: SupervisedTrainConfig,
     params_file: str | Path | None = None,
     explicit_params: dict | None = None,
+    *,
     attempt_id: str | None = None,
     promote: bool = True,
-    folds: list[FoldData] | None = None,
     retry: bool = False,
+    folds: list[FoldData] | None = None,
 ) -> list[FoldSummary]:
     """Train every requested fold; precedence: defaults < params file < explicit (CLI) values.
 
@@ -145,32 +121,18 @@ def train_supervised(
     params = {**model_cfg.model_dump(mode="json"), **{k: getattr(cfg, k) for k in train_overrides}}
     attempt_id = attempt_id or artifacts.new_attempt_id()
     unit = fold_unit({**cfg.model_dump(mode="json"), "params": params}) if promote else None
-    units = [artifacts.Attempt(cfg.output_dir / f"fold-{fold.fold}", attempt_id) for fold in folds]
-    summaries = [
-        artifacts.run_attempt(
-            attempt,
-            lambda out, fold=fold: _train_fold(
-                cfg,
-                spec,
-                model_cfg,
-                params,
-                fold,
-                device,
-                out,
-                attempt_id,
-                unit,
-                source,
-                leaks[fold.fold],
-                clock if fold is folds[0] else StageClock(),
-            ),
-            lambda out: FoldSummary.model_validate_json((out / "summary.json").read_text()),
-            retry,
-        )
-        for attempt, fold in zip(units, folds, strict=True)
-    ]
-    if promote:
-        artifacts.promote_all(units)
-    return summaries
+    return train_folds(
+        cfg.output_dir,
+        folds,
+        attempt_id,
+        promote,
+        retry,
+        FoldSummary,
+        lambda fold, out, fold_clock: _train_fold(
+            cfg, spec, model_cfg, params, fold, device, out, attempt_id, unit, source, leaks[fold.fold], fold_clock
+        ),
+        clock,
+    )
 
 
 def _train_fold(
@@ -208,6 +170,7 @@ def _train_fold(
     checkpoint_epoch, checkpoint_auc = 0, []
     report = TrainingReporter(out, f"{cfg.model} fold {fold.fold}", cfg.epochs, total_steps // cfg.epochs)
     started = time.perf_counter()
+    own_loss = isinstance(model, OwnLoss)  # else the masked BCE of its logits
     for epoch in range(cfg.epochs):
         epoch_started, first_step_s = time.perf_counter(), 0.0
         model.train()
@@ -217,7 +180,7 @@ def _train_fold(
             step_started = time.perf_counter()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(cfg.lr, cfg.lr * cfg.lr_min_factor, t.global_step, cfg.lr_warmup_steps, total_steps)
-            loss = model.loss(batch, tick_size) if hasattr(model, "loss") else masked_bce(model(batch.x), batch.labels)
+            loss = model.loss(batch, tick_size) if own_loss else masked_bce(model(batch.x), batch.labels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -264,7 +227,7 @@ def _train_fold(
     summary = FoldSummary(
         model=cfg.model,
         fold=fold.fold,
-        train_files=fold.train_names,  # calendar quarters (`folds.py`)
+        train_files=fold.train_names,
         val_files=fold.val_names,
         test_files=fold.test_names,
         horizons=list(train_files[0].meta.horizons),
@@ -293,11 +256,11 @@ def _train_fold(
         wall_time_s=wall,
         sequences_per_s=t.train_seqs / max(wall, 1e-9),
         stage_s=clock.as_dict(),
-        versions={"alpha": alpha_core.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        versions=versions(),
         attempt=attempt_id,
         unit=unit,
     )
-    atomic_write_json(out / "summary.json", json.loads(summary.model_dump_json()))
+    summary.write(out)
     return summary
 
 
@@ -313,8 +276,9 @@ def _validate(
     loader.reset(cfg.seed + 1 + epoch)
     batch_size = min(cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (cfg.seq_len * n_features)))
     bce_sum, count, probs, labels = 0.0, 0, [], []
+    sampling = isinstance(model, Sampling)
     for batch in loader.batches(batch_size):
-        if hasattr(model, "forward_last"):  # sampling models: score the last position only (the AUC's position)
+        if sampling:  # sampling models: score the last position only (the AUC's position)
             noise = torch.Generator(device=batch.x.device).manual_seed(cfg.seed + 1)  # the same every epoch too
             last = model.forward_last(batch.x, generator=noise)
             scored = batch.labels[:, -1:]
