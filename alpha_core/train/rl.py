@@ -52,6 +52,8 @@ class RLFoldSummary(BaseModel):
     train_files: list[str]
     val_files: list[str]
     test_files: list[str]
+    purge_sessions: int = 0  # the fold plan's (folds.py): its train and val rows were cut so
+    embargo_sessions: int = 0  # and its test quarter is scored without its first sessions
     epochs: int
     early_stopped: bool
     best_epoch: int
@@ -121,6 +123,8 @@ def train_rl(
             cfg.cv_train_window,
             cfg.cv_fold,
             cfg.allow_untested_folds,
+            cfg.purge_sessions,
+            cfg.embargo_sessions,
         )
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
@@ -252,6 +256,8 @@ def _train_fold(
         train_files=fold.train_names,  # calendar quarters (`folds.py`)
         val_files=fold.val_names,
         test_files=fold.test_names,
+        purge_sessions=fold.purge_sessions,
+        embargo_sessions=fold.embargo_sessions,
         epochs=len(curve),
         early_stopped=early,
         best_epoch=best_epoch,

@@ -59,6 +59,8 @@ class FoldSummary(BaseModel):
     train_files: list[str]
     val_files: list[str]
     test_files: list[str]
+    purge_sessions: int = 0  # the fold plan's (folds.py): its train and val rows were cut so
+    embargo_sessions: int = 0  # and its test quarter is scored without its first sessions
     horizons: list[int]
     epochs: int
     early_stopped: bool
@@ -127,6 +129,8 @@ def train_supervised(
             cfg.cv_train_window,
             cfg.cv_fold,
             cfg.allow_untested_folds,
+            cfg.purge_sessions,
+            cfg.embargo_sessions,
         )
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
@@ -267,6 +271,8 @@ def _train_fold(
         train_files=fold.train_names,  # calendar quarters (`folds.py`)
         val_files=fold.val_names,
         test_files=fold.test_names,
+        purge_sessions=fold.purge_sessions,
+        embargo_sessions=fold.embargo_sessions,
         horizons=list(train_files[0].meta.horizons),
         epochs=t.epochs_completed,
         early_stopped=t.early_stopped,
