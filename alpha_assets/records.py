@@ -73,4 +73,11 @@ def plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
     if plans is None:
         raise dg.Failure(f"fold_plans[{symbol}] has never been materialized")
     # counts are text in the metadata (shown, never plotted)
-    return {**plans, "cv_n_folds": int(plans["cv_n_folds"]), "train_window": int(plans["train_window"])}
+    return {
+        **plans,
+        "cv_n_folds": int(plans["cv_n_folds"]),
+        "train_window": int(plans["train_window"]),
+        # plans materialized before the purge and embargo existed had neither
+        "purge_sessions": int(plans.get("purge_sessions", 0)),
+        "embargo_sessions": int(plans.get("embargo_sessions", 0)),
+    }

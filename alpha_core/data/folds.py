@@ -36,8 +36,8 @@ embargoes in CME sessions (Lopez de Prado, AFML ch. 7, adapted to walk-forward, 
   training) and of the test quarter (after validation, which chose the checkpoint and its policy) are not scored,
   so the serial correlation across a boundary cannot flatter a score.
 
-Sessions are counted on the calendar (`sessions_back`, `sessions_forward`): the session of the segment's last (or
-first) record, then the CME trading days (weekdays but the exchange's holidays) before (after) it. The cut lives in
+Sessions are counted on the calendar (`sessions_back`, `sessions_forward`): the CME trading days (weekdays but the
+exchange's holidays) from the session of the segment's last (first) record back (on). The cut lives in
 the plan: a fold's units are the rows each split reads (`Part` ranges, applied by `predecode.unit_sidecars`), the
 dates cut are recorded (`Fold.purged`, `Fold.val_embargoed`, `Fold.test_embargoed`), and evaluation cuts a
 quarter's first E sessions with the same function (`embargo`). A purge or embargo that leaves a split without
@@ -245,26 +245,27 @@ def _trading_day(day: dt.date) -> bool:
 
 
 def sessions_back(ts_ns: int, n: int) -> list[dt.date]:
-    """The last `n` sessions up to `ts_ns`, latest first: its own session (whatever the day), then the CME trading
-    days before it."""
+    """The last `n` CME trading days (weekdays but the exchange's holidays) up to the session of `ts_ns`, latest
+    first. A segment cut at a quarter's 00:00 UTC may end (or start) in a session without trading, such as New
+    Year's Day's: it is not counted, and a cut at the session's open removes its records with the counted ones."""
     day = session_day(ts_ns)
-    out = [day]
+    out = []
     while len(out) < n:
-        day -= dt.timedelta(days=1)
         if _trading_day(day):
             out.append(day)
-    return out[:n]
+        day -= dt.timedelta(days=1)
+    return out
 
 
 def sessions_forward(ts_ns: int, n: int) -> list[dt.date]:
-    """The first `n` sessions from `ts_ns`, earliest first: its own session, then the CME trading days after it."""
+    """The first `n` CME trading days from the session of `ts_ns` on, earliest first (`sessions_back`)."""
     day = session_day(ts_ns)
-    out = [day]
+    out = []
     while len(out) < n:
-        day += dt.timedelta(days=1)
         if _trading_day(day):
             out.append(day)
-    return out[:n]
+        day += dt.timedelta(days=1)
+    return out
 
 
 def _clip(unit: Unit, lo: int, hi: int) -> Unit | None:
@@ -430,7 +431,9 @@ def _gap_problems(plan: FoldPlan, fold: Fold) -> list[str]:
             problems.append(f"fold {fold.fold}: {len(fold.purged)} session(s) purged from training, purge_sessions is {p}")
         elif train_end >= session_open_ns(dt.date.fromisoformat(fold.purged[0])):
             problems.append(f"fold {fold.fold}: training reaches its purged session {fold.purged[0]}")
-        last, first = session_day(train_end), session_day(val_start)
+        # the validation quarter's first session, scored or not
+        first = dt.date.fromisoformat(fold.val_embargoed[0]) if fold.val_embargoed else session_day(val_start)
+        last = session_day(train_end)
         between = sum(_trading_day(last + dt.timedelta(days=i)) for i in range(1, (first - last).days + 1))
         if last >= first or between < p:
             problems.append(
