@@ -4,6 +4,8 @@ plans the same folds."""
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -80,7 +82,15 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
     )
     cli = load_report(out).symbols["ES.FUT"]
 
+    # the fold plan's purge and embargo reached every checkpoint, and both reports scored the test quarters without
+    # their first session: 2 of the tiny scale's 3
+    summaries = sorted((storage / "doors" / "models").glob("*/ES.FUT/fold-*/*summary*.json"))
+    assert len(summaries) == 2 * N_FOLDS
+    for path in summaries:
+        summary = json.loads(path.read_text())
+        assert (summary["purge_sessions"], summary["embargo_sessions"]) == (1, 1), path
     rows = {**dagster.models, **dagster.ensembles}
+    assert all(f.metrics.n_sessions == 2 for row in rows.values() for f in row.folds)
     assert set(rows) == {"mamba2", "kan", "equal_weight", "validation_weighted"}
     assert rows["mamba2"].n_trials == 3 and [f.fold for f in rows["mamba2"].folds] == [0, 1, 2]
     for name, row in rows.items():
