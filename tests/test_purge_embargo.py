@@ -132,7 +132,10 @@ def test_a_session_split_at_midnight_utc_is_never_in_training_and_validation():
     """Databento splits a download at 00:00 UTC: a quarter's first session opened the evening before (Chicago) and its
     first hours lie in the quarter before. Purge 1 keeps that whole session out of training, embargo 1 out of the
     validation score, whatever the split of the files."""
-    plans = {split: plan_folds(_layout(split), cv_n_folds=3) for split in ("daily", "monthly", "quarterly", "single")}
+    plans = {
+        split: plan_folds(_layout(split), cv_n_folds=3, purge_sessions=1, embargo_sessions=1)
+        for split in ("daily", "monthly", "quarterly", "single")
+    }
     fold = plans["daily"].folds[0]
     assert [u.name for u in fold.train] == ["2024-Q1"] and [u.name for u in fold.val] == ["2024-Q2"]
     # 2024-Q2's first session is Monday April 1st, open from Sunday 17:00 CT (22:00 UTC, March 31: in 2024-Q1)
@@ -176,10 +179,10 @@ def test_every_door_defaults_to_the_plans_purge_and_embargo():
     from alpha_core.hyperopt.configs import HyperoptConfig
     from alpha_core.train.configs import RLTrainConfig, SupervisedTrainConfig, TrainConfig
 
-    assert (PURGE_SESSIONS, EMBARGO_SESSIONS) == (1, 1)
+    assert plan_folds(_layout("quarterly")).model_dump()["purge_sessions"] == PURGE_SESSIONS
     for cls in (TrainConfig, SupervisedTrainConfig, RLTrainConfig, HyperoptConfig, FoldConfig):
         fields = getattr(cls, "model_fields", None) or cls.__fields__
-        assert (fields["purge_sessions"].default, fields["embargo_sessions"].default) == (1, 1), cls
+        assert (fields["purge_sessions"].default, fields["embargo_sessions"].default) == (PURGE_SESSIONS, EMBARGO_SESSIONS), cls
     assert EvalConfig.model_fields["embargo_sessions"].default == EMBARGO_SESSIONS
     for command in ("folds", "train", "train-supervised", "train-rl", "hyperopt", "evaluate"):
         help_text = build_parser(command).chosen.format_help()

@@ -28,11 +28,11 @@ Train, validation and test never share a quarter, and labels are computed per fi
 end (NaN past it), so no sample or label horizon crosses a split boundary. On top of that the plan purges and
 embargoes in CME sessions (Lopez de Prado, AFML ch. 7, adapted to walk-forward, where training always precedes):
 
-- `purge_sessions` P (default `PURGE_SESSIONS`, 1): the last P sessions of a fold's training span are dropped
+- `purge_sessions` P (default `PURGE_SESSIONS`, 0): the last P sessions of a fold's training span are dropped
   from its training (and its labels cut again at the new end), so no label horizon of a training row reaches the
   validation quarter and the session the validation starts in (where a quarter's split falls inside a session,
   as at Databento's 00:00 UTC split) is never trained on;
-- `embargo_sessions` E (default `EMBARGO_SESSIONS`, 1): the first E sessions of the validation quarter (after
+- `embargo_sessions` E (default `EMBARGO_SESSIONS`, 0): the first E sessions of the validation quarter (after
   training) and of the test quarter (after validation, which chose the checkpoint and its policy) are not scored,
   so the serial correlation across a boundary cannot flatter a score.
 
@@ -60,9 +60,9 @@ from alpha_core.sessions import session_day, session_open_ns
 
 N_FOLDS = 3  # walk-forward folds per symbol, each with a test quarter: the default of every door
 # sessions dropped from training before its validation quarter, and not scored at the start of a validation and a
-# test quarter: the default of every door (docs/data.md, "Purge and embargo", says why 1 and 1)
-PURGE_SESSIONS = 1
-EMBARGO_SESSIONS = 1
+# test quarter: the default of every door (docs/data.md, "Purge and embargo", says why 0 and 0, and when to use 1 and 1)
+PURGE_SESSIONS = 0
+EMBARGO_SESSIONS = 0
 MAX_LISTED = 5  # dates listed in one gap line
 NS_PER_DAY = 86_400 * 1_000_000_000
 SESSION_MIDDLE_NS = 19 * 3_600_000_000_000  # 17:00 CT the evening before + 19 h = 12:00 CT: inside every session
