@@ -82,4 +82,11 @@ def plan_metadata(context: dg.AssetExecutionContext, symbol: str) -> dict:
             f"{plans.get(ALPHA_RUN, 'unknown')}'s (materialize fold_plans in this run to plan its own folds)"
         )
     # counts are text in the metadata (shown, never plotted)
-    return {**plans, "cv_n_folds": int(plans["cv_n_folds"]), "train_window": int(plans["train_window"])}
+    return {
+        **plans,
+        "cv_n_folds": int(plans["cv_n_folds"]),
+        "train_window": int(plans["train_window"]),
+        # plans materialized before the purge and embargo existed had neither
+        "purge_sessions": int(plans.get("purge_sessions", 0)),
+        "embargo_sessions": int(plans.get("embargo_sessions", 0)),
+    }

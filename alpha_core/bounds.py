@@ -35,6 +35,7 @@ MAX_COUNT = 2**31 - 1  # counts, steps and indices stay within int32 index arith
 MAX_DIM = 8192  # model widths, heads and layers: far above any model here, far below an allocation failure
 MAX_FLOAT = 1e12  # costs, weights and scales: large enough for any real use, small enough that sums stay finite
 MAX_BATCH_ELEMENTS = 2**31  # one input batch (batch_size x seq_len x n_features)
+MAX_GAP_SESSIONS = 66  # a purge or an embargo: at most the most sessions a calendar quarter can have
 
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
@@ -47,6 +48,7 @@ Dropout = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
 FiniteFloat = Annotated[float, Field(ge=-MAX_FLOAT, le=MAX_FLOAT, allow_inf_nan=False)]
+GapSessions = Annotated[int, Field(ge=0, le=MAX_GAP_SESSIONS)]  # purge_sessions, embargo_sessions (folds.py)
 Device = Annotated[str, Field(pattern=r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")]  # a torch device name
 
 

@@ -521,7 +521,15 @@ def cmd_folds(args: argparse.Namespace) -> int:
     refs = record_refs(args.data_dir, args.schema, symbol=args.symbol, predecoded_dir=getattr(args, "predecoded_dir", None))
     check_schemas_agree(refs)  # before planning: a quarter one schema lacks is named as such
     plans = {
-        s: plan_folds(refs[s], args.cv_n_folds, args.cv_train_window, args.allow_untested_folds, schema=s)
+        s: plan_folds(
+            refs[s],
+            args.cv_n_folds,
+            args.cv_train_window,
+            args.allow_untested_folds,
+            schema=s,
+            purge_sessions=args.purge_sessions,
+            embargo_sessions=args.embargo_sessions,
+        )
         for s in SUPPORTED_SCHEMAS
         if s in refs
     }
@@ -534,14 +542,21 @@ def cmd_folds(args: argparse.Namespace) -> int:
     for schema, plan in plans.items():
         print(
             f"{schema}: {plan.n_files} files in {plan.n_units} quarters ({', '.join(plan.units)}), "
-            f"{plan.cv_n_folds} fold(s), train window {plan.window}"
+            f"{plan.cv_n_folds} fold(s), train window {plan.window}, purge {plan.purge_sessions} and embargo "
+            f"{plan.embargo_sessions} session(s)"
         )
         for fold in plan.folds:
 
             def names(units):
                 return ", ".join(u.name for u in units) or "-"
 
-            print(f"  fold {fold.fold}: train [{names(fold.train)}]  val [{names(fold.val)}]  test [{names(fold.test)}]")
+            def cut(dates):
+                return f" (not {', '.join(dates)})" if dates else ""
+
+            print(
+                f"  fold {fold.fold}: train [{names(fold.train)}]{cut(fold.purged)}  val [{names(fold.val)}]"
+                f"{cut(fold.val_embargoed)}  test [{names(fold.test)}]{cut(fold.test_embargoed)}"
+            )
     return 0
 
 
@@ -560,6 +575,13 @@ def add_folds_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-untested-folds", action="store_true", help="allow folds without a test file (trained, never evaluated; warns)"
     )
+    for name in ("purge_sessions", "embargo_sessions"):
+        p.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=_default_of(plan_folds, name),
+            help=f"{WALK_FORWARD_HELP[name]} (default: %(default)s)",
+        )
     p.add_argument("--schema", choices=list(SCHEMA_FOLDERS), help="only this schema (default: each found)")
     p.add_argument(
         "--predecoded-dir",
@@ -710,6 +732,8 @@ TRAIN_HELP = {
     "cuda_graph": "capture the whole training step in one CUDA graph",
     "compile": "torch.compile forward + loss (GPU; slow first step)",
     "fused_scan": "on cuda, run the CfC recurrence in torch instead of the fused Triton kernel",
+    "purge_sessions": "CME sessions dropped from the end of each fold's training, before its validation quarter",
+    "embargo_sessions": "CME sessions not scored at the start of each validation and test quarter",
 }
 
 
@@ -842,6 +866,8 @@ WALK_FORWARD_HELP = {
     "cv_fold": "train this fold only (default: every fold)",
     "cv_train_window": "calendar quarters per training window; 0: n_quarters - cv_n_folds - 1",
     "cv_n_folds": "walk-forward folds, each with a test file (1: a single train/validation split, never tested)",
+    "purge_sessions": "CME sessions dropped from the end of each fold's training, before its validation quarter",
+    "embargo_sessions": "CME sessions not scored at the start of each validation and test quarter",
     "allow_hyperopt_leakage": "train with params searched on one of the fold's test files (the report excludes it)",
     "seed": "(hex works: 0x4242)",
     "device": "cpu | cuda | cuda:N (default: cuda when available)",
@@ -949,6 +975,8 @@ def add_hyperopt_options(p: argparse.ArgumentParser) -> None:
             "predecoded_dir": WALK_FORWARD_HELP["predecoded_dir"].replace("{output_dir}", "{output}'s folder"),
             "symbol": WALK_FORWARD_HELP["symbol"],
             "device": WALK_FORWARD_HELP["device"],
+            "purge_sessions": WALK_FORWARD_HELP["purge_sessions"],
+            "embargo_sessions": WALK_FORWARD_HELP["embargo_sessions"],
         },
     )
 
@@ -1003,6 +1031,8 @@ def add_evaluate_options(p: argparse.ArgumentParser) -> None:
             "policy": "fitted: each checkpoint's policy (horizon, threshold, holding, sizing) chosen on its validation "
             "file; fixed: the old rule at --horizon and --band, one bar",
             "cost_ticks": "cost per unit of position change in ticks",
+            "embargo_sessions": f"{WALK_FORWARD_HELP['embargo_sessions']}: the fold plan's, as the checkpoints were "
+            "trained with",
             "hyperopt_results": "MODEL=PATH,...: the hyperopt results.json behind each model (the DSR's trials)",
             "expected": "MODEL:FOLD,...: requested checkpoints; any without results is listed as excluded",
             "predecoded_dir": "sidecar cache root ({SYMBOL}/ folders; default: .predecoded beside --output)",

@@ -82,6 +82,19 @@ def test_materialize_the_data_of_one_symbol(resources):
     assert [len(f["test"]) for f in plans["book"]["folds"]] == [1, 1, 1], "every fold is tested"
     assert meta["fold_plans"]["quarters"].value == ["2024-Q1", "2024-Q2", "2024-Q3", "2024-Q4", "2025-Q1"]
     assert meta["fold_plans"]["gaps"].value == [] and plans["bars"]["units"] == plans["book"]["units"]
+    # purge and embargo at the CLI's defaults, recorded for the steps that read the plan; `alpha folds` cuts alike
+    from alpha_core.data.dbn import MBP10, OHLCV_1M
+    from alpha_core.data.folds import EMBARGO_SESSIONS, PURGE_SESSIONS, plan_folds
+    from alpha_core.data.predecode import record_refs
+
+    recorded = (meta["fold_plans"]["purge_sessions"].value, meta["fold_plans"]["embargo_sessions"].value)
+    assert recorded == (str(PURGE_SESSIONS), str(EMBARGO_SESSIONS))
+    refs = record_refs(resources["data"].symbol_dir("ES.FUT"))
+    for kind, schema in (("book", MBP10), ("bars", OHLCV_1M)):
+        cli = plan_folds(refs[schema], schema=schema).model_dump()
+        assert [(f["purged"], f["val_embargoed"], f["test_embargoed"]) for f in plans[kind]["folds"]] == [
+            (f["purged"], f["val_embargoed"], f["test_embargoed"]) for f in cli["folds"]
+        ]
 
     again = materialize(resources, instance)
     book_again = next(e for e in again.get_asset_materialization_events() if e.asset_key.path == ["book_sidecars"])

@@ -4,6 +4,8 @@ plans the same folds."""
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -48,8 +50,9 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
         assert result.success
         return result
 
-    for asset in ("book_sidecars", "bar_sidecars", "fold_plans"):
+    for asset in ("book_sidecars", "bar_sidecars"):
         run(asset, "ES.FUT")
+    run("fold_plans", "ES.FUT", {"purge_sessions": 1, "embargo_sessions": 1})  # set once, in the plan
     run("hyperopt/mamba2", "ES.FUT", SEARCH)
     for fold in range(N_FOLDS):
         for model in ("mamba2", "kan"):
@@ -74,13 +77,23 @@ def test_dagster_and_the_cli_report_the_same_checkpoints_alike(tiny_data, tmp_pa
                 "cpu",
                 "--min-val-auc",
                 "0",
+                "--embargo-sessions",  # the CLI's door to the same plan setting
+                "1",
             ]
         )
         == 0
     )
     cli = load_report(out).symbols["ES.FUT"]
 
+    # the fold plan's purge and embargo reached every checkpoint (the search, the trainers) and both reports scored
+    # the test quarters without their first session: 2 of the tiny scale's 3
+    summaries = sorted((storage / "doors" / "models").glob("*/ES.FUT/fold-*/*summary*.json"))
+    assert len(summaries) == 2 * N_FOLDS
+    for path in summaries:
+        summary = json.loads(path.read_text())
+        assert (summary["purge_sessions"], summary["embargo_sessions"]) == (1, 1), path
     rows = {**dagster.models, **dagster.ensembles}
+    assert all(f.metrics.n_sessions == 2 for row in rows.values() for f in row.folds)
     assert set(rows) == {"mamba2", "kan", "equal_weight", "validation_weighted"}
     assert rows["mamba2"].n_trials == 3 and [f.fold for f in rows["mamba2"].folds] == [0, 1, 2]
     for name, row in rows.items():

@@ -222,7 +222,8 @@ def test_rl_validation_sharpe_is_the_evaluators(bars, tmp_path, per_epoch):
         == 0
     )
     (ckpt,) = find_checkpoints(models, ["ES.FUT"])[0]
-    val = quarter_sidecars(sidecars)[ckpt.summary["val_files"][0]]  # the validation quarter, as the evaluator reads it
+    # the validation quarter, as the evaluator reads it: without the plan's embargo sessions
+    val = quarter_sidecars(sidecars, ckpt.summary["embargo_sessions"])[ckpt.summary["val_files"][0]]
     pred = predict(load(ckpt, torch.device("cpu")), val, None, 0, 0.0, scored=False)
     assert pred.position.any()
     assert ckpt.summary["val_sharpe"] == file_score(val, pred.position)[0]
@@ -249,7 +250,8 @@ def test_a_supervised_checkpoint_records_the_evaluators_validation_sharpe(bars, 
     assert _train_fold_0("train-supervised", "kan", bars, models, *small) == 0
     (ckpt,) = find_checkpoints(models, ["ES.FUT"], gate=None)[0]
     val_name = ckpt.summary["val_files"][-1]
-    val = quarter_sidecars(sidecars)[val_name]  # the validation quarter, as the evaluator reads it
+    # the validation quarter, as the evaluator reads it: without the plan's embargo sessions
+    val = quarter_sidecars(sidecars, ckpt.summary["embargo_sessions"])[val_name]
     record = ckpt.summary["val_score"]
     pred = predict(load(ckpt, torch.device("cpu")), val, None, DEFAULT_HORIZON, DEFAULT_BAND, scored=False)
     assert pred.position.any()

@@ -173,6 +173,8 @@ def _train(spec, name, symbol, fold, plans, params_file, config, data, storage, 
     common = {
         "cv_n_folds": plans["cv_n_folds"],
         "cv_train_window": plans["train_window"],
+        "purge_sessions": plans["purge_sessions"],
+        "embargo_sessions": plans["embargo_sessions"],
         "cv_fold": fold,
         "allow_untested_folds": True,
     }  # the fold plan asset already decided, and checked, the layout

@@ -14,9 +14,10 @@ from alpha_assets.failures import fail_without_retry
 from alpha_assets.partitions import N_FOLDS, SYMBOL_DIM, symbol_partitions
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.atomic import atomic_write_json
+from alpha_core.bounds import MAX_GAP_SESSIONS
 from alpha_core.data.checks import label_tail_problems, sidecar_problems
 from alpha_core.data.dbn import MBP10, OHLCV_1M
-from alpha_core.data.folds import check_leakage, check_schemas_agree, plan_folds
+from alpha_core.data.folds import EMBARGO_SESSIONS, PURGE_SESSIONS, check_leakage, check_schemas_agree, plan_folds
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.data.predecode import Predecoded, file_ref, predecode
 from alpha_core.data.sidecar import FEATURE_VERSION, LabelConfig, load_sidecar
@@ -33,10 +34,13 @@ class SidecarConfig(dg.Config):
 
 
 class FoldConfig(dg.Config):
-    """The walk-forward window in calendar quarters (0: n_quarters - N_FOLDS - 1, the CLI's default). The number of
-    folds is not configurable here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
+    """The walk-forward window in calendar quarters (0: n_quarters - N_FOLDS - 1, the CLI's default) and the purge
+    and embargo in sessions (the CLI's defaults, `alpha_core.data.folds`). The number of folds is not configurable
+    here: it is the fold partitions' (N_FOLDS), the CLI's default too."""
 
     cv_train_window: int = Field(0, ge=0)
+    purge_sessions: int = Field(PURGE_SESSIONS, ge=0, le=MAX_GAP_SESSIONS)
+    embargo_sessions: int = Field(EMBARGO_SESSIONS, ge=0, le=MAX_GAP_SESSIONS)
 
 
 def sidecar_manifest(items: list[Predecoded]) -> list[dict]:
@@ -169,7 +173,7 @@ def upstream_manifest(context: dg.AssetExecutionContext, asset: str, partition: 
     group_name="data",
     kinds={"json"},
     deps=[book_sidecars, bar_sidecars],
-    code_version="2",  # 2: calendar quarters, not files
+    code_version="3",  # 3: purge and embargo in sessions; 2: calendar quarters, not files
     pool=CPU_POOL,
     automation_condition=FOLD_PLANS_AUTOMATION,
     owners=metadata.OWNERS,
@@ -205,7 +209,14 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
         check_schemas_agree(refs)  # the bar models and the flagship must be tested on the same quarters
     for kind, _, schema in kinds:
         with fail_without_retry():
-            plan = plan_folds(refs[schema], N_FOLDS, config.cv_train_window, schema=schema)
+            plan = plan_folds(
+                refs[schema],
+                N_FOLDS,
+                config.cv_train_window,
+                schema=schema,
+                purge_sessions=config.purge_sessions,
+                embargo_sessions=config.embargo_sessions,
+            )
         planned[schema] = plan
         plans[kind] = plan.model_dump()
         problems += [f"{kind}: {p}" for p in check_leakage(plan)]
@@ -218,10 +229,13 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
     for kind, plan in plans.items():
         for f in plan["folds"]:
 
-            def names(refs):
-                return ", ".join(r["name"] for r in refs) or "-"
+            def names(refs, cut):
+                return (", ".join(r["name"] for r in refs) or "-") + (f" (not {', '.join(cut)})" if cut else "")
 
-            table.append(f"| {kind} | {f['fold']} | {names(f['train'])} | {names(f['val'])} | {names(f['test'])} |")
+            table.append(
+                f"| {kind} | {f['fold']} | {names(f['train'], f['purged'])} | {names(f['val'], f['val_embargoed'])} "
+                f"| {names(f['test'], f['test_embargoed'])} |"
+            )
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(path)),
@@ -229,6 +243,8 @@ def fold_plans(context: dg.AssetExecutionContext, config: FoldConfig, storage: S
             "run_id": context.run.run_id,
             "cv_n_folds": metadata.text(N_FOLDS),  # read by the training steps
             "train_window": metadata.text(plans["book"]["window"]),
+            "purge_sessions": metadata.text(config.purge_sessions),  # read by the training steps and the report
+            "embargo_sessions": metadata.text(config.embargo_sessions),
             "folds_table": dg.MetadataValue.md("\n".join(table)),
             "quarters": dg.MetadataValue.json(planned[MBP10].units),
             "gaps": dg.MetadataValue.json(gaps),

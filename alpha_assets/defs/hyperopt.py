@@ -70,6 +70,8 @@ def _hyperopt_asset(name: str) -> dg.AssetsDefinition:
                     symbol=symbol,
                     cv_n_folds=plans["cv_n_folds"],
                     cv_train_window=plans["train_window"],
+                    purge_sessions=plans["purge_sessions"],
+                    embargo_sessions=plans["embargo_sessions"],
                     **given(config, HyperoptConfig.model_fields),
                 ),
                 run=context.run.run_id,

@@ -22,7 +22,7 @@ from alpha_assets.conditions import REPORT_AUTOMATION
 from alpha_assets.execution import CPU_POOL
 from alpha_assets.metadata import OWNERS, clean
 from alpha_assets.partitions import N_FOLDS, symbol_fold_partitions, symbol_partitions
-from alpha_assets.records import ALPHA_RUN, latest_metadata, passing_checkpoint
+from alpha_assets.records import ALPHA_RUN, latest_metadata, passing_checkpoint, plan_metadata
 from alpha_assets.resources import DataRoot, StorageRoot, run_id
 from alpha_core.models import registry
 
@@ -43,7 +43,7 @@ MODELS = registry.select("all")  # every registry model: the asset graph never d
     ),
     group_name="evaluation",
     kinds={"matplotlib"},
-    code_version="4",  # 4: validation weights from the checkpoints' recorded scores
+    code_version="5",  # 5: validation and test quarters scored without the fold plan's embargo sessions
     pool=CPU_POOL,
     automation_condition=REPORT_AUTOMATION,
     metadata=metadata.code_references(("alpha_core.eval.evaluate", "evaluate"), ("alpha_core.eval.report", "headline")),
@@ -96,6 +96,7 @@ def ensemble_report(
             output=out / "ensemble_report.json",
             symbols=[symbol],
             predecoded_dir=Path(storage.root) / "predecoded",
+            embargo_sessions=plan_metadata(context, symbol)["embargo_sessions"],  # the folds' plan, as they trained
             upstream_excluded=upstream_excluded,
             gate=None,
             run_id=run_id(context),

@@ -25,8 +25,24 @@ The CLI trainers, `alpha hyperopt`, `alpha folds`, `alpha evaluate` and the Dags
 `N_FOLDS` and the same window rule, so the original system's commands and `alpha run` plan the same folds.
 
 Train, validation and test never share a quarter, and labels are computed per file and cut at a quarter's
-end (NaN past it), so no sample or label horizon crosses a split boundary. `check_leakage` proves both, and
-`hyperopt_leakage` proves that a hyperparameter search touched no test quarter (`hyperopt_files`).
+end (NaN past it), so no sample or label horizon crosses a split boundary. On top of that the plan purges and
+embargoes in CME sessions (Lopez de Prado, AFML ch. 7, adapted to walk-forward, where training always precedes):
+
+- `purge_sessions` P (default `PURGE_SESSIONS`, 0): the last P sessions of a fold's training span are dropped
+  from its training (and its labels cut again at the new end), so no label horizon of a training row reaches the
+  validation quarter and the session the validation starts in (where a quarter's split falls inside a session,
+  as at Databento's 00:00 UTC split) is never trained on;
+- `embargo_sessions` E (default `EMBARGO_SESSIONS`, 0): the first E sessions of the validation quarter (after
+  training) and of the test quarter (after validation, which chose the checkpoint and its policy) are not scored,
+  so the serial correlation across a boundary cannot flatter a score.
+
+Sessions are counted on the calendar (`sessions_back`, `sessions_forward`): the CME trading days (weekdays but the
+exchange's holidays) from the session of the segment's last (first) record back (on). The cut lives in
+the plan: a fold's units are the rows each split reads (`Part` ranges, applied by `predecode.unit_sidecars`), the
+dates cut are recorded (`Fold.purged`, `Fold.val_embargoed`, `Fold.test_embargoed`), and evaluation cuts a
+quarter's first E sessions with the same function (`embargo`). A purge or embargo that leaves a split without
+rows is a PlanError naming the setting and the quarter. `check_leakage` proves all of it, and `hyperopt_leakage`
+proves that a hyperparameter search touched no test quarter (`hyperopt_files`, purged and embargoed alike).
 """
 
 from __future__ import annotations
@@ -37,11 +53,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from alpha_core.bounds import MAX_GAP_SESSIONS, GapSessions
 from alpha_core.data.front_month import cme_holidays
 from alpha_core.errors import PlanError
 from alpha_core.sessions import session_day, session_open_ns
 
 N_FOLDS = 3  # walk-forward folds per symbol, each with a test quarter: the default of every door
+# sessions dropped from training before its validation quarter, and not scored at the start of a validation and a
+# test quarter: the default of every door (docs/data.md, "Purge and embargo", says why 0 and 0, and when to use 1 and 1)
+PURGE_SESSIONS = 0
+EMBARGO_SESSIONS = 0
 MAX_LISTED = 5  # dates listed in one gap line
 NS_PER_DAY = 86_400 * 1_000_000_000
 SESSION_MIDDLE_NS = 19 * 3_600_000_000_000  # 17:00 CT the evening before + 19 h = 12:00 CT: inside every session
@@ -85,9 +106,12 @@ class Fold(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     fold: int
-    train: list[Unit]
-    val: list[Unit]
-    test: list[Unit]
+    train: list[Unit]  # its rows: the last `purge_sessions` sessions before validation cut off
+    val: list[Unit]  # its rows: the first `embargo_sessions` sessions cut off
+    test: list[Unit]  # idem
+    purged: list[str] = []  # session dates dropped from training (ISO, in time order)
+    val_embargoed: list[str] = []  # session dates of the validation quarter not scored
+    test_embargoed: list[str] = []  # session dates of the test quarter not scored
 
 
 class FoldPlan(BaseModel):
@@ -99,7 +123,10 @@ class FoldPlan(BaseModel):
     n_files: int
     n_units: int  # calendar quarters
     schema_name: str | None = None  # the schema planned (None: not said)
+    purge_sessions: GapSessions = 0  # sessions purged from training before validation (0 in plans made before it)
+    embargo_sessions: GapSessions = 0  # sessions not scored at the start of validation and test
     units: list[str]  # every quarter, in time order
+    quarters: list[Unit] = []  # every quarter whole (what `hyperopt_files` splits again)
     gaps: list[str]  # missing quarters, sessions without records inside a quarter
     folds: list[Fold]
 
@@ -210,6 +237,103 @@ def check_schemas_agree(files: dict[str, list[FileRef]]) -> None:
             )
 
 
+# --- purge and embargo -----------------------------------------------------------------------------------
+
+
+def _trading_day(day: dt.date) -> bool:
+    return day.weekday() < 5 and day not in cme_holidays(day.year)
+
+
+def sessions_back(ts_ns: int, n: int) -> list[dt.date]:
+    """The last `n` CME trading days (weekdays but the exchange's holidays) up to the session of `ts_ns`, latest
+    first. A segment cut at a quarter's 00:00 UTC may end (or start) in a session without trading, such as New
+    Year's Day's: it is not counted, and a cut at the session's open removes its records with the counted ones."""
+    day = session_day(ts_ns)
+    out = []
+    while len(out) < n:
+        if _trading_day(day):
+            out.append(day)
+        day -= dt.timedelta(days=1)
+    return out
+
+
+def sessions_forward(ts_ns: int, n: int) -> list[dt.date]:
+    """The first `n` CME trading days from the session of `ts_ns` on, earliest first (`sessions_back`)."""
+    day = session_day(ts_ns)
+    out = []
+    while len(out) < n:
+        if _trading_day(day):
+            out.append(day)
+        day += dt.timedelta(days=1)
+    return out
+
+
+def _clip(unit: Unit, lo: int, hi: int) -> Unit | None:
+    """The unit's records in [lo, hi] (None when none are left); a part cut short reads its sidecar's rows
+    (`whole` False), whose labels are cut again at the new end (`sidecar.rows_between`)."""
+    parts = []
+    for p in unit.parts:
+        start, end = max(p.start, lo), min(p.end, hi)
+        if start <= end:
+            parts.append(
+                Part(path=p.path, name=p.name, start=start, end=end, whole=p.whole and (start, end) == (p.start, p.end))
+            )
+    if not parts:
+        return None
+    return Unit(name=unit.name, start=min(p.start for p in parts), end=max(p.end for p in parts), parts=parts)
+
+
+def purge(units: list[Unit], sessions: int, where: str = "") -> tuple[list[Unit], list[str]]:
+    """A training span without its last `sessions` sessions, and the dates dropped. A PlanError names the setting
+    and the quarters when nothing is left."""
+    if sessions == 0 or not units:
+        return units, []
+    dropped = sessions_back(units[-1].end, sessions)
+    cut = session_open_ns(dropped[-1]) - 1  # the last ns before the earliest dropped session opens
+    kept = [u for u in (_clip(u, u.start, cut) for u in units) if u is not None]
+    if not kept:
+        names = ", ".join(u.name for u in units)
+        raise PlanError(
+            f"{where}purge_sessions {sessions} leaves no training rows in {names} (its sessions from {dropped[-1]} to "
+            f"{dropped[0]} are purged and nothing earlier is left): lower --purge-sessions"
+        )
+    return kept, [str(d) for d in reversed(dropped)]
+
+
+def embargo(unit: Unit, sessions: int, where: str = "", split: str = "test") -> tuple[Unit, list[str]]:
+    """A validation or test quarter without its first `sessions` sessions, and the dates not scored. A PlanError
+    names the setting and the quarter when nothing is left."""
+    if sessions == 0:
+        return unit, []
+    dropped = sessions_forward(unit.start, sessions)
+    kept = _clip(unit, session_open_ns(dropped[-1] + dt.timedelta(days=1)), unit.end)
+    if kept is None:
+        raise PlanError(
+            f"{where}embargo_sessions {sessions} leaves no {split} rows in {unit.name} (its sessions from {dropped[0]} "
+            f"to {dropped[-1]} are embargoed and nothing later is left): lower --embargo-sessions"
+        )
+    return kept, [str(d) for d in dropped]
+
+
+def _fold(k: int, train: list[Unit], val: list[Unit], test: list[Unit], p: int, e: int, what: str) -> Fold:
+    """Fold k with its purge and embargo applied (`purge`, `embargo`): each split holds one quarter at most but
+    training."""
+    where = f"{what}fold {k}: "
+    train, purged = purge(train, p, where)
+    cut = {}
+    for split, units in (("validation", val), ("test", test)):
+        cut[split] = embargo(units[0], e, where, split) if units else None
+    return Fold(
+        fold=k,
+        train=train,
+        val=[cut["validation"][0]] if val else [],
+        test=[cut["test"][0]] if test else [],
+        purged=purged,
+        val_embargoed=cut["validation"][1] if val else [],
+        test_embargoed=cut["test"][1] if test else [],
+    )
+
+
 def _quarters(n: int) -> str:
     return f"{n} quarter{'s' if n != 1 else ''}"
 
@@ -220,13 +344,18 @@ def plan_folds(
     cv_train_window: int = 0,
     allow_untested_folds: bool = False,
     schema: str | None = None,
+    purge_sessions: int = PURGE_SESSIONS,
+    embargo_sessions: int = EMBARGO_SESSIONS,
 ) -> FoldPlan:
-    """Plan every fold over the files' calendar quarters; a layout that does not fit is a PlanError naming the
-    schema and the numbers."""
+    """Plan every fold over the files' calendar quarters, purged and embargoed; a layout that does not fit is a
+    PlanError naming the schema and the numbers."""
     if cv_n_folds < 1:
         raise PlanError(f"--cv-n-folds must be >= 1 (got {cv_n_folds})")
     if cv_train_window < 0:
         raise PlanError(f"--cv-train-window must be >= 0 (got {cv_train_window})")
+    for flag, value in (("--purge-sessions", purge_sessions), ("--embargo-sessions", embargo_sessions)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GAP_SESSIONS:
+            raise PlanError(f"{flag} must be an integer in [0, {MAX_GAP_SESSIONS}] (got {value!r})")
     units = calendar_units(files)
     n = len(units)
     what = f"{schema}: " if schema else ""
@@ -236,7 +365,10 @@ def plan_folds(
         n_files=len({f.path for f in files}),
         n_units=n,
         schema_name=schema,
+        purge_sessions=purge_sessions,
+        embargo_sessions=embargo_sessions,
         units=[u.name for u in units],
+        quarters=units,
         gaps=calendar_gaps(units, schema),
     )
     if cv_n_folds == 1:
@@ -245,7 +377,7 @@ def plan_folds(
                 f"{what}need >= 2 calendar quarters for a single-fold temporal split, found {found}: a fold trains on "
                 f"whole quarters"
             )
-        folds = [Fold(fold=0, train=units[:-1], val=[units[-1]], test=[])]
+        folds = [_fold(0, units[:-1], [units[-1]], [], purge_sessions, embargo_sessions, what)]
         warnings.warn(
             "--cv-n-folds 1 is the single train/validation split: it has no test quarter, so nothing it "
             "trains is evaluated out of sample",
@@ -283,15 +415,48 @@ def plan_folds(
     for k in range(cv_n_folds):
         val_idx = k + window
         test = [units[val_idx + 1]] if val_idx + 1 < n else []
-        folds.append(Fold(fold=k, train=units[k:val_idx], val=[units[val_idx]], test=test))
+        folds.append(_fold(k, units[k:val_idx], [units[val_idx]], test, purge_sessions, embargo_sessions, what))
     return FoldPlan(cv_n_folds=cv_n_folds, window=window, folds=folds, **common)
 
 
+def _gap_problems(plan: FoldPlan, fold: Fold) -> list[str]:
+    """The purge and the embargo of one fold, proved from its rows' time ranges: no training row within
+    `purge_sessions` sessions of the validation start, no validation or test row in the first `embargo_sessions`
+    sessions of its quarter."""
+    problems = []
+    p, e = plan.purge_sessions, plan.embargo_sessions
+    if fold.train and fold.val and p:
+        train_end, val_start = max(u.end for u in fold.train), min(u.start for u in fold.val)
+        if len(fold.purged) != p:
+            problems.append(f"fold {fold.fold}: {len(fold.purged)} session(s) purged from training, purge_sessions is {p}")
+        elif train_end >= session_open_ns(dt.date.fromisoformat(fold.purged[0])):
+            problems.append(f"fold {fold.fold}: training reaches its purged session {fold.purged[0]}")
+        # the validation quarter's first session, scored or not
+        first = dt.date.fromisoformat(fold.val_embargoed[0]) if fold.val_embargoed else session_day(val_start)
+        last = session_day(train_end)
+        between = sum(_trading_day(last + dt.timedelta(days=i)) for i in range(1, (first - last).days + 1))
+        if last >= first or between < p:
+            problems.append(
+                f"fold {fold.fold}: training ends in session {last}, within {p} session(s) of the validation start ({first})"
+            )
+    for split, units, cut in (("val", fold.val, fold.val_embargoed), ("test", fold.test, fold.test_embargoed)):
+        if not units or not e:
+            continue
+        if len(cut) != e:
+            problems.append(f"fold {fold.fold}: {len(cut)} {split} session(s) embargoed, embargo_sessions is {e}")
+            continue
+        first = session_day(min(u.start for u in units))
+        if first <= dt.date.fromisoformat(cut[-1]):
+            problems.append(f"fold {fold.fold}: {split} scores session {first}, inside its embargo (to {cut[-1]})")
+    return problems
+
+
 def check_leakage(plan: FoldPlan) -> list[str]:
-    """Problems with a plan: a quarter (or a file's part) in two splits, or splits whose time ranges are not
-    strictly ordered."""
+    """Problems with a plan: a quarter (or a file's part) in two splits, splits whose time ranges are not
+    strictly ordered, or a purge or embargo that does not hold (`_gap_problems`)."""
     problems = []
     for fold in plan.folds:
+        problems += _gap_problems(plan, fold)
         splits = {"train": fold.train, "val": fold.val, "test": fold.test}
         seen: dict[str, str] = {}
         for split, refs in splits.items():
@@ -314,8 +479,9 @@ def hyperopt_files(plan: FoldPlan) -> tuple[list[Unit], list[Unit]]:
     """(train, validation) quarters of a symbol's hyperparameter search: every quarter strictly before the plan's
     earliest test quarter (all quarters when no fold has one), the last of them validating.
 
-    Tuning once on this range and using the result in every fold never lets a test quarter choose a parameter."""
-    files = sorted(
+    Tuning once on this range and using the result in every fold never lets a test quarter choose a parameter. The
+    split is purged and embargoed as a fold is (the plan's `purge_sessions`, `embargo_sessions`)."""
+    files = plan.quarters or sorted(  # plans made before `quarters` was recorded: their folds' quarters
         {r.name: r for f in plan.folds for r in (*f.train, *f.val, *f.test)}.values(), key=lambda r: (r.start, r.name)
     )
     tests = [r for f in plan.folds for r in f.test]
@@ -327,7 +493,9 @@ def hyperopt_files(plan: FoldPlan) -> tuple[list[Unit], list[Unit]]:
             f"hyperopt needs >= 2 calendar quarters before the first test quarter (one to train, one to validate), "
             f"found {len(files)}"
         )
-    return files[:-1], files[-1:]
+    train, _ = purge(files[:-1], plan.purge_sessions, "hyperopt: ")
+    val, _ = embargo(files[-1], plan.embargo_sessions, "hyperopt: ", "validation")
+    return train, [val]
 
 
 def hyperopt_leakage(plan: FoldPlan, results: dict) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from alpha_core import progress
 from alpha_core.data.checks import check_continuity
 from alpha_core.data.dbn import discover, scan
-from alpha_core.data.folds import FileRef, FoldPlan, Unit, calendar_units
+from alpha_core.data.folds import EMBARGO_SESSIONS, PURGE_SESSIONS, FileRef, FoldPlan, Unit, calendar_units, embargo
 from alpha_core.data.products import PRODUCTS, product
 from alpha_core.data.sidecar import (
     LabelConfig,
@@ -118,12 +118,19 @@ def unit_sidecars(unit: Unit, by_path: dict[str, Sidecar]) -> list[Sidecar]:
     return out
 
 
-def quarter_sidecars(sidecars: list[Sidecar]) -> dict[str, Sidecar]:
-    """Quarter name ("2024-Q3") -> one sidecar of its rows (several parts concatenated, `concat_sidecars`): what
+def quarter_sidecars(sidecars: list[Sidecar], embargo_sessions: int = 0) -> dict[str, Sidecar]:
+    """Quarter name ("2024-Q3") -> one sidecar of its rows (several parts concatenated, `concat_sidecars`), without
+    its first `embargo_sessions` sessions (`folds.embargo`, as the plan cuts a validation and a test quarter): what
     evaluation reads a checkpoint's validation and test quarter from."""
     by_path = {sc.meta.source.path: sc for sc in sidecars}
-    units = calendar_units([file_ref(sc) for sc in sidecars])
-    return {u.name: concat_sidecars(unit_sidecars(u, by_path), u.name) for u in units}
+    out = {}
+    for quarter in calendar_units([file_ref(sc) for sc in sidecars]):
+        try:
+            u, _ = embargo(quarter, embargo_sessions)
+        except PlanError:  # nothing to score in it: never a validation or test quarter of a plan this embargo made
+            continue
+        out[u.name] = concat_sidecars(unit_sidecars(u, by_path), u.name)
+    return out
 
 
 @dataclass
@@ -136,6 +143,8 @@ class FoldData:
     test_names: list[str]
     train_names: list[str] = field(default_factory=list)
     val_names: list[str] = field(default_factory=list)
+    purge_sessions: int = 0  # the plan's: its train and val sidecars are already cut (`folds.purge`, `folds.embargo`)
+    embargo_sessions: int = 0
 
 
 def fold_data(plan: FoldPlan, sidecars: list[Sidecar], cv_fold: int | None = None) -> list[FoldData]:
@@ -160,6 +169,8 @@ def fold_data(plan: FoldPlan, sidecars: list[Sidecar], cv_fold: int | None = Non
             [u.name for u in f.test],
             [u.name for u in f.train],
             [u.name for u in f.val],
+            plan.purge_sessions,
+            plan.embargo_sessions,
         )
         for f in folds
     ]
@@ -174,13 +185,24 @@ def walk_forward(
     cv_train_window: int,
     cv_fold: int | None,
     allow_untested_folds: bool = False,
+    purge_sessions: int = PURGE_SESSIONS,
+    embargo_sessions: int = EMBARGO_SESSIONS,
 ) -> list[FoldData]:
-    """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's calendar quarters."""
+    """The sidecars of every requested fold (all folds when `cv_fold` is None) of a symbol's calendar quarters,
+    purged and embargoed by the plan."""
     from alpha_core.data.folds import plan_folds
 
     sidecars = [item.sidecar for item in predecode(directory, predecoded_dir, symbol, schema)]
     try:
-        plan = plan_folds([file_ref(sc) for sc in sidecars], cv_n_folds, cv_train_window, allow_untested_folds, schema)
+        plan = plan_folds(
+            [file_ref(sc) for sc in sidecars],
+            cv_n_folds,
+            cv_train_window,
+            allow_untested_folds,
+            schema,
+            purge_sessions=purge_sessions,
+            embargo_sessions=embargo_sessions,
+        )
     except PlanError as exc:
         raise PlanError(f"{directory}: {exc}") from exc
     return fold_data(plan, sidecars, cv_fold)

@@ -10,7 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from alpha_core import metrics
-from alpha_core.bounds import Device, NonNegFloat, NonNegInt
+from alpha_core.bounds import Device, GapSessions, NonNegFloat, NonNegInt
+from alpha_core.data.folds import EMBARGO_SESSIONS
 from alpha_core.eval.report import Excluded
 from alpha_core.gates import GateThresholds
 
@@ -32,6 +33,9 @@ class EvalConfig(BaseModel):
     # file (horizon, threshold, holding, sizing: `horizon` and `band` are unused), or the fixed rule at `horizon`/`band`
     policy: Literal["fitted", "fixed"] = "fitted"
     cost_ticks: NonNegFloat = metrics.DEFAULT_COST_TICKS  # per unit of position change (a 2-tick round trip)
+    # the first sessions of every validation and test quarter that are not scored: the fold plan's (folds.py); a
+    # checkpoint whose plan recorded another is excluded (its validation was cut otherwise)
+    embargo_sessions: GapSessions = EMBARGO_SESSIONS
     predecoded_dir: Path | None = None
     device: Device | None = None
     # model (or "model/SYMBOL") -> the hyperopt results.json behind checkpoints whose summary records none

@@ -247,12 +247,15 @@ def _evaluate(cfg: EvalConfig, device: torch.device) -> EnsembleReport:
             excluded += [Excluded(model=c.model, symbol=symbol, fold=c.fold, reason=f"no data: {exc}") for c in ckpts]
             continue
         # calendar quarter ("2024-Q3") -> its rows, whatever the files' split: what summaries name (`folds.py`)
-        bars = quarter_sidecars([i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)])
+        # without their first `embargo_sessions` sessions, as the fold plan cut the trainers' validation quarters
+        bars = quarter_sidecars(
+            [i.sidecar for i in predecode(folder, predecoded / symbol, symbol, OHLCV_1M)], cfg.embargo_sessions
+        )
         n_horizons = min((len(sc.meta.horizons) for sc in bars.values()), default=0)
         if cfg.horizon >= n_horizons:
             raise PlanError(f"horizon {cfg.horizon} is not an index into the {n_horizons} horizons of {symbol}'s bars")
         book_items = predecode(folder, predecoded / symbol, symbol, MBP10) if any(c.trainer.reads_book for c in ckpts) else []
-        book = quarter_sidecars([i.sidecar for i in book_items])
+        book = quarter_sidecars([i.sidecar for i in book_items], cfg.embargo_sessions)
         symbols[symbol] = _evaluate_symbol(cfg, symbol, ckpts, bars, book, excluded, device)
     report = EnsembleReport(
         created=dt.datetime.now(dt.UTC).isoformat(),
@@ -305,6 +308,12 @@ def _unusable(ckpt: Checkpoint, cfg: EvalConfig, test_files: list[str]) -> tuple
     """(why the checkpoint cannot be reported, or None; the search behind it)."""
     if not test_files:
         return "no test quarter", None
+    recorded = ckpt.summary.get("embargo_sessions")  # None: trained before plans recorded it
+    if recorded is not None and recorded != cfg.embargo_sessions:
+        return (
+            f"its fold plan embargoed {recorded} session(s) of its validation quarter, this evaluation embargoes "
+            f"{cfg.embargo_sessions} (evaluate with --embargo-sessions {recorded})"
+        ), None
     try:
         search = search_behind(ckpt, cfg)
     except DataError as exc:

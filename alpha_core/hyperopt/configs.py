@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from alpha_core.bounds import Count, Device, NonNegInt, Seed
+from alpha_core.bounds import Count, Device, GapSessions, NonNegInt, Seed
 from alpha_core.train.walk_forward import WalkForwardConfig
 
 
@@ -27,6 +27,8 @@ class HyperoptConfig(BaseModel):
     cv_n_folds: Count = WalkForwardConfig.model_fields["cv_n_folds"].default
     cv_train_window: NonNegInt = WalkForwardConfig.model_fields["cv_train_window"].default
     allow_untested_folds: bool = False
+    purge_sessions: GapSessions = WalkForwardConfig.model_fields["purge_sessions"].default
+    embargo_sessions: GapSessions = WalkForwardConfig.model_fields["embargo_sessions"].default
     cv_fold: NonNegInt | None = None  # nested search: fold k's own train/validation files, for fold k only
     seq_len: Count = 64
     batch_size: Count = 256

@@ -200,7 +200,15 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
     schema = OHLCV_1M if model_input == "bars" else MBP10
     predecoded = default_predecoded_dir(cfg.predecoded_dir, cfg.output.parent)
     sidecars = [item.sidecar for item in predecode(cfg.data_dir, predecoded, cfg.symbol, schema)]
-    plan = plan_folds([file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, schema)
+    plan = plan_folds(
+        [file_ref(sc) for sc in sidecars],
+        cfg.cv_n_folds,
+        cfg.cv_train_window,
+        cfg.allow_untested_folds,
+        schema,
+        purge_sessions=cfg.purge_sessions,
+        embargo_sessions=cfg.embargo_sessions,
+    )
     if cfg.cv_fold is None:
         train, val = hyperopt_files(plan)
     else:
@@ -214,6 +222,8 @@ def search_split(cfg: HyperoptConfig, model_input: str) -> tuple[FoldData, FoldP
         [],
         [u.name for u in train],
         [u.name for u in val],
+        plan.purge_sessions,
+        plan.embargo_sessions,
     ), plan
 
 

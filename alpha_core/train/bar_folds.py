@@ -30,6 +30,8 @@ class BarFoldSummary(BaseModel):
     train_files: list[str]  # calendar quarters (`data/folds.py`)
     val_files: list[str]
     test_files: list[str]
+    purge_sessions: int = 0  # the fold plan's (folds.py): its train and val rows were cut so
+    embargo_sessions: int = 0  # and its test quarter is scored without its first sessions
     epochs: int
     early_stopped: bool
     best_epoch: int

@@ -15,13 +15,14 @@ from alpha_core.bounds import (
     Count,
     Device,
     Dim,
+    GapSessions,
     LearningRate,
     NonNegFloat,
     NonNegInt,
     Seed,
     UnitFloat,
 )
-from alpha_core.data.folds import N_FOLDS
+from alpha_core.data.folds import EMBARGO_SESSIONS, N_FOLDS, PURGE_SESSIONS
 from alpha_core.metrics import DEFAULT_COST_TICKS
 from alpha_core.train.walk_forward import WalkForwardConfig
 
@@ -55,6 +56,8 @@ class TrainConfig(BaseModel):
     cv_n_folds: int = Field(N_FOLDS, le=MAX_COUNT)  # validate() checks the lower bounds with the original system's messages
     cv_train_window: int = Field(0, le=MAX_COUNT)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
+    purge_sessions: GapSessions = PURGE_SESSIONS  # sessions dropped from training before validation (folds.py)
+    embargo_sessions: GapSessions = EMBARGO_SESSIONS  # sessions not scored at a validation and a test quarter's start
     smoothness_base_lambda: NonNegFloat = 0.0
     kernel_step_trace: Path | None = None
     bucket_warmup_cap_steps: NonNegInt | None = None

@@ -95,6 +95,8 @@ class TrainSummary(BaseModel):
     train_files: list[str]
     val_files: list[str]
     test_files: list[str]  # the fold's test file (what `alpha evaluate` trades it on)
+    purge_sessions: int = 0  # the fold plan's (folds.py): its train and val rows were cut so
+    embargo_sessions: int = 0  # and its test quarter is scored without its first sessions
     # the one checkpoint the gate judges and evaluation loads: the best epoch by the early-stop metric
     # (mean AUC when it is `none`), as every supervised trainer keeps
     checkpoint_metric: str
@@ -240,7 +242,13 @@ class PerceptionTrainer:
         sidecars = [p.sidecar for p in predecode(cfg.mbp10_data_dir, cfg.predecoded_dir, None, MBP10, labels)]
         try:
             plan = plan_folds(
-                [file_ref(sc) for sc in sidecars], cfg.cv_n_folds, cfg.cv_train_window, cfg.allow_untested_folds, MBP10
+                [file_ref(sc) for sc in sidecars],
+                cfg.cv_n_folds,
+                cfg.cv_train_window,
+                cfg.allow_untested_folds,
+                MBP10,
+                purge_sessions=cfg.purge_sessions,
+                embargo_sessions=cfg.embargo_sessions,
             )
         except PlanError as exc:
             raise PlanError(f"{cfg.mbp10_data_dir}: {exc}") from exc
@@ -467,6 +475,8 @@ class PerceptionTrainer:
             train_files=self.train_names,  # calendar quarters (`folds.py`)
             val_files=self.val_names,
             test_files=self.test_names,
+            purge_sessions=self.cfg.purge_sessions,
+            embargo_sessions=self.cfg.embargo_sessions,
             checkpoint_metric=metric,
             checkpoint=CHECKPOINTS[metric],
             checkpoint_epoch=kept[metric][0],

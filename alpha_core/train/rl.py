@@ -98,6 +98,8 @@ def train_rl(
             cfg.cv_train_window,
             cfg.cv_fold,
             cfg.allow_untested_folds,
+            cfg.purge_sessions,
+            cfg.embargo_sessions,
         )
     leaks = {f.fold: check_isolation(source, cfg.model, f.fold, f.test_names, cfg.allow_hyperopt_leakage) for f in folds}
     check_batch_fits(n_envs=cfg.n_envs, window=cfg.window, n_features=len(folds[0].train[0].meta.feature_names))
@@ -217,6 +219,8 @@ def _train_fold(
         train_files=fold.train_names,
         val_files=fold.val_names,
         test_files=fold.test_names,
+        purge_sessions=fold.purge_sessions,
+        embargo_sessions=fold.embargo_sessions,
         epochs=len(curve),
         early_stopped=early,
         best_epoch=best_epoch,

@@ -103,6 +103,8 @@ def train_supervised(
             cfg.cv_train_window,
             cfg.cv_fold,
             cfg.allow_untested_folds,
+            cfg.purge_sessions,
+            cfg.embargo_sessions,
         )
     first = folds[0].train[0].meta
     data_fields = {"n_features": len(first.feature_names), "horizons": tuple(first.horizons)}
@@ -230,6 +232,8 @@ def _train_fold(
         train_files=fold.train_names,
         val_files=fold.val_names,
         test_files=fold.test_names,
+        purge_sessions=fold.purge_sessions,
+        embargo_sessions=fold.embargo_sessions,
         horizons=list(train_files[0].meta.horizons),
         epochs=t.epochs_completed,
         early_stopped=t.early_stopped,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from alpha_core.bounds import Count, Device, NonNegInt, Seed
-from alpha_core.data.folds import N_FOLDS
+from alpha_core.bounds import Count, Device, GapSessions, NonNegInt, Seed
+from alpha_core.data.folds import EMBARGO_SESSIONS, N_FOLDS, PURGE_SESSIONS
 
 
 class WalkForwardConfig(BaseModel):
@@ -23,6 +23,8 @@ class WalkForwardConfig(BaseModel):
     cv_n_folds: Count = N_FOLDS  # 1: the single train/validation split, without a test file
     cv_train_window: NonNegInt = 0  # calendar quarters; 0: n_quarters - cv_n_folds - 1 (a test quarter after every fold)
     allow_untested_folds: bool = False  # a fold without a test file is an explicit opt-in
+    purge_sessions: GapSessions = PURGE_SESSIONS  # sessions dropped from training before validation (folds.py)
+    embargo_sessions: GapSessions = EMBARGO_SESSIONS  # sessions not scored at a validation and a test quarter's start
     seed: Seed = 0x4242
     device: Device | None = None  # None: cuda when available
 
