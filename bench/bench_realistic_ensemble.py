@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="another train-supervised flag, e.g. n_train_seqs=256 -> --n-train-seqs 256 (no longer the defaults)",
     )
     p.add_argument("--stop-after", type=float, help="start no training job after this many seconds")
-    p.add_argument("--grace", type=float, default=60.0, help="kill a training job still running at stop-after + this")
+    p.add_argument("--grace", type=float, default=30.0, help="kill a training job still running at stop-after + this")
+    p.add_argument("--table", type=Path, metavar="JSON", help="print the table of a written --out JSON and exit")
     a = p.parse_args(argv)
     if a.parallel < 1:
         p.error("--parallel must be >= 1")
@@ -217,6 +218,7 @@ def rows_of(report: dict, symbol: str) -> dict:
         m = r["oos"]
         pbos = [f["policy_pbo"] for f in r["folds"] if f.get("policy_pbo") is not None]
         return {
+            "folds_evaluated": len(r["folds"]),  # a fold excluded (gate, blindness) leaves the row fewer test files
             "sessions": m["n_sessions"],
             "sharpe_0": m["sharpe_by_cost"].get("0"),
             "sharpe_1": m["sharpe_by_cost"].get("1"),
@@ -270,36 +272,53 @@ def print_table(out: dict) -> None:
         return "n/a" if v is None else f"{v:.{d}f}"
 
     res = out["results"]
-    names = list(dict.fromkeys(n for p in res.values() for n in [*p["members"], *p["ensembles"]]))
-    cols = ("S@0", "S@1", "turn", "capt", "DSR", "PBO")
-    print(f"\n{'':20} | {'fixed rule':^41} | {'fitted policy':^41}")
+    models = out["settings"]["models"].split(",")
+    names = list(dict.fromkeys([*models, *(n for p in res.values() for n in p["ensembles"])]))
+    cols = ("folds", "S@0", "S@1", "turn", "capt", "DSR", "PBO")
+    print(f"\n{'':20} | {'fixed rule':^48} | {'fitted policy':^48}")
     print(f"{'row':20} | " + " | ".join(" ".join(f"{c:>6}" for c in cols) for _ in POLICIES))
     for name in names:
         cells = []
         for policy in POLICIES:
             p = res.get(policy, {})
             r = p.get("members", {}).get(name) or p.get("ensembles", {}).get(name)
-            if r is None:
+            if r is None:  # not evaluated, or every fold excluded (listed below)
                 cells.append(" ".join(f"{'-':>6}" for _ in cols))
                 continue
-            vals = (f(r["sharpe_0"]), f(r["sharpe_1"]), f(r["turnover"], 3), f(r["capture"]), f(r["dsr"]), f(r["pbo"]))
+            vals = (
+                str(r["folds_evaluated"]),
+                *(f(r[k]) for k in ("sharpe_0", "sharpe_1")),
+                f(r["turnover"], 3),
+                *(f(r[k]) for k in ("capture", "dsr", "pbo")),
+            )
             cells.append(" ".join(f"{v:>6}" for v in vals))
         print(f"{name:20} | " + " | ".join(cells))
-    for policy, p in res.items():
-        for e in p["excluded"]:
+    excluded = {policy: p["excluded"] for policy, p in res.items()}
+    if len({tuple(e) for e in excluded.values()}) == 1:  # the same checkpoints for both policies (the usual case)
+        excluded = {"both policies": next(iter(excluded.values()))}
+    for policy, items in excluded.items():
+        for e in items:
             print(f"excluded ({policy}): {e}")
+    print(
+        "folds: test folds in the row; S@0, S@1: out-of-sample Sharpe at 0 and 1 tick; turn: position changes a bar; "
+        "capt: Sharpe / the oracle's through the same policy; PBO: mean over the folds' policy fits"
+    )
     g = out.get("goal")
     if g:
         print(
             f"\nfitted policy, 1 tick: {g['count']} of {g['of']} members positive "
             f"({', '.join(g['members_positive_at_1_tick'])}), "
-            f"ensembles {g['ensembles_positive_at_1_tick']}; goal (>= {g['needed']} and the ensembles): "
+            f"ensembles {g['ensembles_positive_at_1_tick']}; goal (>= {g['needed']}, a member without a row counts "
+            f"as not positive, and the ensembles): "
             f"{'met' if g['met'] else 'not met'}"
         )
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.table:
+        print_table(json.loads(a.table.read_text()))
+        return 0
     began = time.perf_counter()
     work = a.work_dir.resolve()
     for sub in ("models", "logs", "eval-fixed", "eval-fitted", "compile-cache"):
