@@ -167,7 +167,7 @@ def train_all(a: argparse.Namespace, work: Path, out: dict, began: float) -> Non
                 continue
             del running[(m, k)]
             job = jobs[f"{m}/{k}"] | {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 2)}
-            job["status"] = "done" if proc.returncode == 0 else "failed"
+            job["status"] = "done" if proc.returncode == 0 else "killed" if "killed" in job else "failed"
             summary = work / "models" / m / a.symbol / f"fold-{k}" / "summary.json"
             if proc.returncode == 0 and summary.exists():
                 s = json.loads(summary.read_text())
