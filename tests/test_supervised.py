@@ -141,7 +141,7 @@ def test_cli_trains_every_fold_and_writes_the_layout(bars_dir, tmp_path, capsys,
         first = {"process_start", "imports"} if k == 0 else set()
         assert set(stages) >= {"data", "build", "first_step", "epochs", "validation", "val_score", "writing", "total"} | first
         assert all(v >= 0 for v in stages.values()) and (k == 1) == ("imports" not in stages)
-        assert sum(v for n, v in stages.items() if n != "total") <= stages["total"] + 1e-3
+        assert sum(v for n, v in stages.items() if n != "total") <= stages["total"] + 5e-4 * len(stages)  # each rounded to 1 ms
     assert main(["train-supervised", *flags(model="perception", data_dir=bars_dir, output_dir=tmp_path / "p")]) == 2
     assert "is trained by `alpha train`" in capsys.readouterr().err
 
