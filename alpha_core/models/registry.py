@@ -189,6 +189,7 @@ _ENTRIES += [
             "gamma": choice(0.5, 0.9, 0.99),
             "exploration_fraction": SearchParam(kind="float", low=0.1, high=0.5),
         },
+        code_version="3",  # 3: learning rate 1e-4 and an update every 4 vectorised steps (issue 31 item 8)
     ),
     ModelSpec(
         "ppo",

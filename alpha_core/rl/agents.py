@@ -150,7 +150,8 @@ def _mlp_forward(self, obs: torch.Tensor) -> torch.Tensor:
 
 def _lean(self: DQN) -> None:
     """SB3's DQN, the same update to the bit (tests/test_rl.py), cheaper per gradient step on a CPU pod (issue 33
-    item 5: one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python):
+    item 5: then one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python;
+    625 at today's `train_freq` 4):
     Adam's multi-tensor (`foreach`) form, the same arithmetic in fewer calls; the plain MLP Q-networks run their
     Linear and ReLU layers as functions rather than through eight module calls; and the policy's train/eval switch,
     which SB3 makes before every gradient step and every action (a walk over every submodule), is skipped where no
