@@ -1,5 +1,5 @@
 """What one DQN epoch costs on the CPU, and where: learning (`timesteps_per_epoch` environment steps at the defaults,
-one gradient step per vectorised step) and its parts, at several torch thread counts, in one process.
+one gradient step every `train_freq` vectorised steps) and its parts, at several torch thread counts, in one process.
 
     python3 bench/bench_dqn.py --data-dir gpu/data/ES.FUT --predecoded-dir gpu/pd --threads 16,4,1 --out r.json
 

@@ -50,10 +50,16 @@ class _AgentConfig(BaseModel):
 
 
 class DQNConfig(_AgentConfig):
+    """DQN's settings. `learning_rate` and `train_freq` are SB3's own defaults (docs/models.md, "DQN"): one gradient
+    step of 64 samples every 4 vectorised steps (32 transitions) at 1e-4. The earlier 1e-3 and one step every
+    vectorised step (8 transitions) fitted the noise of a few thousand training bars: validation Sharpe peaked in
+    the first epoch and fell as turnover rose (the numbers: docs/models.md)."""
+
+    learning_rate: LearningRate = 1e-4
     buffer_size: Count = 50_000
     learning_starts: NonNegInt = 500
     batch_size: Count = 64
-    train_freq: Count = 1  # vectorised env steps between updates
+    train_freq: Count = 4  # vectorised env steps between updates (n_envs transitions each)
     gradient_steps: int = Field(1, ge=-1, le=MAX_COUNT)  # -1: as many as env steps
     target_update_interval: Count = 500  # env transitions
     exploration_fraction: float = Field(0.3, gt=0, le=1)
@@ -144,7 +150,8 @@ def _mlp_forward(self, obs: torch.Tensor) -> torch.Tensor:
 
 def _lean(self: DQN) -> None:
     """SB3's DQN, the same update to the bit (tests/test_rl.py), cheaper per gradient step on a CPU pod (issue 33
-    item 5: one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python):
+    item 5: then one gradient step per vectorised environment step, 2,500 an epoch, each about 100 small ops of Python;
+    625 at today's `train_freq` 4):
     Adam's multi-tensor (`foreach`) form, the same arithmetic in fewer calls; the plain MLP Q-networks run their
     Linear and ReLU layers as functions rather than through eight module calls; and the policy's train/eval switch,
     which SB3 makes before every gradient step and every action (a walk over every submodule), is skipped where no
