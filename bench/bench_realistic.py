@@ -34,7 +34,7 @@ def one(symbol: str, seed: int, difficulty: str, sessions: int | None, out: Path
 
     if sessions:
         demo.SCALES["capped"] = dataclasses.replace(demo.SCALES["real"], name="capped", sessions_per_quarter=sessions)
-    demo.generate_demo_data(out, "capped" if sessions else "real", seed, [symbol], None, 0, difficulty)
+    demo.generate_demo_data(out, "capped" if sessions else "real", seed, [symbol], None, 0, difficulty=difficulty)
     files = []
     for path in sorted((out / symbol / "ohlcv-1m").glob("*.dbn.zst")):
         sc, _ = ensure_sidecar(path, out / "sidecars")
