@@ -30,8 +30,13 @@ class Trainer:
         Sharpe; a supervised or book model's mean validation AUC at the epoch of the checkpoint it kept."""
         if self.trades_actions:
             return float(summary["val_sharpe"]), None
-        aucs = summary["val_auc"]
+        aucs = self.val_aucs(summary)
         return (sum(aucs) / len(aucs) if aucs else math.nan), float(summary["final_train_loss"])
+
+    def val_aucs(self, summary: Mapping[str, Any]) -> list[float]:
+        """The validation AUC per horizon at the kept checkpoint's epoch (none for an RL agent, which has no
+        horizons)."""
+        return [] if self.trades_actions else list(summary["val_auc"])
 
     def weights_file(self, summary: Mapping[str, Any]) -> str:
         """The file of the weights evaluation loads: the flagship names its kept checkpoint in its summary."""

@@ -82,12 +82,13 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             thresholds = GateThresholds(min_val_auc=config.min_val_auc, min_val_sharpe=config.min_val_sharpe)
             retry = context.retry_number > 0  # Dagster retries this step (a lost pod): it takes the attempt over
             summary, horizons = _train(spec, name, symbol, fold, plans, params_file, config, data, storage, attempt, retry)
-        value, loss = spec.kind.gated_value(summary.model_dump())
+        recorded = summary.model_dump()
+        value, loss = spec.kind.gated_value(recorded)
         gate = check_gate(spec.kind, value, thresholds, loss)
         if gate.passed:
             artifacts.promote(attempt)
         partition = context.partition_key
-        aucs = getattr(summary, "val_auc", None) or getattr(summary, "best_mean_auc_per_horizon", None)
+        aucs = spec.kind.val_aucs(recorded)
         curves = epoch_curves(summary.epoch_metrics, f"{name} {symbol} fold {fold} (attempt {attempt.id[:8]})")
         meta = clean(
             {
