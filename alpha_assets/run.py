@@ -123,6 +123,10 @@ def _validate_run_config(run_config: dict) -> None:
     def flag(where: str) -> str:
         return "--hyperopt-config" if "hyperopt__" in where else "--train-config"
 
+    for op, entry in run_config.get("ops", {}).items():
+        kind = op.partition("__")[0]
+        if kind in step_settings.STEP_KEYS:
+            step_settings.check_keys(kind, entry["config"])
     try:
         dg.validate_run_config(defs.resolve_implicit_global_asset_job_def(), run_config)
     except dg.DagsterInvalidConfigError as exc:  # the same error repeats for every model: name the first

@@ -37,6 +37,9 @@ STEP_KEYS = {
     ),
 }
 FLAGS = {"checkpoints": "--train-config", "hyperopt": "--hyperopt-config"}
+# settings of the fold plan (alpha_assets' FoldConfig, `alpha folds`' flags), not of a step: every step of a run
+# trains on its run's plan, so they are set once, on `fold_plans` (the Launchpad), not per step
+PLAN_KEYS = ("cv_train_window", "purge_sessions", "embargo_sessions")
 
 
 def final_config(kind: str, trainer: str) -> type[pydantic.BaseModel]:
@@ -51,6 +54,24 @@ def final_config(kind: str, trainer: str) -> type[pydantic.BaseModel]:
     return type(
         "StepConfig", (getattr(configs, TRAINERS[trainer].config), GateThresholds), {}
     )  # the gate's thresholds are a step setting too
+
+
+def check_keys(kind: str, config: dict) -> None:
+    """A key no step of this kind takes: a PlanError naming the flag, the closest key and every key with its range
+    (rather than Dagster's schema of the whole op)."""
+    import difflib
+
+    for key in config:
+        if key in STEP_KEYS[kind]:
+            continue
+        if key in PLAN_KEYS:
+            raise PlanError(
+                f"{FLAGS[kind]}: {key} is a fold plan setting, not a step's: set it on fold_plans in the Launchpad "
+                f"(every step of a run trains on its run's plan); `alpha folds --{key.replace('_', '-')}` shows its cut"
+            )
+        close = difflib.get_close_matches(key, STEP_KEYS[kind], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise PlanError(f"{FLAGS[kind]}: unknown key {key!r}{hint}; the keys: {describe(kind)}")
 
 
 def check(kind: str, trainer: str, config: dict) -> None:

@@ -186,7 +186,11 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
         ({"run_id": "Predecoded"}, "RUN_ID='Predecoded': 'Predecoded' is reserved"),
         ({"max_parallel": 0}, "MAX_PARALLEL must be >= 1"),
         ({"epochs": 0}, "EPOCHS must be >= 1"),
-        ({"train_config": {"epochz": 1}}, "--train-config: .*epochz"),
+        (
+            {"train_config": {"epochz": 1}},
+            "--train-config: unknown key 'epochz' \\(did you mean epochs\\?\\); the keys: epochs \\(ge 1\\)",
+        ),
+        ({"train_config": {"purge_sessions": 1}}, "--train-config: purge_sessions is a fold plan setting, not a step's"),
         ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
         ({"train_config": {"epochs": 0}}, "--train-config: epochs: .*greater than or equal to 1"),  # as --epochs 0
         ({"hyperopt_config": {"workers": 1000}}, "--hyperopt-config: workers: .*less than or equal to 256"),
