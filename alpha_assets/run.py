@@ -75,6 +75,7 @@ def plan(
     train_config: dict | None = None,
     hyperopt_config: dict | None = None,
     reuse_from: list[str] | None = None,
+    fold_config: dict | None = None,
 ) -> Plan:
     """Validate the request (every error names the variable) and build its backfill."""
     if phase not in PHASES:
@@ -107,6 +108,8 @@ def plan(
             ops[f"checkpoints__{model}"] = {"config": {**({"epochs": epochs} if epochs else {}), **(train_config or {})}}
         elif kind == "ensemble_report":  # the models the report must account for
             ops[kind] = {"config": {"models": names}}
+        elif kind == "fold_plans" and fold_config:  # the plan every step of the run trains on
+            ops[kind] = {"config": fold_config}
     result = Plan(run_id, phase, symbols, names, max_parallel, targets, {"ops": ops} if ops else {}, reuse_from)
     _validate_run_config(result.run_config)
     return result
@@ -121,11 +124,11 @@ def _validate_run_config(run_config: dict) -> None:
     from alpha_assets.definitions import defs
 
     def flag(where: str) -> str:
-        return "--hyperopt-config" if "hyperopt__" in where else "--train-config"
+        return next((f for kind, f in step_settings.FLAGS.items() if kind in where), "--train-config")
 
     for op, entry in run_config.get("ops", {}).items():
         kind = op.partition("__")[0]
-        if kind in step_settings.STEP_KEYS:
+        if kind in step_settings.FLAGS:
             step_settings.check_keys(kind, entry["config"])
     try:
         dg.validate_run_config(defs.resolve_implicit_global_asset_job_def(), run_config)
@@ -134,6 +137,13 @@ def _validate_run_config(run_config: dict) -> None:
         raise PlanError(f"{flag(str(error.stack) + error.message)}: {error.message}") from None
     for op, entry in run_config.get("ops", {}).items():
         kind, _, model = op.partition("__")
+        if kind == "fold_plans":
+            from alpha_assets.defs.data import FoldConfig
+
+            try:
+                FoldConfig(**entry["config"])
+            except pydantic.ValidationError as exc:
+                raise PlanError(f"--fold-config: {describe_validation_error(exc)}") from None
         if kind in ("hyperopt", "checkpoints"):
             try:
                 (HyperoptAssetConfig if kind == "hyperopt" else TrainAssetConfig)(**entry["config"])

@@ -1071,6 +1071,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run.parse_json_option("--train-config", args.train_config),
         run.parse_json_option("--hyperopt-config", args.hyperopt_config),
         [r for r in (args.reuse_from or "").split(",") if r],
+        run.parse_json_option("--fold-config", args.fold_config),
     )
     print(
         f"RUN_ID {plan.run_id}: one backfill of {plan.size} asset partitions ({plan.phase}) for "
@@ -1134,6 +1135,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--train-config", help=f"JSON merged into every checkpoint's config; keys: {describe('checkpoints')}")
     p.add_argument("--hyperopt-config", help=f"JSON merged into every hyperopt config; keys: {describe('hyperopt')}")
+    p.add_argument(
+        "--fold-config",
+        help="JSON for the run's fold plans, which every step trains on; keys: cv_train_window (ge 0; 0: as many "
+        "quarters as leave a validation and a test quarter to every fold), purge_sessions, embargo_sessions (0-66; "
+        "default 0 and 0, as alpha folds)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the backfill only")
     p.add_argument(
         "--allow-gate-failures",

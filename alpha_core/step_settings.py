@@ -36,9 +36,9 @@ STEP_KEYS = {
         "device",
     ),
 }
-FLAGS = {"checkpoints": "--train-config", "hyperopt": "--hyperopt-config"}
+FLAGS = {"checkpoints": "--train-config", "hyperopt": "--hyperopt-config", "fold_plans": "--fold-config"}
 # settings of the fold plan (alpha_assets' FoldConfig, `alpha folds`' flags), not of a step: every step of a run
-# trains on its run's plan, so they are set once, on `fold_plans` (the Launchpad), not per step
+# trains on its run's plan, so they are set once, on `fold_plans` (`alpha run --fold-config`, the Launchpad)
 PLAN_KEYS = ("cv_train_window", "purge_sessions", "embargo_sessions")
 
 
@@ -61,17 +61,19 @@ def check_keys(kind: str, config: dict) -> None:
     (rather than Dagster's schema of the whole op)."""
     import difflib
 
+    keys = PLAN_KEYS if kind == "fold_plans" else STEP_KEYS[kind]
     for key in config:
-        if key in STEP_KEYS[kind]:
+        if key in keys:
             continue
         if key in PLAN_KEYS:
             raise PlanError(
-                f"{FLAGS[kind]}: {key} is a fold plan setting, not a step's: set it on fold_plans in the Launchpad "
-                f"(every step of a run trains on its run's plan); `alpha folds --{key.replace('_', '-')}` shows its cut"
+                f"{FLAGS[kind]}: {key} is a fold plan setting, not a step's (every step of a run trains on its run's "
+                f"plan): --fold-config '{{\"{key}\": ...}}'"
             )
-        close = difflib.get_close_matches(key, STEP_KEYS[kind], n=1)
+        close = difflib.get_close_matches(key, keys, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise PlanError(f"{FLAGS[kind]}: unknown key {key!r}{hint}; the keys: {describe(kind)}")
+        listed = ", ".join(PLAN_KEYS) if kind == "fold_plans" else describe(kind)
+        raise PlanError(f"{FLAGS[kind]}: unknown key {key!r}{hint}; the keys: {listed}")
 
 
 def check(kind: str, trainer: str, config: dict) -> None:

@@ -191,6 +191,9 @@ def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
             "--train-config: unknown key 'epochz' \\(did you mean epochs\\?\\); the keys: epochs \\(ge 1\\)",
         ),
         ({"train_config": {"purge_sessions": 1}}, "--train-config: purge_sessions is a fold plan setting, not a step's"),
+        ({"fold_config": {"purge_session": 1}}, "--fold-config: unknown key 'purge_session' \\(did you mean purge_sessions"),
+        ({"fold_config": {"embargo_sessions": 67}}, "--fold-config: embargo_sessions must be <= 66 \\(got 67\\)"),
+        ({"fold_config": {"cv_train_window": "two"}}, "--fold-config: .*cv_train_window"),
         ({"hyperopt_config": {"trials": "many"}}, "--hyperopt-config: .*trials"),
         ({"train_config": {"epochs": 0}}, "--train-config: epochs: .*greater than or equal to 1"),  # as --epochs 0
         ({"hyperopt_config": {"workers": 1000}}, "--hyperopt-config: workers: .*less than or equal to 256"),
@@ -212,6 +215,14 @@ def test_every_trigger_variable_is_validated_before_anything_is_launched(change,
     } | change
     with pytest.raises(PlanError, match=message):
         run.plan(**request)
+
+
+def test_the_fold_config_reaches_the_runs_fold_plans_only():
+    from alpha_assets import run
+
+    p = run.plan(["ES.FUT"], "kan", "train", 1, None, "r1", fold_config={"purge_sessions": 1, "embargo_sessions": 1})
+    assert p.run_config["ops"]["fold_plans"] == {"config": {"purge_sessions": 1, "embargo_sessions": 1}}
+    assert "fold_plans" not in run.plan(["ES.FUT"], "kan", "train", 1, None, "r1").run_config.get("ops", {})
 
 
 def test_the_step_settings_alpha_run_checks_are_the_launchpads():
