@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -438,6 +439,37 @@ def test_the_oracle_stays_exact_with_noise_and_another_persistence():
     assert worst_quintile_gap(demo._Market(beta=0.5, phi=1 - 1 / 100, q_noise=0.0)) > 0.06
 
 
+def test_an_impact_shows_the_flow_in_past_prices_without_adding_to_what_it_predicts():
+    """The realistic level's impact: the mid is displaced by `impact * z` at once and the drift carries it on, so
+    the last few hundred events' move tells the flow (what a bar model reads), while the oracle stays calibrated
+    and its edge (how far its probabilities spread) does not grow: what is predictable stays the residual drift."""
+    from alpha_core.data import demo
+
+    prod = PRODUCTS["ES.FUT"]
+    names, ids = demo._contracts(prod, 2024, 1)
+    days, roll = demo._sessions_around(demo._roll_date(2024, 3), 5)
+    past = 300  # the flow's persistence in events
+    seen, spread = {}, {}
+    for impact in (0.0, 9.0):
+        market = demo._market(demo.Difficulty("x", 0.055, impact=impact), 7, prod, 2024, 1)
+        q = demo._run(prod, names, ids, days, roll, 60_000, np.random.default_rng(1), market=market)
+        seen[impact] = np.corrcoef(q.mid[past:] - q.mid[:-past], q.z[past:])[0, 1]
+        spread[impact] = demo._oracle_prob(q.z, q.orient, [215], market=market).std()  # five minutes
+    assert seen[0.0] < 0.25 and seen[9.0] > 0.6, seen
+    assert 0.4 < spread[9.0] / spread[0.0] < 1.0, spread  # the displacement's noise, and no edge of its own
+
+    h = 10  # calibrated: per quintile, the share of mids higher h events later is the probability's mean
+    up = (q.mid[h:] > q.mid[:-h]).astype(float)
+
+    def worst_quintile_gap(m) -> float:
+        p = demo._oracle_prob(q.z, q.orient, [h], market=m)[:-h, 0].astype(float)
+        b = np.searchsorted(np.quantile(p, [0.2, 0.4, 0.6, 0.8]), p)
+        return max(abs(p[b == k].mean() - up[b == k].mean()) for k in range(5))
+
+    assert worst_quintile_gap(market) < 0.02
+    assert worst_quintile_gap(dataclasses.replace(market, impact=0.0)) > 0.04  # an oracle blind to the impact
+
+
 def test_realistic_difficulty_shifts_between_quarters_and_weakens_the_oracle(tmp_path):
     from alpha_core.data import demo
     from alpha_core.data.oracle import oracle_auc
@@ -448,7 +480,7 @@ def test_realistic_difficulty_shifts_between_quarters_and_weakens_the_oracle(tmp
     assert planted == {demo._Market()}  # the default's quarters are the original model, draws unchanged
     real = [demo._market(demo.DIFFICULTIES["realistic"], 7, prod, 2024, qn) for qn in (1, 2, 3, 4)]
     assert len({m.beta for m in real}) == 4 and len({m.phi for m in real}) == 4
-    assert all(m.q_noise > 0 and m.beta < 0.2 for m in real)
+    assert all(m.impact > 0 and m.beta < 0.5 for m in real)
 
     aucs = {}
     for difficulty in ("planted", "realistic"):

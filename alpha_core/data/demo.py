@@ -53,11 +53,13 @@ Scale ``real`` (the original workload's shape: 730 days of OHLCV-1m for 4 symbol
   both oracles are exact. ``generate_demo_data(..., book_sessions=N)`` changes N (0: bars only).
 
 Difficulty (`DIFFICULTIES`, `alpha demo-data --difficulty`): ``planted`` (the default) is the model above, a signal
-so strong that at scale ``real`` every model wins with an intraday Sharpe near 95. ``realistic`` weakens the drift
-(BETA 0.5 -> 0.046), adds uninformed mid moves (0.6 an event) and draws each quarter's own drift and persistence
-(log-sd 0.3: regimes), while the observable footprints keep their strength; the oracle's own strategy, fitted on one
-quarter and traded on the next, then makes an annualised Sharpe of about 2 at 1 tick (bench/README.md, "Realistic
-difficulty"). The regime comes from its own stream, so a difficulty changes no other draw.
+so strong that at scale ``real`` every model wins with an intraday Sharpe near 95. ``realistic`` weakens the drift's
+edge (BETA 0.5 -> 0.055), gives the flow a price impact (the mid is displaced by 9 ticks per unit of ``z`` at once, and
+the drift carries it on: the flow shows in the last minutes' returns, which is how bars see it, without adding to
+what it predicts) and draws each quarter's own strength and persistence (log-sd 0.3: regimes), while the book's and
+the trades' footprints keep their strength; the oracle's own strategy, fitted on one quarter and traded on the next,
+then makes an annualised Sharpe of about 3 at 1 tick, and a linear model of the bar features about half of it
+(bench/README.md, `bench_realistic.py`). The regime comes from its own stream, so a difficulty changes no other draw.
 
 Everything is vectorised numpy (no Python loop over events) and deterministic: the generator of a file is
 seeded from (seed, symbol, quarter), zstd uses a fixed level and the npz has fixed zip timestamps.
@@ -154,15 +156,18 @@ class Difficulty:
 
     `beta` scales the latent flow's drift on the mid (``P(up) = Q * sigmoid(beta * z)``); `q_noise` adds, per
     event, a +-1 mid move (each side q_noise / 2) that nothing observable predicts; `regime` is the log-sd of each
-    quarter's own multipliers of `beta` and of the flow's persistence (a quarter of strong, slow flow, then one of
-    weak, fast flow), drawn from the quarter's seed. The observable footprints (book imbalance, aggressor side,
-    trade size) keep their strength, so a model can still read the flow: what changes is how much the flow is
-    worth net of cost. The oracle knows each quarter's parameters, so it stays exact."""
+    quarter's own multipliers of `beta` and `impact` and of the flow's persistence (a quarter of strong, slow flow,
+    then one of weak, fast flow), drawn from the quarter's seed; `impact` displaces the mid by ``impact * z`` ticks,
+    with the drift that carries it on added to `beta` (`_market`), so the flow shows in past prices (the only
+    footprint bars have) without adding to what it predicts. The book's footprints (imbalance, aggressor side, trade
+    size) keep their strength, so a model can still read the flow: what changes is how much the flow is worth net of
+    cost. The oracle knows each quarter's parameters, so it stays exact."""
 
     name: str
     beta: float
     q_noise: float = 0.0
     regime: float = 0.0
+    impact: float = 0.0
 
 
 DIFFICULTIES: dict[str, Difficulty] = {
@@ -170,9 +175,9 @@ DIFFICULTIES: dict[str, Difficulty] = {
     for d in (
         # the original planted signal: every member wins at the real scale (an intraday Sharpe near 95)
         Difficulty("planted", 0.5),
-        # calibrated so the oracle's own strategy makes an annualised Sharpe of 1.5-3 at 1 tick at scale `real`
-        # (bench/README.md, "Realistic difficulty")
-        Difficulty("realistic", 0.046, q_noise=0.6, regime=0.3),
+        # calibrated so the oracle's own strategy makes an annualised Sharpe of 1.5-3 at 1 tick at scale `real`,
+        # and bar models can read the flow from past prices (bench/README.md, `bench_realistic.py`)
+        Difficulty("realistic", 0.055, regime=0.3, impact=9.0),
     )
 }
 
@@ -181,18 +186,24 @@ DIFFICULTIES: dict[str, Difficulty] = {
 class _Market:
     """One quarter's drift parameters (a `Difficulty` with its regime drawn)."""
 
-    beta: float = BETA
+    beta: float = BETA  # the drift's, impact's share included
     phi: float = PHI
     q_noise: float = 0.0
+    impact: float = 0.0  # ticks of mid displacement per unit of latent flow
 
 
 def _market(diff: Difficulty, seed: int, prod: Product, year: int, qn: int) -> _Market:
-    """The quarter's parameters: its own stream (the event draws stay those of the default difficulty)."""
-    if diff.regime == 0.0:
-        return _Market(diff.beta, PHI, diff.q_noise)
-    g = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 2]).standard_normal(2)
-    tau = 300.0 * float(np.exp(diff.regime * g[1]))
-    return _Market(diff.beta * float(np.exp(diff.regime * g[0])), 1.0 - 1.0 / tau, diff.q_noise)
+    """The quarter's parameters: its own stream (the event draws stay those of the default difficulty).
+
+    The displacement `impact * z` fades as the flow does (by ``impact * z / tau`` an event), and the drift carries
+    the price on by as much (``Q * b / 2`` an event for a small ``b * z``), so the impact moves the price at once
+    where it goes anyway: it shows the flow in the price without adding to what the flow predicts."""
+    scale, phi = 1.0, PHI
+    if diff.regime:
+        g = np.random.default_rng([seed, zlib.crc32(prod.symbol.encode()), year, qn, 2]).standard_normal(2)
+        scale, phi = float(np.exp(diff.regime * g[0])), 1.0 - 1.0 / (300.0 * float(np.exp(diff.regime * g[1])))
+    impact = diff.impact * scale
+    return _Market(diff.beta * scale + 2.0 * impact * (1.0 - phi) / Q_MOVE, phi, diff.q_noise, impact)
 
 
 _CT = ZoneInfo("America/Chicago")
@@ -561,8 +572,11 @@ def _run(
         step += np.where(noise, np.where(u < Q_MOVE + market.q_noise / 2, 1, -1), 0)
     if start_ticks is None:
         start_ticks = int(round(model.price / prod.tick_size * np.exp(0.03 * rng.standard_normal())))
-    floor = start_ticks // 4
+    # far below the start, and above the product's plausible range (the decoder refuses prices below it)
+    floor = max(start_ticks // 4, int(np.ceil(1.1 * prod.price_range[0] / prod.tick_size)))
     walk = start_ticks + np.cumsum(step)
+    if market.impact:
+        walk += np.rint(market.impact * z).astype(np.int64)
     orient = np.where(walk >= floor, 1, -1).astype(np.int8)
     mid = floor + np.abs(walk - floor)
 
@@ -741,8 +755,9 @@ def _prob_up_table(h: int, given_a_move: bool = False, market: _Market = _Market
 
     Future latent z[t+k] | z[t] ~ N(PHI^k z, 1 - PHI^2k); the expected step Q*(2*sigmoid(BETA*z)-1) is
     averaged over that Gaussian with the probit approximation. The variance adds the step noise
-    (Q + q_noise - E[step]^2) and the latent uncertainty of the drift (local slope^2 x Var(sum of future z)); beta,
-    the persistence and q_noise are the quarter's (`market`)."""
+    (Q + q_noise - E[step]^2) and the latent uncertainty of the drift (local slope^2 x Var(sum of future z)); with
+    an impact, the displacement's expected fade and its shocks (shared with the drift's); beta, the persistence,
+    q_noise and the impact are the quarter's (`market`)."""
     beta, phi = market.beta, market.phi
     sigma = float(np.sqrt(1.0 - phi**2))
     k = np.arange(1, h + 1, dtype=np.float64)
@@ -755,8 +770,13 @@ def _prob_up_table(h: int, given_a_move: bool = False, market: _Market = _Market
     var_step = (Q_MOVE + market.q_noise - drift**2).sum(axis=1)
     slope = (2.0 * Q_MOVE * beta * atten[None, :] * s * (1.0 - s)).mean(axis=1)
     w = (1.0 - phi ** (h - k + 1)) / (1.0 - phi)  # weight of the i-th future shock in the sum of future z
-    var_latent = sigma**2 * float((w**2).sum())
-    sd = np.sqrt(var_step + slope**2 * var_latent)
+    var_latent = slope**2 * (sigma**2 * float((w**2).sum()))
+    if market.impact:  # the displacement's change a * (z[t+h] - z[t]) shares the future shocks with the drift
+        a = market.impact
+        mean = mean + a * _Z_GRID * (phi**h - 1.0)
+        coef = slope[:, None] * w[None, :] + a * phi ** (h - k)[None, :]
+        var_latent = sigma**2 * (coef**2).sum(axis=1) + 1.0 / 6.0  # + two roundings to whole ticks
+    sd = np.sqrt(var_step + var_latent)
     up = ndtr((mean - 0.5) / sd)  # continuity correction: "strictly higher" means sum >= 1
     if not given_a_move:
         return up
