@@ -494,3 +494,17 @@ def test_realistic_difficulty_shifts_between_quarters_and_weakens_the_oracle(tmp
 def test_unknown_difficulty_is_a_plan_error(tmp_path):
     with pytest.raises(PlanError, match="unknown demo difficulty 'hard'; valid difficulties: planted, realistic"):
         generate_demo_data(tmp_path, scale="tiny", difficulty="hard")
+
+
+def test_a_walk_that_falls_far_turns_back_inside_the_products_plausible_range():
+    """ZN starts ~110 with a plausible range of [50, 300]: a quarter of a few million events can fall 60 points, and
+    the decoder refuses a price below 50, so the reflecting floor sits above the range (it was a quarter of the start)."""
+    from alpha_core.data import demo
+
+    prod = PRODUCTS["ZN.FUT"]
+    names, ids = demo._contracts(prod, 2024, 1)
+    days, roll = demo._sessions_around(demo._roll_date(2024, 3), 5)
+    start = int(np.ceil(56.0 / prod.tick_size))  # just above the floor: the walk crosses it within the run
+    q = demo._run(prod, names, ids, days, roll, 60_000, np.random.default_rng(3), start_ticks=start)
+    assert (q.orient < 0).any()  # the walk did reach the floor and turned back
+    assert q.mid.min() * prod.tick_size >= prod.price_range[0]
