@@ -496,15 +496,25 @@ def test_unknown_difficulty_is_a_plan_error(tmp_path):
         generate_demo_data(tmp_path, scale="tiny", difficulty="hard")
 
 
-def test_a_walk_that_falls_far_turns_back_inside_the_products_plausible_range():
-    """ZN starts ~110 with a plausible range of [50, 300]: a quarter of a few million events can fall 60 points, and
-    the decoder refuses a price below 50, so the reflecting floor sits above the range (it was a quarter of the start)."""
+def test_a_walk_that_goes_far_turns_back_inside_the_products_band():
+    """A quarter's walk moves a ZN price by ~30 points, and the decoder refuses a price below 50 or a factor above 1.6
+    between consecutive files: the walk is reflected into 0.8-1.25x the product's price at both bounds, and the
+    oracle's orientation follows the mirror."""
     from alpha_core.data import demo
 
     prod = PRODUCTS["ZN.FUT"]
+    low, high = demo._price_band(prod)
+    assert prod.price_range[0] <= low * prod.tick_size and high / low < prod.max_file_move
     names, ids = demo._contracts(prod, 2024, 1)
     days, roll = demo._sessions_around(demo._roll_date(2024, 3), 5)
-    start = int(np.ceil(56.0 / prod.tick_size))  # just above the floor: the walk crosses it within the run
-    q = demo._run(prod, names, ids, days, roll, 60_000, np.random.default_rng(3), start_ticks=start)
-    assert (q.orient < 0).any()  # the walk did reach the floor and turned back
-    assert q.mid.min() * prod.tick_size >= prod.price_range[0]
+    for start in (low + 30, high - 30):  # next to a bound: the walk crosses it within the run
+        q = demo._run(prod, names, ids, days, roll, 60_000, np.random.default_rng(3), start_ticks=start)
+        assert (q.orient < 0).any() and low <= q.mid.min() and q.mid.max() <= high
+
+
+def test_fold_mirrors_a_walk_at_both_bounds():
+    from alpha_core.data import demo
+
+    mid, orient = demo._fold(np.array([5, 10, 11, 13, 20, 21, 24, 4, 1, -2]), 5, 20)
+    assert mid.tolist() == [5, 10, 11, 13, 20, 19, 16, 6, 9, 12]
+    assert orient.tolist() == [1, 1, 1, 1, 1, -1, -1, -1, -1, -1]

@@ -10,8 +10,9 @@ event = one MBP-10 record with F_LAST):
 * Latent order flow ``z``: AR(1), ``z[t+1] = PHI * z[t] + SIGMA * eps`` with ``PHI = 1 - 1/300`` (it persists
   for a few hundred events) and stationary std 1.
 * Latent mid ``m`` in integer ticks: at each event it moves +1 with probability ``Q * sigmoid(BETA * z)``,
-  -1 with ``Q * (1 - sigmoid(BETA * z))``, else stays (``Q = 0.3``). A reflecting floor far below the start
-  keeps prices positive on long files (below it the walk is mirrored; the oracle knows).
+  -1 with ``Q * (1 - sigmoid(BETA * z))``, else stays (``Q = 0.3``). The walk is reflected into 0.8-1.25x the
+  product's price, which keeps long files' prices plausible and consecutive files within the decoder's factor
+  (past a bound the walk is mirrored; the oracle knows).
 * What can be observed of ``z``:
   (a) book imbalance: bid level sizes scale with ``exp(+KAPPA * z + noise)``, ask sizes with
   ``exp(-KAPPA * z + noise)``; the noise has a persistent per-side part, so imbalance is an imperfect signal.
@@ -514,7 +515,7 @@ class _Quarter:
     t: np.ndarray  # event time (ts_recv of the first record of the event)
     z: np.ndarray  # latent order flow
     mid: np.ndarray  # latent mid in ticks after each event (bid0 of the front contract)
-    orient: np.ndarray  # +1, or -1 where the mid walk is mirrored at the floor
+    orient: np.ndarray  # +1, or -1 where the mid walk is mirrored at a bound of its band
     inst: np.ndarray  # 0 front, 1 back, 2 spread
     spread_ev: np.ndarray  # sorted indices of the spread's events
     start_ns: int
@@ -572,13 +573,10 @@ def _run(
         step += np.where(noise, np.where(u < Q_MOVE + market.q_noise / 2, 1, -1), 0)
     if start_ticks is None:
         start_ticks = int(round(model.price / prod.tick_size * np.exp(0.03 * rng.standard_normal())))
-    # far below the start, and above the product's plausible range (the decoder refuses prices below it)
-    floor = max(start_ticks // 4, int(np.ceil(1.1 * prod.price_range[0] / prod.tick_size)))
     walk = start_ticks + np.cumsum(step)
     if market.impact:
         walk += np.rint(market.impact * z).astype(np.int64)
-    orient = np.where(walk >= floor, 1, -1).astype(np.int8)
-    mid = floor + np.abs(walk - floor)
+    mid, orient = _fold(walk, *_price_band(prod))
 
     share_back = expit((pos - (roll_idx + 0.5)) / ROLL_WIDTH)
     inst = (rng.random(n) < share_back).astype(np.int8)
@@ -587,6 +585,24 @@ def _run(
     inst[spread_ev] = 2
 
     return _Quarter(prod, front, back, spread, ids, t, z, mid, orient, inst, spread_ev, start_ns, end_ns, market)
+
+
+def _price_band(prod: Product) -> tuple[int, int]:
+    """[low, high] ticks the mid walk is reflected into: 0.8x to 1.25x the product's price. A walk of a quarter's
+    events moves a ZN price by ~30 points (the tick walk's volatility is the same for every product), and the
+    decoder refuses a price outside the product's plausible range or a factor above its `max_file_move` between
+    consecutive files (1.6 for ZN and 6E): any two prices in the band are within 1.5625x of each other."""
+    price = _MODELS[prod.symbol].price / prod.tick_size
+    return int(round(0.8 * price)), int(round(1.25 * price))
+
+
+def _fold(walk: np.ndarray, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mid, orient): the walk reflected into [low, high] (a walk that crosses a bound comes back mirrored), and +1
+    where the mid moves with the walk, -1 where it moves against it (the oracle flips the drift there)."""
+    period = 2 * (high - low)
+    u = np.mod(walk - low, period)
+    inside = u <= high - low
+    return np.where(inside, low + u, low + period - u), np.where(inside, 1, -1).astype(np.int8)
 
 
 def _build_records(q: _Quarter, rng: np.random.Generator) -> np.ndarray:
