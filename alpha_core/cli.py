@@ -633,8 +633,9 @@ def add_demo_data_options(p: argparse.ArgumentParser) -> None:
         "--difficulty",
         choices=difficulties,
         default=defaults["difficulty"],
-        help="planted (a strong signal: every model wins) or realistic (weak, noisy, shifting between quarters: the "
-        "oracle's own strategy makes an annualised Sharpe of about 2 at 1 tick at scale real) (default: %(default)s)",
+        help="planted (a strong signal: every model wins) or realistic (weak and shifting between quarters, seen by "
+        "bars through its price impact: the oracle's own strategy makes an annualised Sharpe of about 2 at 1 tick at "
+        "scale real) (default: %(default)s)",
     )
     p.add_argument("--seed", type=_int, default=defaults["seed"], help="default: %(default)s")
     p.add_argument("--symbols", type=_symbols, help="comma-separated (default: ES.FUT,NQ.FUT,ZN.FUT,6E.FUT)")
