@@ -59,7 +59,7 @@ edge (BETA 0.5 -> 0.055), gives the flow a price impact (the mid is displaced by
 the drift carries it on: the flow shows in the last minutes' returns, which is how bars see it, without adding to
 what it predicts) and draws each quarter's own strength and persistence (log-sd 0.3: regimes), while the book's and
 the trades' footprints keep their strength; the oracle's own strategy, fitted on one quarter and traded on the next,
-then makes an annualised Sharpe of about 3 at 1 tick, and a linear model of the bar features about half of it
+then makes an annualised Sharpe of about 2 at 1 tick, and a linear model of the bar features about half of it
 (bench/README.md, `bench_realistic.py`). The regime comes from its own stream, so a difficulty changes no other draw.
 
 Everything is vectorised numpy (no Python loop over events) and deterministic: the generator of a file is
