@@ -473,6 +473,8 @@ def test_ctrl_c_exits_130_quietly(tmp_path, tiny_data, cache):
             *SMALL_TFT,
             "--epochs",
             "1000",
+            "--early-stop-patience",  # it must still be training when the signal comes, on a loaded machine too
+            "1000",
             "--data-dir",
             str(tiny_data / "ES.FUT"),
             "--predecoded-dir",
