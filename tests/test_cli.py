@@ -486,6 +486,8 @@ def test_ctrl_c_exits_130_quietly(tmp_path, tiny_data, cache):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        # as at a terminal: a suite started in the background by a shell inherits SIGINT ignored, and Python keeps it so
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert "epoch 0" in proc.stdout.readline()  # training is under way
     proc.send_signal(signal.SIGINT)
