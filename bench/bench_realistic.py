@@ -89,7 +89,8 @@ def one(symbol: str, seed: int, difficulty: str, sessions: int | None, out: Path
         )
     holds = policy.hold_bars(demo.BAR_HORIZONS_MIN, "minutes")
 
-    def traded(val: dict, test: dict, val_probs: np.ndarray, test_probs: np.ndarray) -> np.ndarray:
+    def traded(val: dict, val_probs: np.ndarray, test_probs: np.ndarray) -> np.ndarray:
+        """The test positions of the policy fitted on the validation file's probabilities."""
         return policy.positions(policy.fit(val_probs, val["ts"], val["moves"], 1.0, holds)[0], test_probs)
 
     def sharpes(tests: list[dict], pos: list[np.ndarray]) -> tuple[float, float, float]:
@@ -98,14 +99,14 @@ def one(symbol: str, seed: int, difficulty: str, sessions: int | None, out: Path
         return s0, s1, metrics.turnover(p)
 
     fixed = [policy.positions(policy.fixed(0, 0.05), f["oracle"]) for f in files[1:]]
-    fitted = [traded(v, t, v["oracle"], t["oracle"]) for v, t in zip(files[:-1], files[1:], strict=True)]
+    fitted = [traded(v, v["oracle"], t["oracle"]) for v, t in zip(files[:-1], files[1:], strict=True)]
     folds = range(TRAIN_QUARTERS + 1, len(files))
     linear, oracle = [], []
     for k in folds:
         val, test = files[k - 1], files[k]
         vp, tp = linear_probs(files[k - 1 - TRAIN_QUARTERS : k - 1], [val, test])
-        linear.append(traded(val, test, vp, tp))
-        oracle.append(traded(val, test, val["oracle"], test["oracle"]))
+        linear.append(traded(val, vp, tp))
+        oracle.append(traded(val, val["oracle"], test["oracle"]))
     tests = [files[k] for k in folds]
     return {
         "sessions": sum(len(metrics.daily_pnl(f["ts"], f["moves"])[0]) for f in files[1:]),
