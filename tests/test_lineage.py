@@ -100,6 +100,8 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     # the same RUN_ID again, now below its gate: nothing a reader sees may change
     rerun = train("mamba2", 0, 0.99)
     assert not rerun.success
+    (check,) = rerun.get_asset_check_evaluations()
+    assert not check.passed and check.target_materialization_data is None, "it never marks the passing attempt failed"
     assert artifacts.promoted(fold0).id == passing[0]
     assert all((load_file(str(fold0 / "model.safetensors"))[k] == v).all() for k, v in weights.items())
 

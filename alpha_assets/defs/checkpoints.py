@@ -140,8 +140,19 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         # A missed gate is a failed partition, not a materialization: Dagster then shows the partition Failed,
         # the run Failure with this one line as its error, and the backfill as failed (it counts a partition
         # materialized whenever a materialization was recorded, whatever its checks said). The check is
-        # recorded first, so the report lists the fold as "gate failed" with this reason.
-        yield check
+        # recorded first, so the report lists the fold as "gate failed" with this reason. It targets no
+        # materialization: a yielded result would target the partition's newest one, of whichever run made it,
+        # and show another run's checkpoint as failed.
+        yield dg.AssetCheckEvaluation(
+            asset_key=context.asset_key,
+            check_name=GATE_CHECK,
+            passed=False,
+            metadata=check.metadata,
+            severity=check.severity,
+            description=check.description,
+            blocking=True,
+            partition=partition,
+        )
         label = "Sharpe" if gate.metric == "val_sharpe" else "AUC"  # short: the runs list shows ~45 characters
         compared = f"{gate.value:.4g} {'>' if gate.value > gate.threshold else '<='} {gate.threshold:g}"
         context.instance.add_run_tags(
