@@ -82,3 +82,17 @@ def resolve_device(name: str | None):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device
+
+
+@contextmanager
+def exact_fp32() -> Iterator[None]:
+    """fp32 matmuls and convolutions without TF32 for the block (then as before): a kernel checked against a torch
+    reference must meet the exact reference, not one rounded to TF32's 10-bit mantissa."""
+    import torch
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

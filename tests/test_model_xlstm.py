@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,25 @@ def test_cuda_float32_takes_the_fused_slstm_and_equals_the_cpu_loop():
         torch.testing.assert_close(p.grad.cpu(), grads[name], rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     with torch.no_grad():
         torch.testing.assert_close(model(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_the_fused_slstm_passes_its_check_with_tf32_on_as_every_command_runs():
+    """`resolve_device` turns TF32 on for every command on CUDA; the kernels' self-check still compares them with
+    the exact fp32 loop, so at the trainer's shape (64 bars, 4 heads of 8) they are taken, not the 6x slower loop."""
+    from alpha_core.devices import exact_fp32, resolve_device
+    from alpha_core.models import slstm_triton
+    from alpha_core.models.xlstm import slstm_loop
+
+    with exact_fp32():  # restores the flags after
+        device = resolve_device("cuda")
+        assert torch.backends.cuda.matmul.allow_tf32
+        wx = torch.zeros(2, 64, 4, 4, 8, device=device)
+        slstm_triton._checked.pop((wx.device, 64, 4, 8), None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a failed check warns and keeps the loop
+            assert slstm_triton.usable(wx, lambda wx, R: slstm_loop(wx, R)[0])
+        assert torch.backends.cuda.matmul.allow_tf32, "the check leaves the command's TF32 setting as it was"
 
 
 @pytest.mark.cuda
