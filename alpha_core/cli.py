@@ -138,6 +138,15 @@ def add_config_options(
         kind, choices = _option_type(field.annotation)
         default = None if field.is_required() else field.get_default(call_default_factory=True)
         text = help.get(name, "")
+        if kind is bool and default is None:  # unset: the config decides (e.g. on for cuda); --x / --no-x force it
+            p.add_argument(
+                *((flags or {}).get(name) or [f"--{name.replace('_', '-')}"]),
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=text or None,
+            )
+            continue
         if kind is bool:
             names = (flags or {}).get(name) or [f"--{'no-' if default else ''}{name.replace('_', '-')}"]
             p.add_argument(
@@ -730,8 +739,8 @@ TRAIN_HELP = {
     "outcome_label_cost": "round-trip cost in price units (default: 2 ticks; 0.5 for ES)",
     "device": "cpu | cuda | cuda:N (default: cuda when available)",
     "resume": "continue from the training state in --output-dir",
-    "cuda_graph": "capture the whole training step in one CUDA graph",
-    "compile": "torch.compile forward + loss (GPU; slow first step)",
+    "cuda_graph": "capture the whole training step in one CUDA graph (default: on for cuda)",
+    "compile": "torch.compile forward + loss (default: on for cuda; the first step compiles, then cached)",
     "fused_scan": "on cuda, run the CfC recurrence in torch instead of the fused Triton kernel",
     "purge_sessions": "CME sessions dropped from the end of each fold's training, before its validation quarter",
     "embargo_sessions": "CME sessions not scored at the start of each validation and test quarter",

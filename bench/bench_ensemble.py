@@ -257,7 +257,6 @@ def _run_train(spec: dict) -> dict:
     if trainer == "perception":
         from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
-        fast = spec["device"].startswith("cuda")  # the asset's gpu_fast_path: compile + whole-step CUDA graph
         s = PerceptionTrainer(
             TrainConfig(
                 **_settings(
@@ -267,8 +266,6 @@ def _run_train(spec: dict) -> dict:
                     predecoded_dir=pd,
                     out=out / f"fold-{spec['fold']}",
                     epochs=spec["epochs"],
-                    cuda_graph=fast,
-                    compile=fast,
                     **common,
                 )
             )

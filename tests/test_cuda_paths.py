@@ -121,13 +121,12 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
             seq_len=16,
             cv_n_folds=2,
             cv_fold=0,
-            cuda_graph=True,
         ),
-        "--compile",
     ]
     assert main([*argv, "--out", str(out)]) == 0
     summary = json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())
     assert summary["device"].startswith("cuda") and summary["epochs"] == 2 and summary["best_mean_auc"] > 0.5
+    assert summary["cuda_graph"] and summary["compiled"], "on cuda the fast path is the default of every door"
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # a finished run: nothing left to train
     assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text()) == summary
 

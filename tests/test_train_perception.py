@@ -232,6 +232,7 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
     # where the fold's seconds went (issue 33 item 1); nothing compiles on the CPU
     assert set(summary.stage_s) >= {"data", "build", "compile", "epochs", "validation", "writing", "total"}
     assert summary.stage_s["compile"] == 0 and summary.stage_s["epochs"] > 0
+    assert not summary.cuda_graph and not summary.compiled, "the GPU fast path's default is off on the CPU"
 
 
 @pytest.mark.slow

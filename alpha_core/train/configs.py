@@ -65,8 +65,10 @@ class TrainConfig(BaseModel):
     device: Device | None = None  # None: cuda when available
     resume: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
-    cuda_graph: bool = False  # capture the whole training step in one CUDA graph (cuda only)
-    compile: bool = False  # torch.compile the forward + loss (GPU; the first step then takes minutes)
+    # the GPU fast path, on by default on cuda (None), off on the CPU: at batch 1 an uncompiled step waits on ~160
+    # kernel launches from Python, 2x slower than the captured graph on the demo and 30x on a real-scale book
+    cuda_graph: bool | None = None  # capture the whole training step in one CUDA graph (cuda only)
+    compile: bool | None = None  # torch.compile the forward + loss (cuda only; cached, see compile_cache)
     fused_scan: bool = True  # on cuda: each CfC scan as one Triton kernel per direction, where triton and sizes allow
 
 

@@ -109,6 +109,8 @@ class TrainSummary(BaseModel):
     bucket_warmup_cap_steps: int
     device: str
     precision: str
+    cuda_graph: bool = False  # the step ran as one captured CUDA graph (the default on cuda)
+    compiled: bool = False  # its forward + loss through torch.compile (the default on cuda)
     wall_time_s: float
     sequences_per_s: float
     # seconds per stage (alpha_core/stages.py): process_start and imports (the first fold of a process), data, build,
@@ -160,11 +162,18 @@ class PerceptionTrainer:
         self.clock = StageClock()
         validate(cfg)
         self.unit, self.retry = unit, retry
-        self.cfg = cfg = cfg.model_copy(update={"cv_fold": cfg.cv_fold or 0})
-        self.dest = fold_dir(cfg.out, cfg.cv_fold)
         self.device = resolve_device(cfg.device)
         if (cfg.cuda_graph or cfg.compile) and self.device.type != "cuda":
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
+        gpu = self.device.type == "cuda"  # the fast path's default: on for cuda, whatever door started the run
+        self.cfg = cfg = cfg.model_copy(
+            update={
+                "cv_fold": cfg.cv_fold or 0,
+                "cuda_graph": gpu if cfg.cuda_graph is None else cfg.cuda_graph,
+                "compile": gpu if cfg.compile is None else cfg.compile,
+            }
+        )
+        self.dest = fold_dir(cfg.out, cfg.cv_fold)
         compile_cache.use(self.device)  # before anything compiles: a pod after the first of its run starts warm
         self.attempt = self._choose_attempt(attempt_id)
         self.out = self.attempt.path
@@ -487,6 +496,8 @@ class PerceptionTrainer:
             bucket_warmup_cap_steps=int(m.warmup_cap),
             device=str(self.device),
             precision=self.cfg.precision,
+            cuda_graph=bool(self.cfg.cuda_graph),
+            compiled=bool(self.cfg.compile),
             wall_time_s=t.wall_time_s,
             sequences_per_s=t.train_seqs / max(t.wall_time_s, 1e-9),
             stage_s=self.clock.as_dict(),
