@@ -146,9 +146,8 @@ def train_all(a: argparse.Namespace, work: Path, out: dict, began: float) -> Non
     pending = [(m, int(k)) for m in a.models.split(",") for k in a.folds.split(",")]
 
     def limit(model: str, running: dict) -> int:
-        """Jobs that may run at once: the flagship's folds run alone (at B=1 each step is a few microseconds of
-        work per kernel, and processes sharing a GPU take turns in time slices: three folds at once did not finish
-        two epochs in 190 s, where one alone takes ~35 s)."""
+        """Jobs that may run at once: the flagship's folds run alone, so each fold's time is its own (a B=1 step is
+        latency-bound, and processes sharing a GPU take turns in its time slices)."""
         return 1 if model == FLAGSHIP or any(m == FLAGSHIP for m, _ in running) else a.parallel
 
     running: dict[tuple[str, int], tuple[subprocess.Popen, float]] = {}

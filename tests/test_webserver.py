@@ -540,3 +540,61 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         assert "alpha_core" not in printed and printed.endswith(f"/runs/{no_data.run_id})"), printed
     for name in ("runs_list", "backfill", "backfill_runs", "partitions", "run_failure", "report", "report_equity", "curves"):
         assert (shots / f"{name}.png").stat().st_size < 300_000, name
+
+
+@pytest.mark.skipif(not SCREENSHOTS, reason="the two-run screenshots: ALPHA_SCREENSHOTS=docs/screenshots (docs/screenshots)")
+def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
+    """Issue 28's scenario from the UI: run `first` trains kan and tft (both pass) and reports; run `second` trains
+    them again with tft's gate out of reach and reports what passed. Each run's report page names its run, its
+    verdict and its exclusions; tft's fold page shows `second`'s failed run, and its check history `second`'s miss
+    above `first`'s pass; the comparison sets the runs side by side. Screenshots of each page, at 1,600 x 1,000."""
+    shots = Path(SCREENSHOTS)
+
+    def launch(server: Webserver, run_id: str, tft_gate: float) -> None:
+        base = alpha_run.plan(["ES.FUT"], "kan,tft", "train", epochs=None, trials=None, run_id=run_id, train_config=TINY_TRAIN)
+        ops = base.run_config["ops"]
+        ops["checkpoints__kan"]["config"]["min_val_auc"] = 0.0
+        ops["checkpoints__tft"]["config"]["min_val_auc"] = tft_gate
+        ops["ensemble_report"] = {"config": {"models": ["kan", "tft"]}}
+        fold1 = [symbol_fold for symbol_fold in base.targets["checkpoints/kan"] if symbol_fold.endswith("|1")]
+        targets = {**base.targets, "checkpoints/kan": fold1, "checkpoints/tft": fold1, "ensemble_report": ["ES.FUT"]}
+        assert alpha_run.launch_remote(replace(base, targets=targets), server.url, poll_s=1.0, allow_gate_failures=True)
+
+    def page(server: Webserver, path: str, name: str, script: str):
+        url, profile = f"{server.url}{path}", tmp_path / f"chrome-{name}"
+        return interact(url, script, profile, timeout=120, screenshot=shots / f"{name}.png")
+
+    with dg_dev(tmp_path, tiny_data) as server:
+        server.wait_up()
+        launch(server, "first", 0.0)
+        first = page(server, "/assets/ensemble_report", "two_runs_report_first", REPORT_PAGE)
+        assert "first" in first["page"] and [row[0] for row in first["headline"]["rows"]][:2] == ["kan", "tft"], first
+
+        launch(server, "second", 0.99)
+        second = page(server, "/assets/ensemble_report", "two_runs_report_second", REPORT_PAGE)
+        assert [row[0] for row in second["headline"]["rows"]][0] == "kan", second["headline"]
+        excluded = {(row[0], row[2]): row[3] for row in second["excluded"]["rows"]}
+        assert excluded[("tft", "1")].startswith("gate failed: mean validation AUC"), excluded
+        assert "second" in second["page"] and "Verdict: " in second["page"], second["page"]
+
+        fold = f"/assets/checkpoints/tft?view=partitions&partition={quote('ES.FUT|1')}"
+        page(server, fold, "two_runs_tft_fold", until_text("failed, and did not materialize this asset"))
+        checks = interact(
+            f"{server.url}/assets/checkpoints/tft?view=checks&checkDetail=validation_gate",
+            CHECK_HISTORY.replace(">= 3", ">= 2"),
+            tmp_path / "chrome-checks",
+            screenshot=shots / "two_runs_tft_check.png",
+        )
+        assert [row[0] for row in checks["rows"]][:2] == ["Failed", "Passed"], checks["rows"]
+
+        monkeypatch.setenv("DAGSTER_HOME", str(server.home))
+        with dg.DagsterInstance.get() as instance:
+            compared = dg.materialize(
+                [a for a in defs.assets if a.key.to_user_string() == "run_comparison"],
+                instance=instance,
+                resources={"storage": StorageRoot(root=str(tmp_path / "storage"))},
+                run_config={"ops": {"run_comparison": {"config": {"runs": ["first", "second"]}}}},
+            )
+        assert compared.success
+        text = page(server, "/assets/run_comparison", "two_runs_comparison", until_text("setting(s) differ"))
+        assert "first" in text and "second" in text, text[:3000]
