@@ -367,6 +367,16 @@ SHOW_PLOT = """async (until) => {
           width: img?.naturalWidth ?? 0, page: document.body.innerText.slice(0, 3000)};
 }"""
 
+# Run in a page: click "[Show Markdown]" of one metadata entry and wait for its dialog to show NEEDLE.
+SHOW_TEXT = """async (until) => {
+  const entry = (key) => [...document.querySelectorAll('tr')].find(tr => tr.cells[0]?.textContent.trim() === key);
+  (await until(() => [...(entry(KEY)?.querySelectorAll('a, button') ?? [])]
+                       .find(a => a.textContent.trim() === '[Show Markdown]')))?.click();
+  const dialog = await until(() => [...document.querySelectorAll('[role=dialog]')].find(d => d.innerText.includes(NEEDLE)));
+  await new Promise(r => setTimeout(r, 1000));
+  return {dialog: dialog?.innerText ?? null, page: document.body.innerText.slice(0, 3000)};
+}"""
+
 # The report's page: its headline (a Markdown table) as shown, whether it fits in the visible part of the metadata
 # table (whose scroll container clips it), and the excluded table.
 REPORT_PAGE = """async (until) => {
@@ -586,6 +596,7 @@ def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
             screenshot=shots / "two_runs_tft_check.png",
         )
         assert [row[0] for row in checks["rows"]][:2] == ["Failed", "Passed"], checks["rows"]
+        assert any("(run second)" in cell for cell in checks["rows"][0]), "each evaluation names its run"
 
         monkeypatch.setenv("DAGSTER_HOME", str(server.home))
         with dg.DagsterInstance.get() as instance:
@@ -596,5 +607,6 @@ def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
                 run_config={"ops": {"run_comparison": {"config": {"runs": ["first", "second"]}}}},
             )
         assert compared.success
-        text = page(server, "/assets/run_comparison", "two_runs_comparison", until_text("setting(s) differ"))
-        assert "first" in text and "second" in text, text[:3000]
+        script = SHOW_TEXT.replace("KEY", "'comparison'").replace("NEEDLE", "'setting(s) differ'")
+        shown = page(server, "/assets/run_comparison", "two_runs_comparison", script)
+        assert shown["dialog"] and "first" in shown["dialog"] and "second" in shown["dialog"], shown["page"]

@@ -92,6 +92,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
         curves = epoch_curves(summary.epoch_metrics, f"{name} {symbol} fold {fold} (attempt {attempt.id[:8]})")
         meta = clean(
             {
+                ALPHA_RUN: run_id(context),  # first on the partition's page: whose checkpoint this is
                 "gate": gate.reason,
                 "gate_passed": gate.passed,
                 "path": dg.MetadataValue.path(str(attempt.path)),
@@ -110,7 +111,6 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
                 "wall_time_s": metadata.text(summary.wall_time_s, 1),
                 "device": summary.device,
                 "attempt": attempt.id,
-                ALPHA_RUN: run_id(context),
                 "run_id": context.run.run_id,
                 "plans_run": plans.get(ALPHA_RUN),  # whose fold plans it trained on: its own run's, unless it had none
                 **({"params_file": dg.MetadataValue.path(str(params_file))} if params_file else {}),
@@ -120,7 +120,7 @@ def _checkpoint_asset(name: str) -> dg.AssetsDefinition:
             check_name=GATE_CHECK,
             passed=gate.passed,
             severity=dg.AssetCheckSeverity.ERROR,
-            description=f"{name} {symbol} fold {fold}: {gate.reason}",
+            description=f"{name} {symbol} fold {fold}: {gate.reason} (run {run_id(context)})",
             metadata=clean(
                 {
                     "metric": gate.metric,
