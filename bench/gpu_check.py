@@ -304,6 +304,40 @@ TARGETS = [
 ]
 
 
+HOST_SLOWER = 1.25  # a host probe this many times the recorded one's (or its inverse): the report says so
+# what every fold's process pays before any GPU work: an interpreter, torch's import and a fixed pure-Python loop
+HOST_PROBE = "import torch\ns = 0\nfor i in range(3_000_000):\n    s += i * i"
+
+
+def host_probe(runs: int = 3) -> float:
+    """The host's speed, in seconds (the best of `runs` fresh processes running HOST_PROBE). Two checks on the same
+    card can run on hosts of different speed: every CPU-bound stage (process start, imports, build, Inductor's
+    compile, DQN's CPU epochs) then moves by about their probes' ratio, while the GPU-bound figures do not."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([PY, "-c", HOST_PROBE], check=True, capture_output=True)
+        best = min(best, time.perf_counter() - started)
+    return round(best, 3)
+
+
+def host_note(now: float | None, before: dict | None) -> str:
+    """A line for the report when this host's probe differs from the last recorded one's by HOST_SLOWER or more
+    (a REGRESSED fold figure may then be the host's: rerun on another lease before changing code); else ''."""
+    if now is None or before is None:
+        return ""
+    ratio = now / before["value"]
+    if 1 / HOST_SLOWER < ratio < HOST_SLOWER:
+        return ""
+    pace = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    return (
+        f"host: this machine's CPU probe took {now:.2f} s against {before['value']:.2f} s on {before['commit']}'s "
+        f"({pace}): the CPU-bound stages (process start, imports, build, compile, DQN's epochs) move with the host, the "
+        f"GPU-bound ones (throughputs, captured epochs) do not; rerun on another lease before reading a fold figure as "
+        f"the code's"
+    )
+
+
 def record(fig: dict) -> dict[str, float | None]:
     """Each target's figure by id, from a check's `figures` (this check's, or one recorded in bench/results/: the
     layout of `figures` has been the same since the first recorded check, so every one of them can be read)."""
@@ -319,6 +353,7 @@ def record(fig: dict) -> dict[str, float | None]:
     rec["ensemble_sum"] = sum(walls) if all(w is not None for w in walls) else None
     rec |= {f"fold_{m}": w for m, w in zip(SUPERVISED, walls, strict=True)}
     rec["dqn_fold"] = wall("dqn")
+    rec["host_probe_s"] = fig.get("host_probe_s")  # not a target: what the next check's host is compared with
     return rec
 
 
@@ -453,6 +488,8 @@ def report(result: dict) -> None:
     below = [r["target"] for r in result["targets"] if r.get("result") == "BELOW GOAL"]
     if below:
         print(f"below goal (open, not blocking): {'; '.join(below)}")
+    if result.get("host"):
+        print(result["host"])
     print(f"BLOCKED by: {'; '.join(blocking)}" if blocking else "no regression beyond the noise bands: the check passes")
     if result.get("record_as"):
         print(f"record this check: commit {result['record_as']} (its figures are what the next check compares with)")
@@ -467,6 +504,7 @@ def judge(result: dict, results_dir: Path, skip: Path | None = None) -> dict:
     result["compared_with"] = {k: v for k, v in last.items() if k in result["record"]}
     result["all_pass"] = all(r["pass"] for r in result["targets"])
     result["blocked"] = any(r["blocks"] for r in result["targets"])
+    result["host"] = host_note(result["record"]["host_probe_s"], last.get("host_probe_s"))
     return result
 
 
@@ -490,10 +528,11 @@ def main() -> int:
         return 1 if result["blocked"] else 0
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
+    probe = host_probe()
     stages = run_stages(args.out, started + args.deadline_s, args.stages.split(","))
-    fig = figures(args.out, stages)
-    probe = "import torch; print(torch.cuda.get_device_name()); print(torch.__version__)"
-    gpu, torch_version = ([*subprocess.run([PY, "-c", probe], capture_output=True, text=True).stdout.split("\n"), "", ""])[:2]
+    fig = figures(args.out, stages) | {"host_probe_s": probe}
+    names = "import torch; print(torch.cuda.get_device_name()); print(torch.__version__)"
+    gpu, torch_version = ([*subprocess.run([PY, "-c", names], capture_output=True, text=True).stdout.split("\n"), "", ""])[:2]
     now = datetime.datetime.now(datetime.UTC)
     result = {
         "commit": os.environ.get("GPU_CHECK_COMMIT", "?"),

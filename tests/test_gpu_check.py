@@ -154,3 +154,24 @@ def test_a_check_s_record_is_what_the_next_check_compares_with(tmp_path):
     last = gpu_check.last_recorded(tmp_path / "bench/results", "NVIDIA H100 80GB HBM3")
     assert last["b1_fp32"]["value"] == 2500.0 and last["dqn_fold"]["value"] == 44.0
     assert not list(where.parent.glob(".*tmp"))
+
+
+def test_a_host_of_another_speed_is_named_beside_the_figures(tmp_path, capsys):
+    """The same card on a slower host: the CPU probe's ratio to the last record's is printed, so a REGRESSED fold
+    figure is read against it; the check still blocks (only a rerun on another lease can clear it)."""
+    results = tmp_path / "results"
+    recorded = _figures(2300.0, 33.0, 6.0, 16.0) | {"host_probe_s": 1.0}
+    _recorded(results, "h100-2026-12-06", "gpu_check.json", "NVIDIA H100 80GB HBM3 2.11.0", "base", recorded)
+    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["host_probe_s"]["value"] == 1.0
+
+    def judged(probe: float, members: float) -> dict:
+        fig = _figures(2290.0, 33.0, members, 16.0) | {"host_probe_s": probe}
+        return gpu_check.judge({"gpu": "NVIDIA H100 80GB HBM3", "stages": {"cuda_tests": {"rc": 0}}, "figures": fig}, results)
+
+    slow = judged(1.9, 10.0)
+    assert slow["blocked"] and slow["host"].startswith("host: this machine's CPU probe took 1.90 s against 1.00 s")
+    assert "1.90x slower" in slow["host"]
+    gpu_check.report(slow | {"figures": slow["figures"] | {"ensemble": {}}})
+    assert "1.90x slower" in capsys.readouterr().out
+    assert judged(1.1, 6.0)["host"] == "", "within HOST_SLOWER: nothing to say"
+    assert "faster" in judged(0.5, 6.0)["host"]
