@@ -309,14 +309,15 @@ HOST_SLOWER = 1.25  # a host probe this many times the recorded one's (or its in
 HOST_PROBE = "import torch\ns = 0\nfor i in range(3_000_000):\n    s += i * i"
 
 
-def host_probe(runs: int = 3) -> float:
-    """The host's speed, in seconds (the best of `runs` fresh processes running HOST_PROBE). Two checks on the same
-    card can run on hosts of different speed: every CPU-bound stage (process start, imports, build, Inductor's
-    compile, DQN's CPU epochs) then moves by about their probes' ratio, while the GPU-bound figures do not."""
+def host_probe(runs: int = 3) -> float | None:
+    """The host's speed, in seconds (the best of `runs` fresh processes running HOST_PROBE; None if it fails). Two
+    checks on the same card can run on hosts of different speed: every CPU-bound stage (process start, imports,
+    build, Inductor's compile, DQN's CPU epochs) then moves by about their probes' ratio, the GPU-bound figures not."""
     best = float("inf")
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([PY, "-c", HOST_PROBE], check=True, capture_output=True)
+        if subprocess.run([PY, "-c", HOST_PROBE], capture_output=True).returncode:
+            return None
         best = min(best, time.perf_counter() - started)
     return round(best, 3)
 
