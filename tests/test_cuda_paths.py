@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +132,65 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
     assert summary["cuda_graph"] and summary["compiled"], "on cuda the fast path is the default of every door"
     assert main([*argv, "--out", str(out), "--resume"]) == 0  # a finished run: nothing left to train
     assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text()) == summary
+
+
+def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
+    """A pod pre-empted after its first epoch: `--resume` loads the optimiser state into the capturable AdamW,
+    captures the step again and ends with the epochs an uninterrupted run has, learning as it does."""
+    data, pd = gpu_data
+    argv = [
+        "train",
+        *flags(
+            mbp10_data_dir=data / "ES.FUT" / "mbp-10",
+            predecoded_dir=pd / "ES.FUT",
+            device="cuda",
+            epochs=3,
+            batch_size=64,
+            n_train_seqs=1024,
+            n_val_seqs=512,
+            seq_len=16,
+            cv_n_folds=2,
+            cv_fold=0,
+            early_stop_metric="none",
+        ),
+    ]
+    assert main([*argv, "--out", str(tmp_path / "straight")]) == 0
+    env = {**os.environ, "ALPHA_FAULT": "state.after_commit#1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    killed = subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv, "--out", str(tmp_path / "killed")], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert main([*argv, "--out", str(tmp_path / "killed"), "--resume"]) == 0
+    straight, resumed = (
+        json.loads((tmp_path / d / "fold-0" / "alpha_train_summary.json").read_text()) for d in ("straight", "killed")
+    )
+    assert resumed["cuda_graph"] and resumed["epochs"] == 3 and len(resumed["epoch_metrics"]) == 3
+    assert resumed["epoch_metrics"][0]["train_loss"] == pytest.approx(straight["epoch_metrics"][0]["train_loss"], rel=1e-3)
+    for later in (1, 2):  # the resumed epochs continue the optimiser, not a fresh one
+        assert resumed["epoch_metrics"][later]["train_loss"] == pytest.approx(
+            straight["epoch_metrics"][later]["train_loss"], rel=0.05
+        )
+    assert abs(resumed["best_mean_auc"] - straight["best_mean_auc"]) < 0.03
+    assert verify(tmp_path / "killed" / "fold-0", deep=True) == []
+
+
+def test_a_batch_larger_than_the_fold_trains_eagerly_on_cuda(gpu_data, tmp_path, capsys):
+    data, pd = gpu_data
+    argv = flags(
+        mbp10_data_dir=data / "ES.FUT" / "mbp-10",
+        predecoded_dir=pd / "ES.FUT",
+        device="cuda",
+        epochs=1,
+        batch_size=2048,
+        n_train_seqs=300,
+        n_val_seqs=256,
+        seq_len=16,
+        cv_n_folds=2,
+        cv_fold=0,
+    )
+    assert main(["train", *argv, "--out", str(tmp_path / "m")]) == 0
+    assert "CUDA graph off: --batch-size 2048 exceeds fold 0's 300 training windows" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "m" / "fold-0" / "alpha_train_summary.json").read_text())
+    assert not summary["cuda_graph"] and summary["n_train_seqs_consumed"] == 300
+    assert main(["train", *argv, "--cuda-graph", "--out", str(tmp_path / "n")]) == 2
 
 
 SEARCHABLE = [n for n, s in registry.REGISTRY.items() if s.search_space and s.trainer != "perception"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +93,16 @@ def test_per_fold_calls_accumulate_into_one_unit_and_every_trainer_prints_its_ga
     (kan,) = [line for line in done.stdout.splitlines() if line.strip().startswith("kan ")]
     assert kan.count("(") == 2, kan  # a Sharpe (DSR) cell for each report
     assert "kan.data.fold 0.test" in done.stdout, "the folds one report has and the other lacks are named"
+
+    # a model one report lacks is one line, not each of its settings against nothing
+    lacking = tmp_path / "lacking"
+    shutil.copytree(tmp_path / "eval1", lacking)
+    body = json.loads((lacking / "report.json").read_text())
+    del body["symbols"]["ES.FUT"]["models"]["kan"]
+    (lacking / "report.json").write_text(json.dumps(body))
+    done = alpha("compare", str(report), str(lacking / "report.json"))
+    assert done.returncode == 0, done.stderr
+    assert f"kan: checkpoints in {report} only" in done.stdout and "kan." not in done.stdout, done.stdout
 
 
 def test_strict_gate_makes_a_miss_exit_1(tiny_data, tmp_path):

@@ -13,8 +13,9 @@ from safetensors.torch import load_model
 
 from alpha_core.cli import main
 from alpha_core.data.oracle import oracle_auc
+from alpha_core.errors import PlanError
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
-from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig
+from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig, use_captured_step
 
 SPEC_FIELDS = {
     "epochs": int,
@@ -233,6 +234,17 @@ def test_early_stopping_when_nothing_improves(book_dir, tmp_path):
     assert set(summary.stage_s) >= {"data", "build", "compile", "epochs", "validation", "writing", "total"}
     assert summary.stage_s["compile"] == 0 and summary.stage_s["epochs"] > 0
     assert not summary.cuda_graph and not summary.compiled, "the GPU fast path's default is off on the CPU"
+
+
+def test_a_batch_larger_than_the_fold_never_trains_zero_steps(capsys):
+    """The captured step trains whole batches only; a fold with fewer windows than one batch takes the eager step
+    by default (it trains the partial batch) and refuses an explicit --cuda-graph with the numbers."""
+    assert use_captured_step(None, True, 5000, 4096, 0) and use_captured_step(True, True, 4096, 4096, 0)
+    assert not use_captured_step(False, True, 5000, 4096, 0) and not use_captured_step(None, False, 5000, 4096, 0)
+    assert not use_captured_step(None, True, 1000, 4096, 2)
+    assert "--batch-size 4096 exceeds fold 2's 1000 training windows" in capsys.readouterr().out
+    with pytest.raises(PlanError, match=r"--cuda-graph trains whole batches only: --batch-size 4096 exceeds fold 1's 1000"):
+        use_captured_step(True, True, 1000, 4096, 1)
 
 
 @pytest.mark.slow

@@ -96,29 +96,34 @@ def compare(runs: list[str], root: Path | None = None) -> str:
         head = "".join(f" | {run[:22]:>22}" for run in present)
         lines += [f"{symbol}: out-of-sample Sharpe (DSR) per run", f"  {'row':<{width}}{head}"]
         for name in names:
-            cells = []
-            for r in present.values():
-                sym = r.symbols[symbol]
-                row = sym.models.get(name) or sym.ensembles.get(name)
-                cells.append(
-                    "-" if row is None else f"{row.oos.sharpe:.2f} ({'n/a' if row.oos.dsr is None else f'{row.oos.dsr:.2f}'})"
-                )
+            cells = [
+                _cell(r.symbols[symbol].models.get(name) or r.symbols[symbol].ensembles.get(name)) for r in present.values()
+            ]
             lines.append(f"  {name:<{width}}" + "".join(f" | {c:>22}" for c in cells))
         lines += [f"  {run}: {verdict(r.symbols[symbol])}" for run, r in present.items()]
+        trained = {run: _checkpoint_settings(r, symbol) for run, r in present.items()}
+        in_every_run = set.intersection(*(set(models) for models in trained.values()))
         settings = {
             run: _flatten(
                 {
                     "report": {k: getattr(r, k) for k in REPORT_SETTINGS},
                     "excluded": sorted(f"{e.model} fold {e.fold}" for e in r.excluded if e.symbol == symbol),
                     "reused": r.reused,
-                    **_checkpoint_settings(r, symbol),
+                    **{model: values for model, values in trained[run].items() if model in in_every_run},
                 }
             )
             for run, r in present.items()
         }
         keys = sorted({k for s in settings.values() for k in s})
         differ = [k for k in keys if len({json.dumps(s.get(k), sort_keys=True, default=str) for s in settings.values()}) > 1]
-        lines.append(f"  {len(differ)} setting(s) differ" + (":" if differ else " (config, data and code are the same)"))
+        # a model some runs lack is one line, not each of its settings against nothing
+        partly = sorted({model for models in trained.values() for model in models} - in_every_run)
+        n_differ = len(differ) + len(partly)
+        lines.append(f"  {n_differ} setting(s) differ" + (":" if n_differ else " (config, data and code are the same)"))
+        for model in partly:
+            lines.append(
+                f"    {model}: checkpoints in {', '.join(run for run, models in trained.items() if model in models)} only"
+            )
         for key in differ:
             values = "; ".join(f"{run}: {json.dumps(s.get(key), default=str)}" for run, s in settings.items())
             lines.append(f"    {key}: {values}"[:400])

@@ -154,6 +154,21 @@ def fold_dir(out: Path, fold: int) -> Path:
     return Path(out) / f"fold-{fold}"
 
 
+def use_captured_step(asked: bool | None, gpu: bool, n_windows: int, batch_size: int, fold: int) -> bool:
+    """Whether to capture the step: a graph's shapes are fixed, so its epoch is `n_windows // batch_size` whole
+    batches, and a fold with fewer training windows than a batch would train nothing. The default then takes
+    the eager step (which trains the partial batch), and an explicit --cuda-graph is refused."""
+    if not gpu or asked is False:
+        return False
+    if n_windows >= batch_size:
+        return True
+    why = f"--batch-size {batch_size} exceeds fold {fold}'s {n_windows} training windows"
+    if asked:
+        raise PlanError(f"--cuda-graph trains whole batches only: {why}; lower --batch-size or pass --no-cuda-graph")
+    print(f"CUDA graph off: {why}, so the eager step trains them as one partial batch", flush=True)
+    return False
+
+
 class PerceptionTrainer:
     """One attempt at training fold `cfg.cv_fold` (0 when unset; `train` runs every fold) into `cfg.out/fold-<k>`:
     a fresh one, the one `--resume` continues, or `attempt_id`'s."""
@@ -167,11 +182,7 @@ class PerceptionTrainer:
             raise PlanError("--cuda-graph and --compile are for cuda devices (CPU runs never compile)")
         gpu = self.device.type == "cuda"  # the fast path's default: on for cuda, whatever door started the run
         self.cfg = cfg = cfg.model_copy(
-            update={
-                "cv_fold": cfg.cv_fold or 0,
-                "cuda_graph": gpu if cfg.cuda_graph is None else cfg.cuda_graph,
-                "compile": gpu if cfg.compile is None else cfg.compile,
-            }
+            update={"cv_fold": cfg.cv_fold or 0, "compile": gpu if cfg.compile is None else cfg.compile}
         )
         self.dest = fold_dir(cfg.out, cfg.cv_fold)
         compile_cache.use(self.device)  # before anything compiles: a pod after the first of its run starts warm
@@ -179,6 +190,8 @@ class PerceptionTrainer:
         self.out = self.attempt.path
         with self.clock.stage("data"):
             self._prepare_data()
+        graph = use_captured_step(cfg.cuda_graph, gpu, self.train_loader.n_windows, cfg.batch_size, cfg.cv_fold)
+        self.cfg = cfg.model_copy(update={"cuda_graph": graph})
         with self.clock.stage("build"):
             self._build()
 
