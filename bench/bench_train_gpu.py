@@ -17,11 +17,13 @@ Run one mode per process: a failed capture poisons the CUDA state of the process
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import time
 from pathlib import Path
 
 import torch
+import torch._inductor.config
 
 from alpha_core.models import cfc_triton
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
@@ -217,10 +219,20 @@ def main() -> None:
     parser.add_argument("--auc-parity", action="store_true", help="also train fp32 vs bf16 and compare AUC")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", type=int, default=0, help="also profile this many steps per mode")
+    parser.add_argument(
+        "--inductor",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set torch._inductor.config.KEY (a Python literal) for every mode: an experiment, not the trainer's default",
+    )
     args = parser.parse_args()
+    for setting in args.inductor:
+        key, _, value = setting.partition("=")
+        setattr(torch._inductor.config, key, ast.literal_eval(value))
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "modes": []}
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "inductor": args.inductor, "modes": []}
     for spec in args.modes.split(","):
         batch, precision, graph, *flags = spec.split(":")
         plan = cfc_triton.LAUNCH_PLAN

@@ -108,24 +108,16 @@ def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
     assert summary["device"].startswith("cuda") and np.isfinite(summary["val_sharpe"])
 
 
-def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, tmp_path):
+def flagship_flags(gpu_data, **overrides) -> list[str]:
+    """`alpha train` on the test data's book, small sizes, fold 0 of 2 on cuda (each test overrides what it tests)."""
     data, pd = gpu_data
+    sizes = dict(epochs=2, batch_size=64, n_train_seqs=1024, n_val_seqs=512, seq_len=16, cv_n_folds=2, cv_fold=0)
+    return flags(mbp10_data_dir=data / "ES.FUT" / "mbp-10", predecoded_dir=pd / "ES.FUT", device="cuda", **(sizes | overrides))
+
+
+def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, tmp_path):
     out = models_dir / "perception" / "ES.FUT"  # `alpha train --out` holds fold-<k>, as every trainer writes
-    argv = [
-        "train",
-        *flags(
-            mbp10_data_dir=data / "ES.FUT" / "mbp-10",
-            predecoded_dir=pd / "ES.FUT",
-            device="cuda",
-            epochs=2,
-            batch_size=64,
-            n_train_seqs=1024,
-            n_val_seqs=512,
-            seq_len=16,
-            cv_n_folds=2,
-            cv_fold=0,
-        ),
-    ]
+    argv = ["train", *flagship_flags(gpu_data)]
     assert main([*argv, "--out", str(out)]) == 0
     summary = json.loads((out / "fold-0" / "alpha_train_summary.json").read_text())
     assert summary["device"].startswith("cuda") and summary["epochs"] == 2 and summary["best_mean_auc"] > 0.5
@@ -137,23 +129,7 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
 def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
     """A pod pre-empted after its first epoch: `--resume` loads the optimiser state into the capturable AdamW,
     captures the step again and ends with the epochs an uninterrupted run has, learning as it does."""
-    data, pd = gpu_data
-    argv = [
-        "train",
-        *flags(
-            mbp10_data_dir=data / "ES.FUT" / "mbp-10",
-            predecoded_dir=pd / "ES.FUT",
-            device="cuda",
-            epochs=3,
-            batch_size=64,
-            n_train_seqs=1024,
-            n_val_seqs=512,
-            seq_len=16,
-            cv_n_folds=2,
-            cv_fold=0,
-            early_stop_metric="none",
-        ),
-    ]
+    argv = ["train", *flagship_flags(gpu_data, epochs=3, early_stop_metric="none")]
     assert main([*argv, "--out", str(tmp_path / "straight")]) == 0
     env = {**os.environ, "ALPHA_FAULT": "state.after_commit#1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     killed = subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv, "--out", str(tmp_path / "killed")], env=env)
@@ -173,19 +149,7 @@ def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
 
 
 def test_a_batch_larger_than_the_fold_trains_eagerly_on_cuda(gpu_data, tmp_path, capsys):
-    data, pd = gpu_data
-    argv = flags(
-        mbp10_data_dir=data / "ES.FUT" / "mbp-10",
-        predecoded_dir=pd / "ES.FUT",
-        device="cuda",
-        epochs=1,
-        batch_size=2048,
-        n_train_seqs=300,
-        n_val_seqs=256,
-        seq_len=16,
-        cv_n_folds=2,
-        cv_fold=0,
-    )
+    argv = flagship_flags(gpu_data, epochs=1, batch_size=2048, n_train_seqs=300, n_val_seqs=256)
     assert main(["train", *argv, "--out", str(tmp_path / "m")]) == 0
     assert "CUDA graph off: --batch-size 2048 exceeds fold 0's 300 training windows" in capsys.readouterr().out
     summary = json.loads((tmp_path / "m" / "fold-0" / "alpha_train_summary.json").read_text())
