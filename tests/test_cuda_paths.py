@@ -131,7 +131,8 @@ def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
     captures the step again and ends with the epochs an uninterrupted run has, learning as it does."""
     argv = ["train", *flagship_flags(gpu_data, epochs=3, early_stop_metric="none")]
     assert main([*argv, "--out", str(tmp_path / "straight")]) == 0
-    env = {**os.environ, "ALPHA_FAULT": "state.after_commit#1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "ALPHA_FAULT": "state.after_commit#1", "PYTHONPATH": path}  # the device's wheels stay found
     killed = subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv, "--out", str(tmp_path / "killed")], env=env)
     assert killed.returncode == -signal.SIGKILL
     assert main([*argv, "--out", str(tmp_path / "killed"), "--resume"]) == 0
