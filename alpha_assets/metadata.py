@@ -85,6 +85,38 @@ def png(data: bytes, title: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"**{title}**\n\n![{title}](data:image/png;base64,{base64.b64encode(data).decode()})")
 
 
+INLINE_MARKDOWN = 1000  # Dagster 1.13 shows Markdown up to this many characters in place, longer one click away
+
+
+def sparkline(equity: list[float], name: str, points: int = 30) -> dg.MetadataValue | None:
+    """An equity curve (green) over its drawdown (red) as a tiny SVG in Markdown short enough for Dagster to show in
+    place on the asset's page, beside the full plot one click away. None when there is nothing to draw."""
+    values = [float(v) for v in equity if math.isfinite(v)]
+    if len(values) < 2:
+        return None
+    peak, drawdown = -math.inf, []
+    for v in values:
+        peak = max(peak, v)
+        drawdown.append(v - peak)
+    picks = [round(i * (len(values) - 1) / (points - 1)) for i in range(points)] if len(values) > points else range(len(values))
+    step = 478 / (len(picks) - 1)
+
+    def line(ys: list[float], top: int, height: int) -> str:
+        lo, span = min(ys), (max(ys) - min(ys)) or 1.0
+        return " ".join(f"{i * step:.0f},{top + height - (ys[k] - lo) / span * height:.0f}" for i, k in enumerate(picks))
+
+    svg = (
+        "<svg xmlns='http://www.w3.org/2000/svg' width='480' height='84'><g fill='none' stroke-width='1.5'>"
+        f"<polyline stroke='#2a7' points='{line(values, 2, 50)}'/>"
+        f"<polyline stroke='#c33' points='{line(drawdown, 58, 24)}'/></g></svg>"
+    )
+    text = (
+        f"{name}: equity (green) and drawdown (red), ticks net of cost\n\n"
+        f"![equity](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
+    )
+    return dg.MetadataValue.md(text) if len(text) <= INLINE_MARKDOWN else None
+
+
 def code_references(*targets: tuple[str, str]) -> dict[str, dg.CodeReferencesMetadataValue]:
     """`dagster/code_references` to functions of alpha_core, given as (module, function), found without importing
     the module (a trainer imports torch; the definitions must load fast). The asset's own function is added by

@@ -8,6 +8,7 @@ the same RUN_ID fails where an earlier one passed.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -119,7 +120,11 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert len(reasons) == 3 * 3 - 2, "every requested model x fold is reported or excluded"
     (check,) = report.get_asset_check_evaluations()
     assert check.passed and check.check_name == "report_complete"
-    assert "![ES.FUT: out-of-sample equity and drawdown by session](data:image/png;base64," in meta["equity"].value
+    assert "![ES.FUT: out-of-sample equity and drawdown by session](data:image/png;base64," in meta["plot"].value
+    equity = meta["equity"].value  # the equal-weight ensemble's curve, short enough to show without a click
+    assert equity.startswith("equal_weight: equity (green) and drawdown (red)") and len(equity) < 1000
+    svg = base64.b64decode(equity.split("data:image/svg+xml;base64,")[1].rstrip(")")).decode()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2
     rows = {r.data["row"]: r.data for r in meta["results"].value.records}
     assert rows["mamba2"]["dsr_n"] >= 1 and "sessions" in rows["mamba2"]
     headline = meta["headline"].value.splitlines()

@@ -367,14 +367,16 @@ SHOW_PLOT = """async (until) => {
           width: img?.naturalWidth ?? 0, page: document.body.innerText.slice(0, 3000)};
 }"""
 
-# Run in a page: click "[Show Markdown]" of one metadata entry and wait for its dialog to show NEEDLE.
-SHOW_TEXT = """async (until) => {
+# Run in a page: the text of one metadata entry, in place when Dagster shows it there (Markdown under 1,000
+# characters), else from the dialog of its "[Show Markdown]"; waits until it holds NEEDLE.
+ENTRY_TEXT = """async (until) => {
   const entry = (key) => [...document.querySelectorAll('tr')].find(tr => tr.cells[0]?.textContent.trim() === key);
-  (await until(() => [...(entry(KEY)?.querySelectorAll('a, button') ?? [])]
-                       .find(a => a.textContent.trim() === '[Show Markdown]')))?.click();
-  const dialog = await until(() => [...document.querySelectorAll('[role=dialog]')].find(d => d.innerText.includes(NEEDLE)));
+  const row = await until(() => entry(KEY));
+  [...(row?.querySelectorAll('a, button') ?? [])].find(a => a.textContent.trim() === '[Show Markdown]')?.click();
+  const where = await until(() => [...document.querySelectorAll('[role=dialog]'), entry(KEY)]
+                                    .find(d => d?.innerText.includes(NEEDLE)));
   await new Promise(r => setTimeout(r, 1000));
-  return {dialog: dialog?.innerText ?? null, page: document.body.innerText.slice(0, 3000)};
+  return {dialog: where?.innerText ?? null, page: document.body.innerText.slice(0, 3000)};
 }"""
 
 # The report's page: its headline (a Markdown table) as shown, whether it fits in the visible part of the metadata
@@ -388,11 +390,14 @@ REPORT_PAGE = """async (until) => {
   };
   const headline = await until(() => entry('headline')?.querySelector('table'));
   await until(() => entry('excluded')?.querySelector('table'));
+  const equity = await until(() => [...(entry('equity')?.querySelectorAll('img') ?? [])]
+                                     .find(i => i.complete && i.naturalWidth > 0));
   await new Promise(r => setTimeout(r, 1000));
   let scroller = headline?.closest('table').parentElement;
   while (scroller && getComputedStyle(scroller).overflowX === 'visible') scroller = scroller.parentElement;
   return {headline: shown(headline), excluded: shown(entry('excluded')?.querySelector('table')),
           keys: [...document.querySelectorAll('tr')].map(tr => tr.cells[0]?.textContent.trim()),
+          equity: equity && {src: equity.getAttribute('src').slice(0, 26), bottom: equity.getBoundingClientRect().bottom},
           headline_right: headline?.getBoundingClientRect().right, visible_right: scroller?.getBoundingClientRect().right,
           page: document.body.innerText.slice(0, 3000)};
 }"""
@@ -511,7 +516,10 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         excluded = {(row[0], row[2]): row[3] for row in shown["excluded"]["rows"]}
         assert set(excluded) == {("tft", "0"), ("tft", "1"), ("tft", "2")}, shown["excluded"]
         assert all(reason.startswith("gate failed: mean validation AUC") for reason in excluded.values())
-        plot = page("/assets/ensemble_report", "report_equity", SHOW_PLOT.replace("KEY", "'equity'"))
+        # the equal-weight ensemble's equity in place, on the first screen; every row's one click away
+        assert shown["equity"] and shown["equity"]["src"] == "data:image/svg+xml;base64,", shown["page"]
+        assert shown["equity"]["bottom"] <= 1000, "the equity is below the first screen"
+        plot = page("/assets/ensemble_report", "report_equity", SHOW_PLOT.replace("KEY", "'plot'"))
         assert plot["src"] == "data:image/png;base64," and plot["width"] > 0, plot["page"]
         assert "ES.FUT: out-of-sample equity and drawdown by session" in plot["dialog"]
         curves = page(
@@ -607,6 +615,6 @@ def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
                 run_config={"ops": {"run_comparison": {"config": {"runs": ["first", "second"]}}}},
             )
         assert compared.success
-        script = SHOW_TEXT.replace("KEY", "'comparison'").replace("NEEDLE", "'setting(s) differ'")
+        script = ENTRY_TEXT.replace("KEY", "'comparison'").replace("NEEDLE", "'setting(s) differ'")
         shown = page(server, "/assets/run_comparison", "two_runs_comparison", script)
         assert shown["dialog"] and "first" in shown["dialog"] and "second" in shown["dialog"], shown["page"]

@@ -33,6 +33,12 @@ EW_SHARPE, EW_DSR = "sharpe", "dsr"
 MODELS = registry.select("all")  # every registry model: the asset graph never depends on the environment
 
 
+def _equity_in_place(equal, rows: dict) -> dg.MetadataValue | None:
+    """The equal-weight ensemble's equity and drawdown (else the first row's), small enough to show without a click."""
+    name, row = ("equal_weight", equal) if equal else next(iter(rows.items()), (None, None))
+    return metadata.sparkline(row.equity, name) if row else None
+
+
 @checked_asset(
     "ensemble_report",
     symbol_partitions,
@@ -53,7 +59,8 @@ MODELS = registry.select("all")  # every registry model: the asset graph never d
     ],
     description="Out-of-sample backtests of every checkpoint that passed its gate, and the ensembles (alpha evaluate). "
     "`headline`: per model and ensemble, the sessions, Sharpe, 95% CI, DSR, max drawdown and PnL (ticks, "
-    "net of cost); `equity`: equity and drawdown by session; `results`: every metric; `excluded`: each "
+    "net of cost); `equity`: the equal-weight ensemble's equity and drawdown in place; `plot`: every row's, by "
+    "session; `results`: every metric; `excluded`: each "
     "model x fold left out, with its reason; `used`: the checkpoints evaluated; `sharpe` and `dsr`: the "
     "equal-weight ensemble's, one series per symbol.",
 )
@@ -123,7 +130,8 @@ def ensemble_report(
                 "run": run_id(context),
                 "verdict": verdict(sym),
                 "headline": dg.MetadataValue.md(headline(sym)),
-                "equity": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
+                "equity": _equity_in_place(equal, rows),  # every row's in `plot`, one click away
+                "plot": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")
                 if figure.is_file()
                 else None,
                 # plotted across materializations: the equal-weight ensemble's, named so on the page
