@@ -134,16 +134,21 @@ def profile_steps(run, next_batch, steps: int) -> dict:
         for _ in range(steps):
             run(next_batch())
         torch.cuda.synchronize()
+    events = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda e: e.time_range.start
+    )
     kernels: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            kernels.setdefault(event.name[:120], []).append(event.device_time)
+    for event in events:
+        kernels.setdefault(event.name[:120], []).append(event.device_time)
     total = sum(sum(v) for v in kernels.values())
-    top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:30]
+    top = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))
+    per_step = len(events) // steps
+    last = events[-per_step:] if per_step else []  # the last step's kernels in launch order: which stage each is
     return {
-        "kernels_per_step": sum(len(v) for v in kernels.values()) / steps,
+        "kernels_per_step": len(events) / steps,
         "gpu_us_per_step": total / steps,
         "top": [{"name": k, "per_step": len(v) / steps, "us_per_step": sum(v) / steps} for k, v in top],
+        "last_step": [[e.name[:90], round(e.device_time, 2)] for e in last],
     }
 
 

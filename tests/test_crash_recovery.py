@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
+from alpha_core.train.perception import STATE_DIR, STATE_JSON
 
 pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
 
@@ -111,6 +112,35 @@ def test_resume_refuses_a_state_of_another_config(perception_reference, tmp_path
     assert run_cli([*argv, "--out", str(out)], "state.after_commit#1") == -9
     assert main([*argv, "--out", str(out), "--seq-len", "16", "--resume"]) == 2
     assert "seq_len=8" in capsys.readouterr().err
+
+
+def gpu_pod_state(out: Path) -> None:
+    """Make a killed CPU run's committed state read as a GPU pod's: the fast path it ran is recorded in it."""
+    (state,) = out.glob(f".fold-0.attempts/*/{STATE_DIR}/{STATE_JSON}")
+    saved = json.loads(state.read_text())
+    saved["config"] |= {"device": "cuda", "cuda_graph": True, "compile": True}
+    state.write_text(json.dumps(saved))
+
+
+def test_a_state_saved_on_a_gpu_resumes_on_the_cpu(perception_reference, tmp_path, capsys):
+    """A pre-empted GPU pod's fold resumes on the CPU, which neither captures nor compiles the step: both steps
+    train the same batches when the epoch is whole batches, so it ends as the uninterrupted run; with a partial
+    batch the two steps' epochs differ, and the resume is refused with both counts."""
+    argv, ref = perception_reference
+    out = tmp_path / "killed"
+    args = [*argv, "--out", str(out), "--early-stop-metric", "none"]
+    assert run_cli(args, "state.after_commit#1") == -9
+    gpu_pod_state(out)
+    assert run_cli([*args, "--resume"]) == 0
+    straight = ref / "straight" / "fold-0" / "alpha_train_summary.json"
+    assert stable(out / "fold-0" / "alpha_train_summary.json") == stable(straight)
+
+    partial = [*argv, "--out", str(tmp_path / "partial"), "--n-train-seqs", "100"]  # batches of 32
+    assert run_cli(partial, "state.after_commit#1") == -9
+    gpu_pod_state(tmp_path / "partial")
+    capsys.readouterr()
+    assert main([*partial, "--resume"]) == 2
+    assert "captured step trains 3 whole batches an epoch, the eager one 4" in capsys.readouterr().err
 
 
 def test_resume_checks_a_complete_attempt_and_promotes_it(perception_reference, tmp_path, capsys):

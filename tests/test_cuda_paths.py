@@ -149,6 +149,21 @@ def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
     assert verify(tmp_path / "killed" / "fold-0", deep=True) == []
 
 
+def test_a_fold_killed_on_cuda_resumes_on_the_cpu(gpu_data, tmp_path):
+    """A GPU pod pre-empted after its first epoch, finished where a GPU is not to be had: `--device cpu --resume`
+    takes the captured step's state (the capturable AdamW's included) into the CPU's eager step."""
+    argv = ["train", *flagship_flags(gpu_data, epochs=2, early_stop_metric="none")]
+    path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "ALPHA_FAULT": "state.after_commit#1", "PYTHONPATH": path}
+    killed = subprocess.run([sys.executable, "-m", "alpha_core.cli", *argv, "--out", str(tmp_path / "m")], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert main([*argv, "--out", str(tmp_path / "m"), "--device", "cpu", "--resume"]) == 0
+    summary = json.loads((tmp_path / "m" / "fold-0" / "alpha_train_summary.json").read_text())
+    assert summary["device"] == "cpu" and summary["epochs"] == 2 and len(summary["epoch_metrics"]) == 2
+    assert summary["best_mean_auc"] > 0.5
+    assert verify(tmp_path / "m" / "fold-0", deep=True) == []
+
+
 def test_a_batch_larger_than_the_fold_trains_eagerly_on_cuda(gpu_data, tmp_path, capsys):
     argv = flagship_flags(gpu_data, epochs=1, batch_size=2048, n_train_seqs=300, n_val_seqs=256)
     assert main(["train", *argv, "--out", str(tmp_path / "m")]) == 0

@@ -59,7 +59,8 @@ VAL_SEED_OFFSET = 0xC0FFEE
 SMALL_BATCH = 64  # up to this batch, compile without benchmarking elementwise kernels' block sizes
 SUMMARY = "alpha_train_summary.json"
 STATE_DIR, STATE_TENSORS, STATE_JSON = "train_state", "tensors.safetensors", "state.json"
-RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size")  # they change nothing trained
+# they change nothing trained: a state saved on a GPU pod resumes on the CPU, and the other way round
+RESUME_MAY_DIFFER = ("resume", "device", "kernel_step_trace", "val_batch_size", "compile", "fused_scan")
 CHECKPOINTS = {
     "val_loss": "model_best_val_loss.safetensors",
     "mean_auc": "model_best_mean_auc.safetensors",
@@ -556,11 +557,19 @@ class PerceptionTrainer:
     def _check_resumable(self, saved: dict, where: Path) -> None:
         """Refuse a state saved by another fold, other files or another training config, naming the field."""
         now = self.cfg.model_dump(mode="json")
+        n_windows, batch = self.train_loader.n_windows, self.cfg.batch_size
+        may_differ = RESUME_MAY_DIFFER + (("cuda_graph",) if n_windows % batch == 0 else ())  # same steps either way
         for key, value in now.items():
-            if key not in RESUME_MAY_DIFFER and saved["config"].get(key) != value:
+            if key not in may_differ and saved["config"].get(key) != value:
+                why = (
+                    f" (the captured step trains {n_windows // batch} whole batches an epoch, the eager one "
+                    f"{math.ceil(n_windows / batch)})"
+                    if key == "cuda_graph"
+                    else ""
+                )
                 raise PlanError(
                     f"--resume: {where} was saved with {key}={saved['config'].get(key)!r}, this command "
-                    f"has {key}={value!r}; rerun with the same settings, or without --resume"
+                    f"has {key}={value!r}{why}; rerun with the same settings, or without --resume"
                 )
         for split, files in self._file_identity().items():
             if saved["files"][split] != files:
