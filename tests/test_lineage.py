@@ -118,6 +118,9 @@ def test_gates_promotion_and_a_complete_report(tiny_data, tmp_path):
     assert reasons[("tft", 0)] == "never materialized" and reasons[("mamba2", 2)] == "never materialized"
     assert reasons[("kan", 1)].startswith("gate failed: mean validation AUC")
     assert len(reasons) == 3 * 3 - 2, "every requested model x fold is reported or excluded"
+    brief = meta["left out"].value  # Excluded on the page's first screen, in one line
+    assert brief.startswith("7 left out. ") and "tft fold 0, 1, 2: never materialized" in brief
+    assert "kan fold 1: gate failed: mean validation AUC" in brief
     (check,) = report.get_asset_check_evaluations()
     assert check.passed and check.check_name == "report_complete"
     assert "![ES.FUT: out-of-sample equity and drawdown by session](data:image/png;base64," in meta["plot"].value

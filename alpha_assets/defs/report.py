@@ -68,7 +68,7 @@ def ensemble_report(
     context: dg.AssetExecutionContext, config: ReportConfig, data: DataRoot, storage: StorageRoot
 ) -> dg.MaterializeResult:
     from alpha_core.eval.evaluate import EvalConfig, evaluate
-    from alpha_core.eval.report import Excluded, headline, verdict
+    from alpha_core.eval.report import Excluded, excluded_in_brief, headline, verdict
 
     symbol = context.partition_key
     models = registry.select(",".join(config.models)) if config.models else MODELS
@@ -129,6 +129,7 @@ def ensemble_report(
                 # must fit at 1,600 px
                 "run": run_id(context),
                 "verdict": verdict(sym),
+                "left out": excluded_in_brief([e for e in report.excluded if e.symbol == symbol]),  # the table: below
                 "headline": dg.MetadataValue.md(headline(sym)),
                 "equity": _equity_in_place(equal, rows),  # every row's in `plot`, one click away
                 "plot": metadata.inline_png(figure, f"{symbol}: out-of-sample equity and drawdown by session")

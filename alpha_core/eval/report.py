@@ -222,6 +222,18 @@ def verdict(sym: SymbolReport) -> str:
     return f"Verdict: {', '.join(trusted)} reach DSR {TRUSTED_DSR} or more out of sample."
 
 
+def excluded_in_brief(excluded: list[Excluded]) -> str:
+    """Excluded in one line, for the first screen of the report's page: each model's folds left out, grouped by
+    reason (the table with every fold comes further down)."""
+    if not excluded:
+        return "none: every checkpoint found was evaluated"
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for e in excluded:
+        grouped.setdefault((e.model, e.reason), []).extend([] if e.fold is None else [str(e.fold)])
+    parts = [f"{model}{' fold ' + ', '.join(folds) if folds else ''}: {reason}" for (model, reason), folds in grouped.items()]
+    return f"{len(excluded)} left out. " + "; ".join(parts)
+
+
 def test_folds(sym: SymbolReport) -> list[str]:
     """The test files the report's rows trade on, once each (a fold is its test file)."""
     return sorted({f.test_file for r in [*sym.models.values(), *sym.ensembles.values()] for f in r.folds})
