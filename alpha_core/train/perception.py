@@ -2,8 +2,8 @@
 
 Walk-forward split of the MBP-10 files (`--cv-*`, the original system's rules), predecoded sidecars (built on a miss),
 normalisation fitted on the training files, then per epoch: reshuffled training windows, AdamW with three
-parameter groups (Mamba2, CfC trunk + heads, aux; those of one LR share a launch) on linear warm-up + cosine decay, a
-validation pass (loss, and AUC per horizon from the last position of each window), independent best trackers for val_loss,
+parameter groups (Mamba2, CfC trunk + heads, aux) on linear warm-up + cosine decay, a validation pass
+(loss, and AUC per horizon from the last position of each window), independent best trackers for val_loss,
 mean AUC and the long-horizon AUC (each with its own checkpoint), and early stopping on the chosen metric.
 A full training state (`train_state/`: tensors and trackers, committed as one folder) is saved after every
 epoch, so `--resume` continues a killed run and ends with the same summary; it refuses a state saved with
@@ -213,11 +213,8 @@ class PerceptionTrainer:
         torch.manual_seed(cfg.seed)
         self.model = PerceptionModel(model_cfg).to(self.device)
         self.model.fused_scan = cfg.fused_scan
+        groups = self.model.param_groups()
         self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
-        groups: dict[str, list[torch.nn.Parameter]] = {}  # groups of one LR share an optimiser group: one launch
-        for name, params in self.model.param_groups().items():
-            same_lr = next((g for g in groups if self.lr_max[g] == self.lr_max[name]), name)
-            groups.setdefault(same_lr, []).extend(params)
         steps_per_epoch = (
             self.train_loader.n_windows // cfg.batch_size
             if cfg.cuda_graph
@@ -232,18 +229,16 @@ class PerceptionTrainer:
         # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels; at a small
         # batch no kernel is big enough for a choice of block size to matter, so Inductor does not benchmark
         # candidates for each elementwise kernel (a cold compile's share of a B=1 fold, bench/README.md)
-        self.compile_options = {"triton.autotune_pointwise": False} if cfg.batch_size <= SMALL_BATCH else None
-        self.forward_loss = self.compiled(self._forward_loss)
-        self.update_controllers = self.compiled(self.model.update_controllers)
+        options = {"triton.autotune_pointwise": False} if cfg.batch_size <= SMALL_BATCH else None
+        self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
+        self.update_controllers = (
+            torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
+        )
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
         self.trackers = Trackers()
         self.trace: StepTrace | None = None  # opened in `fit`, inside the generation this run acquires
-
-    def compiled(self, fn, **kwargs):
-        """`fn` through torch.compile when the step compiles (cuda), else `fn` itself."""
-        return torch.compile(fn, options=self.compile_options, **kwargs) if self.cfg.compile else fn
 
     def _inside_attempt(self, path: Path) -> Path:
         """A file asked for under `--out` goes into the attempt, so it is promoted (and sealed) with the rest."""
@@ -656,11 +651,7 @@ class CapturedStep:
         names = [g["name"] for g in trainer.optimizer.param_groups]
         table = [[lrs[name] for name in names] for lrs in map(trainer.lrs_at, range(trainer.total_steps + 1))]
         self.lr_table = torch.tensor(table, device=device)
-        self.lrs = torch.empty(len(names), device=device)  # every group's LR, which one kernel writes
         self.epoch = EpochCursor(trainer.train_loader, batch)
-        # compiled, the LR lookup and the batch's gather are a few fused kernels instead of ~20 tiny ones; every
-        # size symbolic, so each fold (buffers of its own length) takes the same graph from the compile cache
-        self.inputs = trainer.compiled(self._inputs, dynamic=True)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
         self.calls = 0
@@ -669,19 +660,14 @@ class CapturedStep:
         """Rewind the cursor, after the loader drew the epoch's windows into its buffers (in place)."""
         self.epoch.rewind()
 
-    def _inputs(self) -> tuple[torch.Tensor, ...]:
-        """This step's LRs (the table's row at the model's step, into `lrs`) and batch (at the cursor, advanced)."""
-        step = self.trainer.model.step.clamp_max(len(self.lr_table) - 1).view(1)
-        self.lrs.copy_(self.lr_table.index_select(0, step).squeeze(0))  # plain `table[step]` would sync on the host
-        batch = self.epoch.next_batch()
-        return batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short
-
     def _body(self):
         tr = self.trainer
-        inputs = self.inputs()
-        for i, group in enumerate(tr.optimizer.param_groups):  # bound each time: a resume's load_state_dict
-            group["lr"] = self.lrs[i]  # replaces the groups' tensors with copies
-        return tr.step(*inputs)
+        step = tr.model.step.clamp_max(len(self.lr_table) - 1).view(1)
+        row = self.lr_table.index_select(0, step).squeeze(0)  # plain `table[step]` would sync on the host
+        for i, group in enumerate(tr.optimizer.param_groups):
+            group["lr"].copy_(row[i])
+        batch = self.epoch.next_batch()
+        return tr.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
 
     def __call__(self):
         self.epoch.claim()  # on the host, before anything runs: past the epoch's windows is an error, not a replay
