@@ -31,7 +31,7 @@ from alpha_core.eval.predict import (
     snapshots_at,
     window_probs,
 )
-from alpha_core.eval.report import load_report
+from alpha_core.eval.report import Excluded, excluded_by_model, excluded_in_brief, load_report
 from alpha_core.gates import GateThresholds
 from alpha_core.models import registry
 
@@ -816,3 +816,21 @@ def test_each_row_is_costed_under_named_cost_models(trained, tiny_data):
     np.testing.assert_allclose(metrics.cost_per_unit("impact", pos, 1.0), [1.0, 1.5, 1.0, 2.0])
     md = (root / "eval" / "ensemble_report.md").read_text()
     assert "### Cost models (out of sample)" in md
+
+
+def test_excluded_reads_every_reason_in_one_line_per_model_and_reason():
+    """What a report left out, as the printed summary and the page's first screen show it: a model whose folds were
+    left out for different reasons shows each reason with its folds, never only the first."""
+    excluded = [
+        Excluded(model="tft", symbol="ES.FUT", fold=0, reason="never materialized"),
+        Excluded(model="tft", symbol="ES.FUT", fold=1, reason="gate failed: mean validation AUC 0.47 <= 0.99"),
+        Excluded(model="tft", symbol="ES.FUT", fold=2, reason="never materialized"),
+        Excluded(model="ppo", symbol="ES.FUT", fold=None, reason="models/ppo/ES.FUT/x: not a checkpoint folder"),
+    ]
+    assert excluded_by_model(excluded) == [
+        "tft fold 0, 2: never materialized",
+        "tft fold 1: gate failed: mean validation AUC 0.47 <= 0.99",
+        "ppo: models/ppo/ES.FUT/x: not a checkpoint folder",
+    ]
+    assert excluded_in_brief(excluded).startswith("4 left out. tft fold 0, 2: never materialized; tft fold 1: gate")
+    assert excluded_in_brief([]) == "none: every checkpoint found was evaluated"

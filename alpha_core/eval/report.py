@@ -222,16 +222,20 @@ def verdict(sym: SymbolReport) -> str:
     return f"Verdict: {', '.join(trusted)} reach DSR {TRUSTED_DSR} or more out of sample."
 
 
-def excluded_in_brief(excluded: list[Excluded]) -> str:
-    """Excluded in one line, for the first screen of the report's page: each model's folds left out, grouped by
-    reason (the table with every fold comes further down)."""
-    if not excluded:
-        return "none: every checkpoint found was evaluated"
+def excluded_by_model(excluded: list[Excluded]) -> list[str]:
+    """Each model's folds left out, grouped by reason ("tft fold 0, 2: gate failed: ..."): the printed summary's
+    lines and the report page's `left out`."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for e in excluded:
         grouped.setdefault((e.model, e.reason), []).extend([] if e.fold is None else [str(e.fold)])
-    parts = [f"{model}{' fold ' + ', '.join(folds) if folds else ''}: {reason}" for (model, reason), folds in grouped.items()]
-    return f"{len(excluded)} left out. " + "; ".join(parts)
+    return [f"{model}{' fold ' + ', '.join(folds) if folds else ''}: {reason}" for (model, reason), folds in grouped.items()]
+
+
+def excluded_in_brief(excluded: list[Excluded]) -> str:
+    """Excluded in one line, for the first screen of the report's page (the table with every fold is further down)."""
+    if not excluded:
+        return "none: every checkpoint found was evaluated"
+    return f"{len(excluded)} left out. " + "; ".join(excluded_by_model(excluded))
 
 
 def test_folds(sym: SymbolReport) -> list[str]:
@@ -248,7 +252,7 @@ READING = (
 
 def summary(report: EnsembleReport, path: str | Path) -> str:
     """The report in plain text, read in ten seconds: per symbol the out-of-sample headline of every model and
-    ensemble, what was excluded and why (one line per model), and where the full report is. `alpha evaluate` and
+    ensemble, what was excluded and why (a line per model and reason), and where the full report is. `alpha evaluate` and
     `alpha run` end with it, so every door shows the same answer."""
 
     def num(value: float | None, digits: int = 2) -> str:
@@ -276,12 +280,7 @@ def summary(report: EnsembleReport, path: str | Path) -> str:
             lines.append("  (no model could be evaluated)")
         lines.append(f"  {verdict(sym)}")
         lines += [f"  reused {what} from {source}" for what, source in report.reused.items()]
-        by_model: dict[str, list[Excluded]] = {}
-        for e in (e for e in report.excluded if e.symbol == symbol):
-            by_model.setdefault(e.model, []).append(e)
-        for model, items in by_model.items():
-            folds_out = ", ".join(str(e.fold) for e in items if e.fold is not None) or "-"
-            lines.append(f"  excluded {model} (fold {folds_out}): {items[0].reason}")
+        lines += [f"  excluded {item}" for item in excluded_by_model([e for e in report.excluded if e.symbol == symbol])]
         lines.append("")
     where = Path(path)
     lines += [*textwrap.wrap(READING, 116), f"Full report: {where.with_suffix('.md')} (plots beside it)."]
