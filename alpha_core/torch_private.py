@@ -6,8 +6,13 @@ torch is pinned to >=2.11,<2.14 (pyproject.toml):
   training step clips by the global gradient norm inside a CUDA graph and torch.compile; the public
   `torch.nn.utils.get_total_norm` groups tensors by device and dtype in Python on every call, which the captured
   step cannot afford. `torch._foreach_norm` is what both public clip functions call underneath.
+- `one_config_gemm_templates` (Inductor's `test_configs.max_mm_configs`): Inductor's Triton matmul templates, which
+  fuse a product with the elementwise work around it, without benchmarking a dozen block configurations for each
+  of the step's ~50 products. At the flagship's B=1 the candidates all time within a microsecond of each other; the
+  benchmarking tripled a cold fold's compile (93 s against 12 s on an H100) for a kernel choice that does not matter.
 
-On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms), then run
+On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms) and that
+Inductor still has `test_configs.max_mm_configs` (without it the templates are simply not used), then run
 tests/test_train_perception.py and the CUDA test set (`pytest -m cuda`, bench/gpu_check.sh).
 """
 
@@ -19,3 +24,19 @@ from torch import Tensor
 
 def foreach_norm(tensors: list[Tensor]) -> list[Tensor]:
     return torch._foreach_norm(tensors)
+
+
+def one_config_gemm_templates() -> dict[str, object]:
+    """torch.compile options: every product through one Triton template configuration, with its epilogue fused and
+    nothing benchmarked; empty where this torch's Inductor cannot cap the configurations (benchmarking them all would
+    cost more compile time than the templates save)."""
+    from torch._inductor import config
+
+    if "test_configs.max_mm_configs" not in config.get_config_copy():
+        return {}
+    return {
+        "max_autotune_gemm": True,
+        "max_autotune_gemm_backends": "TRITON",
+        "test_configs.max_mm_configs": 1,
+        "benchmark_epilogue_fusion": False,
+    }
