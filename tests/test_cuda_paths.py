@@ -126,6 +126,19 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
     assert json.loads((out / "fold-0" / "alpha_train_summary.json").read_text()) == summary
 
 
+def test_the_fast_path_trains_what_the_eager_step_trains(gpu_data, tmp_path):
+    """The default on cuda (compiled, Triton templates, AdamW compiled with the controllers, one captured graph)
+    and the plain eager step (fused AdamW) train the same model: the same losses epoch by epoch, within rounding."""
+    argv = ["train", *flagship_flags(gpu_data, epochs=2, early_stop_metric="none")]
+    assert main([*argv, "--out", str(tmp_path / "fast")]) == 0
+    assert main([*argv, "--no-compile", "--no-cuda-graph", "--out", str(tmp_path / "eager")]) == 0
+    fast, eager = (json.loads((tmp_path / d / "fold-0" / "alpha_train_summary.json").read_text()) for d in ("fast", "eager"))
+    assert fast["compiled"] and fast["cuda_graph"] and not eager["compiled"] and not eager["cuda_graph"]
+    for f, e in zip(fast["epoch_metrics"], eager["epoch_metrics"], strict=True):
+        assert f["train_loss"] == pytest.approx(e["train_loss"], rel=1e-2)
+        assert f["val_loss"] == pytest.approx(e["val_loss"], rel=1e-2)
+
+
 def test_flagship_killed_mid_run_resumes_on_the_fast_path(gpu_data, tmp_path):
     """A pod pre-empted after its first epoch: `--resume` loads the optimiser state into the capturable AdamW,
     captures the step again and ends with the epochs an uninterrupted run has, learning as it does."""

@@ -235,15 +235,15 @@ class PerceptionTrainer:
         self.total_steps = cfg.epochs * steps_per_epoch
         self.optimizer = torch.optim.AdamW(
             [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
-            fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
+            # eager on cuda: one fused kernel per group; compiled, Inductor fuses the (foreach) update with the rest
+            fused=self.device.type == "cuda" and not cfg.compile,
             capturable=cfg.cuda_graph,
         )
-        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels
+        # compiled, the forward+loss becomes a few dozen fused kernels, and AdamW's three groups with the ~30 tiny
+        # controller ops a handful (bench/README.md, "Compile options")
         options = compile_options(cfg.batch_size)
         self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
-        self.update_controllers = (
-            torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
-        )
+        self.update = torch.compile(self._update, options=options) if cfg.compile else self._update
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
@@ -307,8 +307,9 @@ class PerceptionTrainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.cfg.cuda_graph)
 
     def _lr_value(self, lr: float) -> float | torch.Tensor:
-        """A captured step reads its LR from a device tensor (a Python float would be baked into the graph)."""
-        return torch.tensor(lr, device=self.device) if self.cfg.cuda_graph else lr
+        """A captured or compiled step reads its LR from a device tensor (a Python float would be baked into the
+        graph, or recompile the update at every step)."""
+        return torch.tensor(lr, device=self.device) if self.cfg.cuda_graph or self.cfg.compile else lr
 
     def lrs_at(self, step: int) -> dict[str, float]:
         cfg = self.cfg
@@ -335,9 +336,13 @@ class PerceptionTrainer:
         if self.trace is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
             grad_norm = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
-        self.optimizer.step()
-        self.update_controllers(parts)
+        self.update(parts)
         return loss.detach(), parts, grad_norm
+
+    def _update(self, parts: dict[str, torch.Tensor]) -> None:
+        """AdamW's step, then the controllers' (one graph when compiled)."""
+        self.optimizer.step()
+        self.model.update_controllers(parts)
 
     def train_epoch(self, epoch: int) -> float:
         cfg, model, t = self.cfg, self.model, self.trackers
@@ -358,7 +363,10 @@ class PerceptionTrainer:
                 loss, parts, grad_norm = self.graph()
             else:
                 for group in self.optimizer.param_groups:
-                    group["lr"] = lrs[group["name"]]
+                    if isinstance(group["lr"], torch.Tensor):
+                        group["lr"].fill_(lrs[group["name"]])
+                    else:
+                        group["lr"] = lrs[group["name"]]
                 loss, parts, grad_norm = self.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
             loss_sum += loss
             if self.trace is not None:
