@@ -740,7 +740,7 @@ TRAIN_HELP = {
     "device": "cpu | cuda | cuda:N (default: cuda when available)",
     "resume": "continue from the training state in --output-dir",
     "cuda_graph": "capture the whole training step in one CUDA graph (default: on for cuda)",
-    "compile": "torch.compile the step, AdamW included (default: on for cuda; the first step compiles, then cached)",
+    "compile": "torch.compile forward + loss (default: on for cuda; the first step compiles, then cached)",
     "fused_scan": "on cuda, run the CfC recurrence in torch instead of the fused Triton kernel",
     "purge_sessions": "CME sessions dropped from the end of each fold's training, before its validation quarter",
     "embargo_sessions": "CME sessions not scored at the start of each validation and test quarter",

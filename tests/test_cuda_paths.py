@@ -127,8 +127,8 @@ def test_flagship_trains_on_the_gpu_fast_path_and_resumes(gpu_data, models_dir, 
 
 
 def test_the_fast_path_trains_what_the_eager_step_trains(gpu_data, tmp_path):
-    """The default on cuda (compiled, Triton templates, AdamW compiled with the controllers, one captured graph)
-    and the plain eager step (fused AdamW) train the same model: the same losses epoch by epoch, within rounding."""
+    """The default on cuda (compiled with Triton templates and combo kernels, one captured graph) and the plain
+    eager step train the same model: the same losses epoch by epoch, within rounding."""
     argv = ["train", *flagship_flags(gpu_data, epochs=2, early_stop_metric="none")]
     assert main([*argv, "--out", str(tmp_path / "fast")]) == 0
     assert main([*argv, "--no-compile", "--no-cuda-graph", "--out", str(tmp_path / "eager")]) == 0

@@ -156,15 +156,14 @@ def fold_dir(out: Path, fold: int) -> Path:
 
 
 def compile_options(batch_size: int) -> dict[str, object]:
-    """Inductor's options for the training step. Combo kernels run independent small kernels as one launch (a B=1
-    step 161 -> 129 kernels, B=4096 258 -> 198; both about 10% faster on an H100). Up to `SMALL_BATCH`, the products
-    also go through Triton templates fused with their epilogues (117 kernels, another 15%), and nothing is
-    benchmarked: at a small batch no block size beats another, and benchmarking them is a cold compile's cost
-    (bench/README.md, "Compile options")."""
-    options: dict[str, object] = {"combo_kernels": True}
-    if batch_size <= SMALL_BATCH:
-        options |= {"triton.autotune_pointwise": False, **one_config_gemm_templates()}
-    return options
+    """Inductor's options for the training step. Up to `SMALL_BATCH` no kernel is big enough for a choice of block
+    size to matter, so nothing is benchmarked, independent small kernels run as one launch (combo kernels) and the
+    products go through Triton templates fused with their epilogues: a B=1 step 161 -> 117 kernels, 2,270 -> 2,873
+    seq/s on an H100. A large batch keeps Inductor's defaults (combo kernels cost B=4096 fp32 8% there).
+    bench/README.md, "The seventh check of 2026-12-06"."""
+    if batch_size > SMALL_BATCH:
+        return {}
+    return {"triton.autotune_pointwise": False, "combo_kernels": True, **one_config_gemm_templates()}
 
 
 def use_captured_step(asked: bool | None, gpu: bool, n_windows: int, batch_size: int, fold: int) -> bool:
@@ -235,15 +234,15 @@ class PerceptionTrainer:
         self.total_steps = cfg.epochs * steps_per_epoch
         self.optimizer = torch.optim.AdamW(
             [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
-            # eager on cuda: one fused kernel per group; compiled, Inductor fuses the (foreach) update with the rest
-            fused=self.device.type == "cuda" and not cfg.compile,
+            fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
             capturable=cfg.cuda_graph,
         )
-        # compiled, the forward+loss becomes a few dozen fused kernels, and AdamW's three groups with the ~30 tiny
-        # controller ops a handful (bench/README.md, "Compile options")
+        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels
         options = compile_options(cfg.batch_size)
         self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
-        self.update = torch.compile(self._update, options=options) if cfg.compile else self._update
+        self.update_controllers = (
+            torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
+        )
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
@@ -307,9 +306,8 @@ class PerceptionTrainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=not self.cfg.cuda_graph)
 
     def _lr_value(self, lr: float) -> float | torch.Tensor:
-        """A captured or compiled step reads its LR from a device tensor (a Python float would be baked into the
-        graph, or recompile the update at every step)."""
-        return torch.tensor(lr, device=self.device) if self.cfg.cuda_graph or self.cfg.compile else lr
+        """A captured step reads its LR from a device tensor (a Python float would be baked into the graph)."""
+        return torch.tensor(lr, device=self.device) if self.cfg.cuda_graph else lr
 
     def lrs_at(self, step: int) -> dict[str, float]:
         cfg = self.cfg
@@ -336,13 +334,9 @@ class PerceptionTrainer:
         if self.trace is not None:
             grads = [p.grad for p in model.parameters() if p.grad is not None]
             grad_norm = torch.linalg.vector_norm(torch.stack(foreach_norm(grads)))
-        self.update(parts)
-        return loss.detach(), parts, grad_norm
-
-    def _update(self, parts: dict[str, torch.Tensor]) -> None:
-        """AdamW's step, then the controllers' (one graph when compiled)."""
         self.optimizer.step()
-        self.model.update_controllers(parts)
+        self.update_controllers(parts)
+        return loss.detach(), parts, grad_norm
 
     def train_epoch(self, epoch: int) -> float:
         cfg, model, t = self.cfg, self.model, self.trackers
@@ -363,10 +357,7 @@ class PerceptionTrainer:
                 loss, parts, grad_norm = self.graph()
             else:
                 for group in self.optimizer.param_groups:
-                    if isinstance(group["lr"], torch.Tensor):
-                        group["lr"].fill_(lrs[group["name"]])
-                    else:
-                        group["lr"] = lrs[group["name"]]
+                    group["lr"] = lrs[group["name"]]
                 loss, parts, grad_norm = self.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
             loss_sum += loss
             if self.trace is not None:
