@@ -18,6 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from alpha_core.metrics import drawdown
+
 OWNERS = ["team:quant-research"]  # who answers for every asset of the lineage (checks have no owners in 1.13)
 
 
@@ -94,10 +96,7 @@ def sparkline(equity: list[float], name: str, points: int = 30) -> dg.MetadataVa
     values = [float(v) for v in equity if math.isfinite(v)]
     if len(values) < 2:
         return None
-    peak, drawdown = -math.inf, []
-    for v in values:
-        peak = max(peak, v)
-        drawdown.append(v - peak)
+    below_peak = drawdown(values).tolist()  # as the report's drawdown panel draws it
     picks = [round(i * (len(values) - 1) / (points - 1)) for i in range(points)] if len(values) > points else range(len(values))
     step = 478 / (len(picks) - 1)
 
@@ -108,7 +107,7 @@ def sparkline(equity: list[float], name: str, points: int = 30) -> dg.MetadataVa
     svg = (
         "<svg xmlns='http://www.w3.org/2000/svg' width='480' height='84'><g fill='none' stroke-width='1.5'>"
         f"<polyline stroke='#2a7' points='{line(values, 2, 50)}'/>"
-        f"<polyline stroke='#c33' points='{line(drawdown, 58, 24)}'/></g></svg>"
+        f"<polyline stroke='#c33' points='{line(below_peak, 58, 24)}'/></g></svg>"
     )
     text = (
         f"{name}: equity (green) and drawdown (red), ticks net of cost\n\n"

@@ -211,6 +211,13 @@ def max_drawdown(pnl: Any) -> float:
     return float(np.max(np.maximum.accumulate(curve) - curve))
 
 
+def drawdown(equity: Any) -> np.ndarray:
+    """How far each point of an equity curve sits below its running peak (<= 0). The curve starts at 0 before its
+    first point, as in `max_drawdown`: a first losing session is a drawdown already."""
+    eq = _vec("equity", equity)
+    return eq - np.maximum.accumulate(np.r_[0.0, eq])[1:] if len(eq) else eq
+
+
 def win_rate(pnl: Any, position: Any) -> float:
     """Share of bars with a non-zero position whose PnL is strictly positive.
 

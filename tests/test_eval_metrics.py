@@ -26,6 +26,7 @@ from alpha_core.metrics import (
     bootstrap_sharpe_interval,
     daily_pnl,
     deflated_sharpe_ratio,
+    drawdown,
     expected_max_sharpe,
     finite_or_none,
     headline,
@@ -227,6 +228,15 @@ def test_max_drawdown_against_loop():
         peak = max(peak, cum)
         worst = max(worst, peak - cum)
     assert max_drawdown(pnl) == pytest.approx(worst, rel=1e-9)
+
+
+def test_drawdown_curve_starts_from_zero_and_agrees_with_max_drawdown():
+    """The report's drawdown panel and the UI's sparkline draw this curve: a first losing session is already
+    under the 0 the equity starts from, and its deepest point is `max_drawdown`."""
+    assert drawdown([-1.0, 1.0, 0.0, 2.0]).tolist() == [-1.0, 0.0, -1.0, 0.0]
+    assert drawdown(EMPTY).size == 0
+    pnl = np.random.default_rng(4).normal(0.0, 1.0, 500)
+    assert -drawdown(np.cumsum(pnl)).min() == pytest.approx(max_drawdown(pnl), rel=1e-12)
 
 
 def test_max_drawdown_edges():

@@ -29,6 +29,7 @@ from alpha_core.eval.export import tables
 from alpha_core.eval.policy import Policy
 from alpha_core.faults import crash_point
 from alpha_core.locks import Lock
+from alpha_core.metrics import drawdown
 
 
 class Strict(BaseModel):
@@ -430,10 +431,6 @@ def _session_axes(curves: dict[str, ModelResult]) -> tuple[dict[str, tuple[np.nd
     return indexed, starts
 
 
-def _drawdown(eq: np.ndarray) -> np.ndarray:
-    return eq - np.maximum.accumulate(np.r_[0.0, eq])[1:] if len(eq) else eq
-
-
 def _equity_panel(ax, symbol: str, curves, indexed, starts) -> None:
     for name, (x, eq) in indexed.items():
         ax.plot(x, eq, label=name, linewidth=2.5 if name.startswith("ensemble") else 1.2)
@@ -445,7 +442,7 @@ def _equity_panel(ax, symbol: str, curves, indexed, starts) -> None:
 
 def _drawdown_panel(ax, symbol: str, indexed, starts) -> None:
     for name, (x, eq) in indexed.items():
-        ax.plot(x, _drawdown(eq), label=name, linewidth=2.0 if name.startswith("ensemble") else 1.0)
+        ax.plot(x, drawdown(eq), label=name, linewidth=2.0 if name.startswith("ensemble") else 1.0)
     _fold_marks(ax, starts, labels=False)
     ax.set(title=f"{symbol}: drawdown (ticks)", xlabel="session (test sessions only, in time order)")
 
