@@ -15,7 +15,7 @@ from alpha_core.cli import main
 from alpha_core.data.oracle import oracle_auc
 from alpha_core.errors import PlanError
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
-from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig, use_captured_step
+from alpha_core.train.perception import SUMMARY, PerceptionTrainer, TrainConfig, compile_options, use_captured_step
 
 SPEC_FIELDS = {
     "epochs": int,
@@ -302,3 +302,16 @@ def test_the_time_scale_is_np_median_of_the_training_spacing_streamed(tiny_sidec
         assert median_spacing([with_dt(sc, dt)]) == whole([with_dt(sc, dt)])
     two = [with_dt(sc, np.array([9, 1, 2], np.float32)), with_dt(sc, np.array([9, 4], np.float32))]
     assert median_spacing(two) == whole(two) == 2.0  # each file's first row left out
+
+
+@pytest.mark.parametrize("batch_size", [1, 64, 65, 4096])
+def test_this_torch_takes_the_compile_options_of_the_gpu_step(batch_size):
+    """The GPU step's Inductor options are private knobs: torch.compile checks their names and types when it is
+    called, so an upgrade that drops or retypes one fails here on the CPU rather than on the first GPU pod. Up to
+    batch 64 the products go through one-configuration Triton templates; above it Inductor keeps its defaults."""
+    options = compile_options(batch_size)
+    torch.compile(lambda x: x + 1, options=options)  # raises on an unknown option or a wrong type
+    if batch_size <= 64:
+        assert options["test_configs.max_mm_configs"] == 1 and options["combo_kernels"]
+    else:
+        assert options == {}
