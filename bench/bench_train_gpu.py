@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import torch
-import torch._inductor.config
 
 from alpha_core.models import cfc_triton
+from alpha_core.train import perception
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
 # fold 0 of the 3-fold plan over the device's demo set (4 files): one training file, the next for validation
@@ -229,12 +229,14 @@ def main() -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set torch._inductor.config.KEY (a Python literal) for every mode: an experiment, not the trainer's default",
+        help="Inductor option KEY (a Python literal) over the trainer's `compile_options` for every mode: an "
+        "experiment, not the trainer's default",
     )
     args = parser.parse_args()
-    for setting in args.inductor:
-        key, _, value = setting.partition("=")
-        setattr(torch._inductor.config, key, ast.literal_eval(value))
+    overrides = {key: ast.literal_eval(value) for key, _, value in (s.partition("=") for s in args.inductor)}
+    # over the trainer's own options too: torch.compile's options win over the global config for the keys they set
+    trainer_options = perception.compile_options
+    perception.compile_options = lambda batch_size: {**trainer_options(batch_size), **overrides}
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "inductor": args.inductor, "modes": []}
