@@ -11,8 +11,9 @@ torch is pinned to >=2.11,<2.14 (pyproject.toml):
   of the step's ~50 products. At the flagship's B=1 the candidates all time within a microsecond of each other; the
   benchmarking tripled a cold fold's compile (93 s against 12 s on an H100) for a kernel choice that does not matter.
 
-On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms) and that
-Inductor still has `test_configs.max_mm_configs` (without it the templates are simply not used), then run
+On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms), and that
+Inductor still has `test_configs.max_mm_configs` (without it the templates are simply not used) and still offers its
+templates from 68 SMs (`is_big_gpu`, `TEMPLATE_MIN_SMS`), then run
 tests/test_train_perception.py and the CUDA test set (`pytest -m cuda`, bench/gpu_check.sh).
 """
 
@@ -26,13 +27,19 @@ def foreach_norm(tensors: list[Tensor]) -> list[Tensor]:
     return torch._foreach_norm(tensors)
 
 
-def one_config_gemm_templates() -> dict[str, object]:
+# Inductor offers its Triton matmul templates only on GPUs with this many SMs (`torch._inductor.utils.is_big_gpu`);
+# on a smaller one, Triton as the only GEMM backend would leave a product no kernel at all (NoValidChoicesError)
+TEMPLATE_MIN_SMS = 68
+
+
+def one_config_gemm_templates(multiprocessors: int) -> dict[str, object]:
     """torch.compile options: every product through one Triton template configuration, with its epilogue fused and
-    nothing benchmarked; empty where this torch's Inductor cannot cap the configurations (benchmarking them all would
-    cost more compile time than the templates save)."""
+    nothing benchmarked. Empty on a GPU of fewer than `TEMPLATE_MIN_SMS` multiprocessors, and where this torch's
+    Inductor cannot cap the configurations (benchmarking them all would cost more compile time than the templates
+    save)."""
     from torch._inductor import config
 
-    if "test_configs.max_mm_configs" not in config.get_config_copy():
+    if multiprocessors < TEMPLATE_MIN_SMS or "test_configs.max_mm_configs" not in config.get_config_copy():
         return {}
     return {
         "max_autotune_gemm": True,

@@ -236,7 +236,7 @@ def main() -> None:
     overrides = {key: ast.literal_eval(value) for key, _, value in (s.partition("=") for s in args.inductor)}
     # over the trainer's own options too: torch.compile's options win over the global config for the keys they set
     trainer_options = perception.compile_options
-    perception.compile_options = lambda batch_size: {**trainer_options(batch_size), **overrides}
+    perception.compile_options = lambda batch_size, sms: {**trainer_options(batch_size, sms), **overrides}
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "inductor": args.inductor, "modes": []}

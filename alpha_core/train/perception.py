@@ -155,15 +155,16 @@ def fold_dir(out: Path, fold: int) -> Path:
     return Path(out) / f"fold-{fold}"
 
 
-def compile_options(batch_size: int) -> dict[str, object]:
+def compile_options(batch_size: int, multiprocessors: int) -> dict[str, object]:
     """Inductor's options for the training step. Up to `SMALL_BATCH` no kernel is big enough for a choice of block
     size to matter, so nothing is benchmarked, independent small kernels run as one launch (combo kernels) and the
     products go through Triton templates fused with their epilogues: a B=1 step 161 -> 117 kernels, 2,270 -> 2,873
-    seq/s on an H100. A large batch keeps Inductor's defaults (combo kernels cost B=4096 fp32 8% there).
-    bench/README.md, "The seventh check of 2026-12-06"."""
+    seq/s on an H100 (132 multiprocessors; a GPU of fewer than 68 gets no templates, which Inductor does not offer
+    there). A large batch keeps Inductor's defaults (combo kernels cost B=4096 fp32 8% there). bench/README.md, "The
+    seventh check of 2026-12-06"."""
     if batch_size > SMALL_BATCH:
         return {}
-    return {"triton.autotune_pointwise": False, "combo_kernels": True, **one_config_gemm_templates()}
+    return {"triton.autotune_pointwise": False, "combo_kernels": True, **one_config_gemm_templates(multiprocessors)}
 
 
 def use_captured_step(asked: bool | None, gpu: bool, n_windows: int, batch_size: int, fold: int) -> bool:
@@ -237,12 +238,13 @@ class PerceptionTrainer:
             fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
             capturable=cfg.cuda_graph,
         )
-        # compiled, the forward+loss and the ~30 tiny controller ops each become a few fused kernels
-        options = compile_options(cfg.batch_size)
-        self.forward_loss = torch.compile(self._forward_loss, options=options) if cfg.compile else self._forward_loss
-        self.update_controllers = (
-            torch.compile(self.model.update_controllers, options=options) if cfg.compile else self.model.update_controllers
-        )
+        # compiled (cuda only), the forward+loss and the ~30 tiny controller ops each become a few fused kernels
+        self.forward_loss, self.update_controllers = self._forward_loss, self.model.update_controllers
+        if cfg.compile:
+            sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+            options = compile_options(cfg.batch_size, sms)
+            self.forward_loss = torch.compile(self._forward_loss, options=options)
+            self.update_controllers = torch.compile(self.model.update_controllers, options=options)
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
