@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -212,6 +215,53 @@ def test_a_captured_step_s_cursor_stays_in_the_epoch_and_refuses_to_run_past_it(
     assert cursor.positions().tolist() == list(range(32))
     with pytest.raises(ValueError, match="batch_at needs a resident loader"):
         WindowLoader(tiny_sidecars["book"][:1], 16, 10, 0).batch_at(torch.arange(2))
+
+
+GATHER_CHECK = """
+import sys, torch
+from alpha_core.data.loader import EpochCursor, WindowLoader
+from alpha_core.data.norm import fit_norm_stats
+from alpha_core.data.sidecar import load_sidecar
+for kind, paths in (("book", sys.argv[1].split(",")), ("bars", sys.argv[2].split(","))):
+    files = [load_sidecar(p) for p in paths]
+    for norm in (None, fit_norm_stats(files)):
+        # seq_len 40: a full block of 32 positions and a masked one; 50 windows: batch 37 runs past the end
+        loader = WindowLoader(files, seq_len=40, n_max_sequences=50, seed=2, norm=norm, resident=True)
+        for batch, at in ((1, 0), (1, 49), (37, 0), (37, 30)):
+            cursor = EpochCursor(loader, batch)
+            cursor.cursor.fill_(at)
+            fused = loader.batch_at_cursor(cursor.cursor, batch)
+            torch_gather = loader.batch_at(cursor.positions())
+            for name, a in fused.__dict__.items():
+                b = getattr(torch_gather, name)
+                assert a.dtype == b.dtype and a.shape == b.shape, (kind, name, a.dtype, b.dtype, a.shape, b.shape)
+                assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), (kind, name, batch, at, norm is None)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_the_fused_gather_equals_the_torch_gather_in_the_triton_interpreter(tiny_sidecars):
+    """What the CUDA graph's step gathers with one Triton kernel (`window_gather`) is bit for bit what the torch
+    gather gives, for book and bars, normalised or not, at batch 1 and past the epoch's end (clamped)."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernel is defined: a fresh interpreter
+    paths = [",".join(str(sc.path) for sc in tiny_sidecars[kind][:2]) for kind in ("book", "bars")]
+    done = subprocess.run([sys.executable, "-c", GATHER_CHECK, *paths], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
+
+
+@pytest.mark.cuda
+def test_the_fused_gather_equals_the_torch_gather_on_cuda(tiny_sidecars):
+    files = tiny_sidecars["book"][:2]
+    loader = WindowLoader(files, seq_len=64, n_max_sequences=200, seed=3, norm=fit_norm_stats(files), device="cuda")
+    for batch in (1, 64):
+        cursor = EpochCursor(loader, batch)
+        cursor.cursor.fill_(200 - batch // 2)
+        fused = loader.batch_at_cursor(cursor.cursor, batch)
+        expected = loader.batch_at(cursor.positions())
+        for name, a in fused.__dict__.items():
+            torch.testing.assert_close(a, getattr(expected, name), rtol=0, atol=0, equal_nan=True)
 
 
 def _truncated(sc: Sidecar, n: int) -> Sidecar:

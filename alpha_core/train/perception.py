@@ -662,6 +662,7 @@ class CapturedStep:
         names = [g["name"] for g in trainer.optimizer.param_groups]
         table = [[lrs[name] for name in names] for lrs in map(trainer.lrs_at, range(trainer.total_steps + 1))]
         self.lr_table = torch.tensor(table, device=device)
+        self.lr_now = torch.empty(1, len(names), device=device)  # this step's row: the groups' LRs are its views
         self.epoch = EpochCursor(trainer.train_loader, batch)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs = None
@@ -674,9 +675,9 @@ class CapturedStep:
     def _body(self):
         tr = self.trainer
         step = tr.model.step.clamp_max(len(self.lr_table) - 1).view(1)
-        row = self.lr_table.index_select(0, step).squeeze(0)  # plain `table[step]` would sync on the host
-        for i, group in enumerate(tr.optimizer.param_groups):
-            group["lr"].copy_(row[i])
+        torch.index_select(self.lr_table, 0, step, out=self.lr_now)  # `table[step]` would sync on the host
+        for i, group in enumerate(tr.optimizer.param_groups):  # bound here, after any `load_state_dict`
+            group["lr"] = self.lr_now[0, i]  # a view: the one gather sets every group's LR, no copies
         batch = self.epoch.next_batch()
         return tr.step(batch.x, batch.dt, batch.labels, batch.outcome_long, batch.outcome_short)
 
