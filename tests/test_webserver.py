@@ -299,11 +299,7 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
             "the run",
         )
         assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
-
-        # what CI does: `alpha run --remote` launches one backfill through GraphQL and follows it to the end
-        small = {"seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu", "min_val_auc": 0.0}
-        plan = alpha_run.plan(["NQ.FUT"], "kan", "train", epochs=1, trials=1, run_id="ci-remote", train_config=small)
-        assert alpha_run.launch_remote(plan, server.url, poll_s=1.0)
+        # (`alpha run --remote`, what CI does, is the next test's: each backfill waits on the daemon's 30 s ticks)
 
         # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
         lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
@@ -317,16 +313,7 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
     checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
         dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
     )
-    # the backfill of `alpha run` rebuilt NQ.FUT's data after the UI's run, so the latest check is either run's
-    assert checks is not None and (
-        checks.run_id == run_id or dg.DagsterInstance.get().get_run_by_id(checks.run_id).tags["alpha/run_id"] == "ci-remote"
-    )
-    folds = sorted(
-        p.name
-        for p in (tmp_path / "storage" / "ci-remote" / "models" / "kan" / "NQ.FUT").iterdir()
-        if p.name.startswith("fold-")
-    )  # beside them: each fold's .fold-k.attempts
-    assert folds == ["fold-0", "fold-1", "fold-2"]
+    assert checks is not None and checks.run_id == run_id and checks.status.value == "SUCCEEDED"
 
 
 TINY_TRAIN = {"epochs": 2, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
@@ -454,6 +441,8 @@ def test_a_missed_gate_shows_where_people_look_and_the_report_decides(tiny_data,
         assert backfill["status"] == "COMPLETED_FAILED"
         assert counts["checkpoints/tft"] == (0, 3) and counts["checkpoints/kan"] == (3, 0), counts
         assert counts["ensemble_report"] == (0, 1), "Dagster runs nothing below a failed partition"
+        kan = tmp_path / "storage" / "ui" / "models" / "kan" / "ES.FUT"  # beside each fold: its .fold-k.attempts
+        assert sorted(p.name for p in kan.iterdir() if p.name.startswith("fold-")) == ["fold-0", "fold-1", "fold-2"]
         runs = server.graphql_vars(BACKFILL_RUNS, {"id": training})["runsOrError"]["results"]
         failed = {run["runId"]: {t["key"]: t["value"] for t in run["tags"]} for run in runs if run["status"] == "FAILURE"}
         assert len(failed) == 3 and all(
