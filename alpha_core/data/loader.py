@@ -27,6 +27,7 @@ arrays) + 24 bytes per window.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from alpha_core.errors import DataError
 ARRAYS = ("features", "dt", "labels", "outcome_long", "outcome_short")  # what a window carries
 STAGE_ROWS = 1 << 16  # rows copied per block (9 MiB of book rows): the host's share of an epoch's gather
 SCAN_ROWS = 1 << 20  # rows of labels read per block when a bar file's labelled runs are found
+FUSED_GATHER = importlib.util.find_spec("triton") is not None  # `window_gather` is Triton; without it, torch
 
 
 @dataclass
@@ -296,7 +298,7 @@ class EpochCursor:
     def next_batch(self) -> WindowBatch:
         """This batch, advancing the cursor (device ops only: capturable). On cuda one Triton kernel gathers it
         (`window_gather`: at batch 1 the torch gather's 15 kernels were a tenth of the step), else torch."""
-        if self.loader.buffer_device.type != "cuda":
+        if self.loader.buffer_device.type != "cuda" or not FUSED_GATHER:
             return self.loader.batch_at(self.positions())
         batch = self.loader.batch_at_cursor(self.cursor, self.batch_size)
         self.cursor.add_(self.batch_size)
