@@ -24,6 +24,10 @@ from helpers import flags
 
 from alpha_core.artifacts import verify
 from alpha_core.cli import main
+from alpha_core.data.dbn import MBP10
+from alpha_core.data.loader import EpochCursor, WindowLoader
+from alpha_core.data.norm import fit_norm_stats
+from alpha_core.data.predecode import predecode
 from alpha_core.models import registry
 
 pytestmark = pytest.mark.cuda
@@ -106,6 +110,21 @@ def test_rl_agent_trains_on_cuda(gpu_data, models_dir, model):
     )
     summary = json.loads((out / "fold-0" / "summary.json").read_text())
     assert summary["device"].startswith("cuda") and np.isfinite(summary["val_sharpe"])
+
+
+def test_the_fused_gather_equals_the_torch_gather_on_cuda(gpu_data):
+    """The captured step's batch from one Triton kernel (`window_gather`) is bit for bit the torch gather's, at
+    batch 1 and 64 and past the epoch's end (clamped). The CPU checks it in Triton's interpreter (test_loader)."""
+    data, pd = gpu_data
+    files = [p.sidecar for p in predecode(data / "ES.FUT" / "mbp-10", pd / "ES.FUT", None, MBP10)][:2]
+    loader = WindowLoader(files, seq_len=64, n_max_sequences=200, seed=3, norm=fit_norm_stats(files), device="cuda")
+    for batch in (1, 64):
+        cursor = EpochCursor(loader, batch)
+        cursor.cursor.fill_(loader.n_windows - batch // 2 - 1)
+        fused = loader.batch_at_cursor(cursor.cursor, batch)
+        expected = loader.batch_at(cursor.positions())
+        for name, value in fused.__dict__.items():
+            torch.testing.assert_close(value, getattr(expected, name), rtol=0, atol=0, equal_nan=True)
 
 
 def flagship_flags(gpu_data, **overrides) -> list[str]:

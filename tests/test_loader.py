@@ -251,19 +251,6 @@ def test_the_fused_gather_equals_the_torch_gather_in_the_triton_interpreter(tiny
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-4000:]
 
 
-@pytest.mark.cuda
-def test_the_fused_gather_equals_the_torch_gather_on_cuda(tiny_sidecars):
-    files = tiny_sidecars["book"][:2]
-    loader = WindowLoader(files, seq_len=64, n_max_sequences=200, seed=3, norm=fit_norm_stats(files), device="cuda")
-    for batch in (1, 64):
-        cursor = EpochCursor(loader, batch)
-        cursor.cursor.fill_(200 - batch // 2)
-        fused = loader.batch_at_cursor(cursor.cursor, batch)
-        expected = loader.batch_at(cursor.positions())
-        for name, a in fused.__dict__.items():
-            torch.testing.assert_close(a, getattr(expected, name), rtol=0, atol=0, equal_nan=True)
-
-
 def _truncated(sc: Sidecar, n: int) -> Sidecar:
     arrays = {k: np.asarray(getattr(sc, k))[:n] for k in ARRAYS}
     return Sidecar(path=sc.path, meta=sc.meta.model_copy(update={"rows": n}), **arrays)
