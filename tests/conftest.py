@@ -12,6 +12,8 @@ torch.set_num_threads(1)  # 2-core CI machines: oversubscription makes timings s
 SAMPLES = Path(__file__).resolve().parent / "data" / "databento"  # sources and licences: its README.md
 
 
+# pytest-xdist (`--dist loadfile`) hands a worker its next file once its current file has 2 tests or fewer left,
+# and that file waits behind them: a long file's longest test goes first in it (test_webserver.py), not last.
 LONGEST_FILES = (
     "test_webserver.py",
     "test_crash_recovery.py",

@@ -276,46 +276,6 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
-def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
-    with dg_dev(tmp_path, tiny_data) as server:
-        server.wait_up()
-        client = DagsterGraphQLClient("127.0.0.1", port_number=server.port)
-
-        def submit():
-            try:
-                return client.submit_job_execution(
-                    "__ASSET_JOB",
-                    repository_location_name="alpha",
-                    asset_selection=[["book_sidecars"], ["bar_sidecars"], ["fold_plans"]],
-                    tags={"dagster/partition": "NQ.FUT", "alpha/trigger": "test"},
-                )
-            except DagsterGraphQLClientError:
-                return None  # the code location is still loading
-
-        run_id = wait_for(submit, 120, "the code location")
-        status = wait_for(
-            lambda: (s := client.get_run_status(run_id)) in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE) and s,
-            300,
-            "the run",
-        )
-        assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
-        # (`alpha run --remote`, what CI does, is the next test's: each backfill waits on the daemon's 30 s ticks)
-
-        # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
-        lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
-        catalog = render(f"{server.url}/assets", tmp_path / "chrome-1", expect=lineage)
-        assert all(name in catalog for name in lineage)
-        partitions = render(f"{server.url}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2", expect=symbols)
-        assert all(symbol in partitions for symbol in symbols)
-    # submitted without an alpha/run_id tag: the run `default` (docs/pipeline.md, "A run is a unit")
-    assert list((tmp_path / "storage").glob("default/folds/NQ.FUT/fold_plans.json"))
-    monkeypatch.setenv("DAGSTER_HOME", str(server.home))
-    checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
-        dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
-    )
-    assert checks is not None and checks.run_id == run_id and checks.status.value == "SUCCEEDED"
-
-
 TINY_TRAIN = {"epochs": 2, "seq_len": 16, "batch_size": 64, "n_train_seqs": 256, "n_val_seqs": 128, "device": "cpu"}
 # Where the UI's pictures go: docs/screenshots when ALPHA_SCREENSHOTS=docs/screenshots (they are committed), else tmp
 SCREENSHOTS = os.environ.get("ALPHA_SCREENSHOTS")
@@ -607,3 +567,43 @@ def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
         script = ENTRY_TEXT.replace("KEY", "'comparison'").replace("NEEDLE", "'setting(s) differ'")
         shown = page(server, "/assets/run_comparison", "two_runs_comparison", script)
         assert shown["dialog"] and "first" in shown["dialog"] and "second" in shown["dialog"], shown["page"]
+
+
+def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
+    with dg_dev(tmp_path, tiny_data) as server:
+        server.wait_up()
+        client = DagsterGraphQLClient("127.0.0.1", port_number=server.port)
+
+        def submit():
+            try:
+                return client.submit_job_execution(
+                    "__ASSET_JOB",
+                    repository_location_name="alpha",
+                    asset_selection=[["book_sidecars"], ["bar_sidecars"], ["fold_plans"]],
+                    tags={"dagster/partition": "NQ.FUT", "alpha/trigger": "test"},
+                )
+            except DagsterGraphQLClientError:
+                return None  # the code location is still loading
+
+        run_id = wait_for(submit, 120, "the code location")
+        status = wait_for(
+            lambda: (s := client.get_run_status(run_id)) in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE) and s,
+            300,
+            "the run",
+        )
+        assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
+        # (`alpha run --remote`, what CI does, is the next test's: each backfill waits on the daemon's 30 s ticks)
+
+        # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
+        lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
+        catalog = render(f"{server.url}/assets", tmp_path / "chrome-1", expect=lineage)
+        assert all(name in catalog for name in lineage)
+        partitions = render(f"{server.url}/assets/book_sidecars?view=partitions", tmp_path / "chrome-2", expect=symbols)
+        assert all(symbol in partitions for symbol in symbols)
+    # submitted without an alpha/run_id tag: the run `default` (docs/pipeline.md, "A run is a unit")
+    assert list((tmp_path / "storage").glob("default/folds/NQ.FUT/fold_plans.json"))
+    monkeypatch.setenv("DAGSTER_HOME", str(server.home))
+    checks = dg.DagsterInstance.get().get_latest_asset_check_evaluation_record(
+        dg.AssetCheckKey(dg.AssetKey("fold_plans"), "fold_leakage")
+    )
+    assert checks is not None and checks.run_id == run_id and checks.status.value == "SUCCEEDED"
