@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 
 from alpha_core.models import cfc_triton
+from alpha_core.models import perception as models_perception
+from alpha_core.models.mamba2 import Mamba2Config
 from alpha_core.train import perception
 from alpha_core.train.perception import PerceptionTrainer, TrainConfig
 
@@ -232,14 +234,32 @@ def main() -> None:
         help="Inductor option KEY (a Python literal) over the trainer's `compile_options` for every mode: an "
         "experiment, not the trainer's default",
     )
+    parser.add_argument(
+        "--mamba2-chunk",
+        type=int,
+        default=None,
+        metavar="Q",
+        help="the flagship encoder's SSD chunk length (default: Mamba2Config's): an experiment, the same model",
+    )
     args = parser.parse_args()
+    if args.mamba2_chunk is not None:  # the chunk is an implementation choice, not a saved setting: the same model
+        chunk = args.mamba2_chunk
+        models_perception.PerceptionConfig.mamba2 = lambda self: Mamba2Config(
+            d_model=self.d_model, d_state=self.mamba2_state_dim, n_layers=self.mamba2_layers, chunk_size=chunk
+        )
     overrides = {key: ast.literal_eval(value) for key, _, value in (s.partition("=") for s in args.inductor)}
     # over the trainer's own options too: torch.compile's options win over the global config for the keys they set
     trainer_options = perception.compile_options
     perception.compile_options = lambda batch_size, sms: {**trainer_options(batch_size, sms), **overrides}
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "inductor": args.inductor, "modes": []}
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "inductor": args.inductor,
+        "mamba2_chunk": args.mamba2_chunk,
+        "modes": [],
+    }
     for spec in args.modes.split(","):
         batch, precision, graph, *flags = spec.split(":")
         plan = cfc_triton.LAUNCH_PLAN
