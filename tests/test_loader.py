@@ -236,6 +236,15 @@ for kind, paths in (("book", sys.argv[1].split(",")), ("bars", sys.argv[2].split
                 b = getattr(torch_gather, name)
                 assert a.dtype == b.dtype and a.shape == b.shape, (kind, name, a.dtype, b.dtype, a.shape, b.shape)
                 assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0)), (kind, name, batch, at, norm is None)
+# one feature and one horizon (a single `--horizons`): the kernel's narrowest blocks
+from alpha_core.data.window_gather import gather_windows
+buf = {"features": torch.randn(300, 1).half(), "dt": torch.rand(300), "labels": torch.randn(300, 1).half(),
+       "outcome_long": torch.randn(300, 1), "outcome_short": torch.randn(300, 1)}
+first, mean, std = torch.randint(0, 260, (50,)), torch.randn(1), torch.rand(1) + 0.5
+out = gather_windows(torch.tensor(45), 8, 40, first, first, first, buf, mean, std)
+rows = first[(45 + torch.arange(8)).clamp(max=49)][:, None] + torch.arange(40)
+assert torch.equal(out["x"], (buf["features"][rows].float() - mean) / std)
+assert torch.equal(out["labels"], buf["labels"][rows].float()) and torch.equal(out["outcome_long"], buf["outcome_long"][rows])
 print("ok")
 """
 
@@ -243,7 +252,8 @@ print("ok")
 @pytest.mark.slow
 def test_the_fused_gather_equals_the_torch_gather_in_the_triton_interpreter(tiny_sidecars):
     """What the CUDA graph's step gathers with one Triton kernel (`window_gather`) is bit for bit what the torch
-    gather gives, for book and bars, normalised or not, at batch 1 and past the epoch's end (clamped)."""
+    gather gives, for book and bars, normalised or not, at batch 1 and past the epoch's end (clamped), and with
+    one feature and one horizon."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when the kernel is defined: a fresh interpreter
     paths = [",".join(str(sc.path) for sc in tiny_sidecars[kind][:2]) for kind in ("book", "bars")]

@@ -126,7 +126,7 @@ def gather_windows(
         n_horizons,
         NORMALISE=normalise,
         BLOCK_K=BLOCK_K,
-        BLOCK_F=triton.next_power_of_2(n_features),
-        BLOCK_H=triton.next_power_of_2(n_horizons),
+        BLOCK_F=max(2, triton.next_power_of_2(n_features)),  # a one-lane block is Triton's corner case: avoided
+        BLOCK_H=max(2, triton.next_power_of_2(n_horizons)),
     )
     return out
