@@ -20,7 +20,10 @@ Why each is needed (no public API does it in Dagster 1.13):
   its runs).
 - `daemon_health` (`dagster._daemon.controller.get_daemon_statuses`): whether a live daemon (e.g. `dg dev`'s)
   already runs backfills, so `alpha run` starts no second one.
-- `daemon_command` (`python -m dagster._daemon run`): the daemon `alpha run` starts, run by this interpreter.
+- `daemon_command` (`python -m dagster._daemon run`): the daemon `alpha run` starts, run by this interpreter, with
+  the backfill daemon's tick (`dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS`, 30 s and not a setting)
+  shortened to `BACKFILL_TICK_S`: the backfill starts each partition only on a tick, so a local run waited up to
+  30 s at every level of the lineage (data, search, checkpoints, report) with nothing to do.
 - `failed_check_evaluations` (`dagster._core.event_api.PartitionKeyFilter`,
   `dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus`): the evaluations of one
   partition's failed checks: why a checkpoint of a given run missed its gate, which the report lists.
@@ -97,9 +100,17 @@ def daemon_health(instance: dg.DagsterInstance, daemon_types: Iterable[str], tol
     return {daemon_type: status.healthy for daemon_type, status in statuses.items()}
 
 
+BACKFILL_TICK_S = 3
+
+
 def daemon_command(workspace: Path) -> list[str]:
-    """`dagster-daemon run -w WORKSPACE`, with this interpreter."""
-    return [sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)]
+    """`dagster-daemon run -w WORKSPACE`, with this interpreter, its backfill daemon ticking every BACKFILL_TICK_S."""
+    start = (
+        "import sys, dagster._daemon.controller as controller; "
+        f"controller.DEFAULT_DAEMON_INTERVAL_SECONDS = {BACKFILL_TICK_S}; "
+        "from dagster._daemon.cli import main; sys.argv[0] = 'dagster-daemon'; main()"
+    )
+    return [sys.executable, "-c", start, "run", "-w", str(workspace)]
 
 
 def failed_check_evaluations(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str, limit: int = 50):
