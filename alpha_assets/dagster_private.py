@@ -20,10 +20,10 @@ Why each is needed (no public API does it in Dagster 1.13):
   its runs).
 - `daemon_health` (`dagster._daemon.controller.get_daemon_statuses`): whether a live daemon (e.g. `dg dev`'s)
   already runs backfills, so `alpha run` starts no second one.
-- `daemon_command` (`python -m dagster._daemon run`): the daemon `alpha run` starts, run by this interpreter, with
-  the backfill daemon's tick (`dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS`, 30 s and not a setting)
-  shortened to `BACKFILL_TICK_S`: the backfill starts each partition only on a tick, so a local run waited up to
-  30 s at every level of the lineage (data, search, checkpoints, report) with nothing to do.
+- `daemon_command` (`dagster._daemon.cli.main`, as `dagster-daemon run`): the daemon `alpha run` starts, run by
+  this interpreter, with the backfill daemon's tick (`dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS`,
+  30 s and not a setting) shortened to `BACKFILL_TICK_S`: the backfill starts each partition only on a tick, so a
+  local run waited up to 30 s at every level of the lineage (data, search, checkpoints, report) with nothing to do.
 - `failed_check_evaluations` (`dagster._core.event_api.PartitionKeyFilter`,
   `dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus`): the evaluations of one
   partition's failed checks: why a checkpoint of a given run missed its gate, which the report lists.

@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from alpha_assets.dagster_private import BACKFILL_TICK_S, daemon_command
 from alpha_assets.partitions import symbol_fold_keys
 
 pytestmark = pytest.mark.slow  # Dagster runs, killed processes or a browser: `make check` leaves them out
@@ -110,6 +111,22 @@ def test_alpha_run_is_one_backfill_in_parallel_up_to_max_parallel(tiny_data, tmp
     assert all(start > plans_done for start, _, _ in steps), "dependency order: the folds start after the fold plans"
     folds = storage / RUN_ID / "models" / "kan" / "ES.FUT"
     assert sorted(p.name for p in folds.iterdir() if p.name.startswith("fold-")) == ["fold-0", "fold-1", "fold-2"]
+
+
+def test_the_local_daemon_is_dagsters_cli_with_a_short_backfill_tick():
+    """`alpha run`'s daemon is `dagster-daemon run` with the constant its backfill loop sleeps on set to a few
+    seconds (Dagster 1.13 has no setting for it). The loop reads the constant each time it starts, which is what
+    makes the assignment take: an upgrade that reads it elsewhere would bring back 30 s waits at each level."""
+    import inspect
+
+    from dagster._daemon import backfill
+
+    source = inspect.getsource(backfill.execute_backfill_iteration_loop)
+    assert "from dagster._daemon.controller import DEFAULT_DAEMON_INTERVAL_SECONDS" in source
+    command = daemon_command(Path("workspace.yaml"))
+    assert f"DEFAULT_DAEMON_INTERVAL_SECONDS = {BACKFILL_TICK_S}" in command[2] and BACKFILL_TICK_S < 30
+    shown = subprocess.run([*command[:3], "run", "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "--workspace" in shown.stdout, shown.stderr
 
 
 def test_dry_run_prints_the_backfill_and_refuses_an_unknown_symbol(tmp_path):
