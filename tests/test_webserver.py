@@ -592,7 +592,8 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
             "the run",
         )
         assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
-        # (`alpha run --remote`, what CI does, is the next test's: each backfill waits on the daemon's 30 s ticks)
+        # (`alpha run --remote`, what CI does, is the missed-gate test's, first in this file: a backfill waits on
+        # dg dev's 30 s ticks)
 
         # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
         lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
