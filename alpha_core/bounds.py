@@ -45,6 +45,7 @@ Seed = Annotated[int, Field(ge=0, le=MAX_COUNT)]  # numpy and SB3 seeds must be 
 LearningRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 UnitFloat = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # fractions and factors in [0, 1]
 Dropout = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+Decay = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]  # a moving average's weight on its past
 NonNegFloat = Annotated[float, Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
 FiniteFloat = Annotated[float, Field(ge=-MAX_FLOAT, le=MAX_FLOAT, allow_inf_nan=False)]

@@ -917,7 +917,12 @@ def add_train_supervised_options(p: argparse.ArgumentParser) -> None:
         p,
         "SupervisedTrainConfig",
         "model/training",
-        {"model": "a supervised model of `alpha models`", "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none"},
+        {
+            "model": "a supervised model of `alpha models`",
+            "early_stop_metric": "val_loss | mean_auc | auc_h1000 | none",
+            "weight_ema": "validate and write a moving average of the weights, moved this close to its last value"
+            " each step (0: the trained weights)",
+        },
     )
 
 

@@ -96,6 +96,8 @@ def test_every_number_refuses_nan_inf_and_huge_values_naming_its_key(cls):
         (SupervisedTrainConfig, "lr_min_factor", -3.0),
         (SupervisedTrainConfig, "lr_min_factor", 1.5),
         (SupervisedTrainConfig, "weight_decay", -0.1),
+        (SupervisedTrainConfig, "weight_ema", 1.0),  # an average that never moves
+        (SupervisedTrainConfig, "weight_ema", -0.5),
         (SupervisedTrainConfig, "early_stop_patience", -1),
         (SupervisedTrainConfig, "n_train_seqs", 0),
         (SupervisedTrainConfig, "epochs", 0),

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import flags
 from model_harness import assert_causal
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_model
 
 from alpha_core import stages as stages_module
 from alpha_core.artifacts import verify
@@ -153,3 +153,45 @@ def test_models_json_lists_the_registry(capsys):
     assert {n for n, r in rows.items() if r["hyperopt"]} == {"tft", "mamba2", "dqn", "ppo"}
     assert rows["dqn"]["group"] == "rl" and rows["perception"]["input"] == "book" and rows["kan"]["input"] == "bars"
     assert rows["tft"]["hyperopt"]["lr"] == {"kind": "log", "low": 1e-4, "high": 1e-2}
+
+
+def test_the_weight_average_follows_its_warmed_up_decay_and_keeps_integer_buffers():
+    from alpha_core.train.supervised import WeightAverage
+
+    model = torch.nn.Linear(2, 1)
+    model.register_buffer("count", torch.zeros((), dtype=torch.long))
+    average = WeightAverage(model, decay=0.9)
+    want = model.weight.detach().clone()
+    for step in range(1, 200):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+            model.count += 1
+        average.update()
+        keep = min(0.9, (1 + step) / (10 + step))  # short runs follow the model, long ones average it
+        want = keep * want + (1 - keep) * model.weight.detach()
+        torch.testing.assert_close(average.module.weight, want)
+    assert int(average.module.count) == 199 and not average.module.weight.requires_grad
+    assert float((model.weight - average.module.weight).mean()) == pytest.approx(9.0, abs=0.01)  # a ramp lags 0.9 / (1 - 0.9)
+
+
+def test_the_checkpoint_written_is_the_weight_average(bars_dir, tmp_path):
+    """`weight_ema` (on by default) is recorded with the checkpoint and changes the weights written (0: the trained
+    weights); either way the checkpoint learns the tiny data's planted signal."""
+    written = {}
+    for decay in (SupervisedTrainConfig.model_fields["weight_ema"].default, 0.0):
+        out = tmp_path / f"ema-{decay}"
+        cfg = SupervisedTrainConfig(
+            model="kan",
+            data_dir=bars_dir,
+            output_dir=out,
+            predecoded_dir=tmp_path / "pd",
+            device="cpu",
+            **{**FAST, "epochs": 2, "n_train_seqs": 2048, "n_val_seqs": 1024, "cv_fold": 0},
+            weight_ema=decay,
+        )
+        (summary,) = train_supervised(cfg)
+        assert json.loads((out / "fold-0" / "train_config.json").read_text())["weight_ema"] == decay
+        assert summary.val_auc[0] > 0.55, summary.val_auc  # the planted signal's first horizon
+        written[decay] = load_file(str(out / "fold-0" / "model.safetensors"))
+    averaged, trained = written.values()
+    assert any(not torch.equal(averaged[k], trained[k]) for k in averaged)

@@ -99,6 +99,7 @@ _ENTRIES = [
         "supervised",
         "Temporal Fusion Transformer: variable selection, GRNs, LSTM, causal interpretable attention",
         {**_SUPERVISED_LR, "d_model": choice(16, 32, 64), "n_heads": choice(1, 2, 4)},
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
     ModelSpec(
         "mamba2",
@@ -110,6 +111,7 @@ _ENTRIES = [
         "supervised",
         "stacked Mamba2 (chunked SSD) blocks with heads",
         {**_SUPERVISED_LR, "d_model": choice(32, 64, 96), "d_state": choice(8, 16, 32), "n_layers": integer(1, 3)},
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
     ModelSpec(
         "tggn",
@@ -120,6 +122,7 @@ _ENTRIES = [
         "TGGNModel",
         "supervised",
         "temporal gated graph network: GGNN steps over the features, gated causal temporal convs",
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
     ModelSpec(
         "tlob",
@@ -130,7 +133,7 @@ _ENTRIES = [
         "TLOBModel",
         "supervised",
         "TLOB: causal dual attention over time and over features",
-        code_version="3",  # 3: its feature attention runs SDPA's fused kernel (other float rounding)
+        code_version="4",  # 4: weights averaged (weight_ema); 3: its feature attention runs SDPA's fused kernel
     ),
     ModelSpec(
         "liquid",
@@ -141,6 +144,7 @@ _ENTRIES = [
         "LiquidModel",
         "supervised",
         "liquid time-constant network (ncps LTC)",
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
     ModelSpec(
         "kan",
@@ -151,6 +155,7 @@ _ENTRIES = [
         "KANModel",
         "supervised",
         "B-spline KAN layers over causal EMA summaries",
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
     ModelSpec(
         "xlstm",
@@ -161,7 +166,7 @@ _ENTRIES = [
         "XLSTMModel",
         "supervised",
         "xLSTM: mLSTM (parallel form) and sLSTM blocks",
-        code_version="3",  # 3: on CUDA its sLSTM runs as fused Triton kernels (the loop's values to ~1e-6)
+        code_version="4",  # 4: weights averaged (weight_ema); 3: on CUDA its sLSTM runs as fused Triton kernels
     ),
     ModelSpec(
         "diffusion",
@@ -172,6 +177,7 @@ _ENTRIES = [
         "DiffusionModel",
         "supervised",
         "conditional DDPM over forward moves; P(up) from samples",
+        code_version="3",  # 3: the weights written are averaged (weight_ema)
     ),
 ]
 _ENTRIES += [

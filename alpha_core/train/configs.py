@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from alpha_core.bounds import (
     MAX_COUNT,
     Count,
+    Decay,
     Device,
     Dim,
     GapSessions,
@@ -83,6 +84,9 @@ class SupervisedTrainConfig(WalkForwardConfig):
     weight_decay: NonNegFloat = 0.01
     lr_warmup_steps: NonNegInt = 100
     lr_min_factor: UnitFloat = 0.1
+    # each step, the weights that are validated and written move this close to their previous value (an
+    # exponential moving average of the trained weights; 0: the trained weights themselves), see supervised.py
+    weight_ema: Decay = 0.99
     early_stop_metric: str = "mean_auc"
     allow_hyperopt_leakage: bool = False  # train on params searched on a test file (recorded; never reported)
 

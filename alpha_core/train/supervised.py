@@ -4,6 +4,10 @@
 Per fold of the symbol's fold plan: normalisation fitted on the training files, AdamW on linear warm-up +
 cosine decay, masked BCE at every labelled position (or the model's own `loss`), a validation pass per
 epoch (AUC per horizon at each window's last position), the original system's three best trackers and early stopping.
+What is validated and written is an exponential moving average of the trained weights (`weight_ema`, 0.99 a step;
+0: the trained weights): on bars whose signal is weak, the last steps' weights fit their own batches' noise, and
+the average keeps what the steps agree on (on the `realistic` level it turns the members' strongest predictions,
+which the decision layer trades, from losing to winning out of sample: docs/models.md).
 The checkpoint of the best epoch by the early-stop metric (mean AUC when `none`) is written as
 `fold-<k>/model.safetensors` beside `norm_stats.json`, `model_config.json`, `params.json`, `train_config.json`
 and `summary.json`, which records that checkpoint's validation score as `alpha evaluate` computes it
@@ -14,6 +18,7 @@ folds of one call together, once all are complete (or by the caller, after its g
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from pathlib import Path
@@ -166,6 +171,8 @@ def _train_fold(
         torch.manual_seed(cfg.seed + fold.fold)
         model = spec.builder()(model_cfg).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        average = WeightAverage(model, cfg.weight_ema) if cfg.weight_ema else None
+        scored = model if average is None else average.module  # what is validated and written
     total_steps = cfg.epochs * math.ceil(train_loader.n_windows / cfg.batch_size)
     metric = "mean_auc" if cfg.early_stop_metric == "none" else cfg.early_stop_metric
     t = Trackers()
@@ -186,6 +193,8 @@ def _train_fold(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if average is not None:
+                average.update()
             loss_sum += loss.detach()
             steps += 1
             t.global_step += 1
@@ -200,12 +209,12 @@ def _train_fold(
         clock.add("first_step", first_step_s)
         clock.add("epochs", time.perf_counter() - epoch_started - first_step_s)
         with clock.stage("validation"):
-            val_loss, aucs = _validate(model, val_loader, cfg, epoch, len(norm.feature_names))
+            val_loss, aucs = _validate(scored, val_loader, cfg, epoch, len(norm.feature_names))
         t.final_val_loss, t.final_val_auc, t.epochs_completed = val_loss, aucs, epoch + 1
         improved = t.update(epoch, val_loss, aucs)
         if improved[metric]:
             with clock.stage("writing"):
-                save_weights(model, out / "model.safetensors")
+                save_weights(scored, out / "model.safetensors")
             checkpoint_epoch, checkpoint_auc = epoch, aucs
         report.epoch(
             epoch,
@@ -266,6 +275,28 @@ def _train_fold(
     )
     summary.write(out)
     return summary
+
+
+class WeightAverage:
+    """An exponential moving average of a model's weights and buffers, updated after each optimizer step by one
+    fused lerp. Its decay warms up as (1 + t) / (10 + t) before it reaches `decay` (the schedule of TensorFlow's
+    ExponentialMovingAverage), so a run of a few dozen steps is not held at its first weights."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.module = copy.deepcopy(model).requires_grad_(False)
+        self.decay, self.steps = decay, 0
+        mine = [*self.module.parameters(), *self.module.buffers()]
+        theirs = [*model.parameters(), *model.buffers()]
+        floats = [i for i, tensor in enumerate(mine) if tensor.is_floating_point()]
+        self._averaged = ([mine[i] for i in floats], [theirs[i] for i in floats])
+        self._copied = [(m, t) for i, (m, t) in enumerate(zip(mine, theirs, strict=True)) if i not in floats]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        self.steps += 1
+        torch._foreach_lerp_(*self._averaged, 1.0 - min(self.decay, (1 + self.steps) / (10 + self.steps)))
+        for mine, theirs in self._copied:  # integer buffers (counters, masks): the model's own
+            mine.copy_(theirs)
 
 
 @torch.no_grad()
