@@ -79,7 +79,7 @@ def time_pass(batch: int, fused: bool, reps: int = 50) -> float:
 VARIANTS = {  # name -> LAUNCH_PLAN entry for every batch
     **{f"cuda_w{w}": (None, "cuda", 1, w) for w in (4, 8, 16)},
     **{f"rows_w{w}": (None, "rows", 1, w) for w in (4, 8, 16)},
-    **{f"tiles{bb}_w{w}": (None, "tiles", bb, w) for bb in (16, 32) for w in (4, 8)},
+    **{f"tiles{bb}_w{w}": (None, "tiles", bb, w) for bb in (16, 32, 64, 128) for w in (4, 8)},
 }
 
 

@@ -241,7 +241,17 @@ def main() -> None:
         metavar="Q",
         help="the flagship encoder's SSD chunk length (default: Mamba2Config's): an experiment, the same model",
     )
+    parser.add_argument(
+        "--cfc-tiles",
+        metavar="ROWS:WARPS[:REGISTERS]",
+        help="the fused CfC scan's tile above batch 64 (default: LAUNCH_PLAN's), and a cap on its registers under "
+        "bf16: an experiment, the same model",
+    )
     args = parser.parse_args()
+    if args.cfc_tiles:
+        rows, warps, *registers = map(int, args.cfc_tiles.split(":"))
+        cfc_triton.LAUNCH_PLAN = [*cfc_triton.LAUNCH_PLAN[:1], (None, "tiles", rows, warps)]
+        cfc_triton.HALF_TILE_REGISTERS = registers[0] if registers else cfc_triton.HALF_TILE_REGISTERS
     if args.mamba2_chunk is not None:  # the chunk is an implementation choice, not a saved setting: the same model
         chunk = args.mamba2_chunk
         models_perception.PerceptionConfig.mamba2 = lambda self: Mamba2Config(
@@ -258,6 +268,7 @@ def main() -> None:
         "torch": torch.__version__,
         "inductor": args.inductor,
         "mamba2_chunk": args.mamba2_chunk,
+        "cfc_tiles": args.cfc_tiles,
         "modes": [],
     }
     for spec in args.modes.split(","):

@@ -25,11 +25,13 @@ from triton.compiler import ASTSource
 from alpha_core.models import cfc_triton
 
 H, U, L = 64, 128, 64
+BB = 32  # the tiles' rows at the flagship's B=4096
 
 
-def signature(kernel) -> tuple[dict, dict]:
-    """Argument types and constexprs at the flagship's sizes (main trunk), as a launch at fp32 would see them."""
-    given = {"L": L, "H": H, "U": U, "BB": 16, "PRECISION": "tf32", "SAVE": True}
+def signature(kernel, half: bool) -> tuple[dict, dict]:
+    """Argument types and constexprs at the flagship's sizes (main trunk), as a launch at fp32 (or, with `half`, a
+    launch of the tiles under a bf16 autocast) would see them."""
+    given = {"L": L, "H": H, "U": U, "BB": BB, "PRECISION": "tf32", "HALF": half, "SAVE": True}
     constexprs = {name: given[name] for name in kernel.arg_names if name in given}
     sig = {name: "constexpr" if name in constexprs else "i32" if name == "B" else "*fp32" for name in kernel.arg_names}
     return sig, constexprs
@@ -84,6 +86,8 @@ def main() -> None:
     parser.add_argument("--kernel", default=",".join(kernels), help=f"of {', '.join(kernels)}")
     parser.add_argument("--warps", type=int, default=8)
     parser.add_argument("--dump", type=Path)
+    parser.add_argument("--maxnreg", type=int, help="cap the registers per thread (Triton's maxnreg)")
+    parser.add_argument("--half", action="store_true", help="the tiles' bf16 operands (a bf16 autocast), 32 rows")
     parser.add_argument("--extra", action="append", default=[], help="candidate kernels from a file: path.py:name")
     args = parser.parse_args()
     for spec in args.extra:
@@ -92,15 +96,20 @@ def main() -> None:
     target = GPUTarget("cuda", 90, 32)
     for name in args.kernel.split(","):
         kernel = kernels[name]
-        sig, constexprs = signature(kernel)
+        sig, constexprs = signature(kernel, args.half)
         # as a launch specializes them: every pointer 16-byte aligned (torch allocations are)
         attrs = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(kernel.arg_names) if sig[arg].startswith("*")}
         src = ASTSource(
             fn=kernel, signature=sig, attrs=attrs, constexprs={(kernel.arg_names.index(k),): v for k, v in constexprs.items()}
         )
-        compiled = triton.compile(src, target=target, options={"num_warps": args.warps, "num_stages": 1})
+        compiled = triton.compile(
+            src,
+            target=target,
+            options={"num_warps": args.warps, "num_stages": 1} | ({"maxnreg": args.maxnreg} if args.maxnreg else {}),
+        )
         sass = disassemble(compiled.asm["cubin"])
-        print(f"{name} w{args.warps}: loop {loop_stats(sass)} {resources(compiled.asm['cubin'])}")
+        shared = {"shared_bytes": compiled.metadata.shared}
+        print(f"{name} w{args.warps}: loop {loop_stats(sass)} {resources(compiled.asm['cubin']) | shared}")
         if args.dump:
             args.dump.mkdir(parents=True, exist_ok=True)
             (args.dump / f"{name}_w{args.warps}.ttgir").write_text(compiled.asm["ttgir"])

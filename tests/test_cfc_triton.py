@@ -96,3 +96,26 @@ def test_fused_scan_equals_torch_scan_on_cuda(monkeypatch, plan, batch):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
     # the CUDA C kernels ran (both trunks' sizes), not their Triton fallback
     assert len(nvrtc._LOADED) == (2 if plan[1] == "cuda" else 0)
+
+
+@pytest.mark.cuda
+def test_bf16_tiles_follow_the_torch_scan_under_autocast(monkeypatch):
+    """Under a bf16 autocast the tiles take bf16 operands (as torch's matmuls do there): values and gradients stay
+    within bf16's rounding of the torch scan's under the same autocast."""
+    from alpha_core.models import cfc_triton
+    from alpha_core.models.cfc import CfC, parallel_cfc
+
+    monkeypatch.setattr(cfc_triton, "LAUNCH_PLAN", [(None, "tiles", 32, 8)])
+    torch.manual_seed(2)
+    layers = [CfC(64, 64, backbone_units=128).cuda(), CfC(64, 64, backbone_units=64).cuda()]
+    xs = [torch.randn(300, 64, 64, device="cuda", requires_grad=True) for _ in layers]
+    ts = [torch.rand(300, 64, 64, device="cuda"), torch.rand(300, 64, device="cuda")]
+    inputs = [*xs, *(p for layer in layers for p in layer.parameters())]
+    results = []
+    for fused in (False, True):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            outs = parallel_cfc(layers, xs, ts, fused=fused)
+            loss = sum((o.float() * torch.linspace(-1, 1, o.shape[-1], device="cuda")).sum() for o in outs)
+        results.append([*(o.float() for o in outs), *torch.autograd.grad(loss, inputs)])
+    for reference, fused in zip(*results, strict=True):
+        assert float((fused - reference).abs().max() / reference.abs().max()) < 0.05

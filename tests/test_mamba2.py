@@ -47,7 +47,7 @@ def test_segsum_matches_definition():
 
 @pytest.mark.parametrize("g", [1, 2])
 @pytest.mark.parametrize("length", [1, 5, 37, 64])
-@pytest.mark.parametrize("chunk", [4, 8, 16])
+@pytest.mark.parametrize("chunk", [4, 8, 16, 32])
 def test_ssd_chunked_matches_recurrence(chunk, length, g):
     x, dt, A, B, C, _ = random_ssd_inputs(2, length, 4, 3, g, 5, seed=chunk * 1000 + length * 10 + g)
     leaves = [t.requires_grad_() for t in (x, dt, A, B, C)]
@@ -195,6 +195,19 @@ def test_cuda_matches_cpu(dtype, tol):
         cpu = model(u)
         gpu = model.to("cuda")(u.to("cuda")).cpu()
     torch.testing.assert_close(gpu, cpu, rtol=tol, atol=tol)
+
+
+@pytest.mark.cuda
+def test_the_automatic_chunk_at_a_large_gpu_batch_computes_what_the_cpu_does():
+    """Without a configured chunk a GPU batch above 64 takes chunks of 32 (faster there), the CPU 16: the same
+    function, to fp32 rounding."""
+    torch.manual_seed(6)
+    model = Mamba2(small_cfg(n_layers=2, chunk_size=None))
+    u = torch.randn(65, 64, 32)
+    with torch.no_grad():
+        cpu = model(u)
+        gpu = model.to("cuda")(u.to("cuda")).cpu()
+    torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
 
 
 def test_causal_depthwise_conv_equals_the_padded_conv1d_values_and_gradients():

@@ -11,7 +11,8 @@ measurements (`LAUNCH_PLAN`):
 - "rows": one row per program, its matrix-vector products as multiply + reduce (exact fp32), every weight tile
   laid out [H, U] so that each product's output is already in the layout of the next one's input;
 - "tiles": above, 16 or 32 rows per program with `tl.dot` (tensor cores, TF32 only where torch's own fp32 matmuls
-  may).
+  may, bf16 operands under a bf16 autocast as torch's own matmuls there). The weights sit in shared memory, so bf16
+  halves a program's share and more programs fit on the GPU at once (bench/README.md, "The tenth check").
 A row kernel with a third of the barriers per step (its loops storing only the state, the rest recomputed over
 all steps at once afterwards) and one that loads each step's inputs a step ahead both measured slower at batch 1
 on an H200 (bench/README.md, "triton_asm.py"): a row step is not bound by barriers or load latency alone.
@@ -28,7 +29,8 @@ weight gradients are then two large GEMMs over all steps in torch, as in `CfCSca
 
 Both directions are opaque `torch.library.custom_op`s with a registered autograd formula and fake (meta) kernels,
 so the op works under torch.compile and inside a captured CUDA graph. State and arithmetic are fp32 whatever the
-input dtype (bf16 under autocast). Under no_grad the forward saves nothing for a backward.
+input dtype; only the tiles' products take bf16 operands under a bf16 autocast. Under no_grad the forward saves
+nothing for a backward.
 
 Limits: H and U powers of two from 16 to 256 (`supported`); otherwise callers take the torch path. Weights
 beyond the flagship's sizes (H 64, U 128) no longer fit in registers and spill: correct, slower. Tested on the
@@ -53,6 +55,12 @@ def _tanh(x):
 
 
 @triton.jit
+def _operand(x, HALF: tl.constexpr):
+    """A tile product's operand: bf16 under a bf16 autocast (as torch's own matmuls there), else as it is."""
+    return x.to(tl.bfloat16 if HALF else x.dtype)
+
+
+@triton.jit
 def _cfc_fwd_kernel(
     xproj,
     ts,
@@ -71,6 +79,7 @@ def _cfc_fwd_kernel(
     U: tl.constexpr,
     BB: tl.constexpr,
     PRECISION: tl.constexpr,
+    HALF: tl.constexpr,
     SAVE: tl.constexpr,
 ):
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
@@ -85,16 +94,16 @@ def _cfc_fwd_kernel(
     b4 = tl.load(b_heads + 3 * H + hh)[None, :]
     at_u = rows[:, None] * L * U + uu[None, :]
     at_h = rows[:, None] * L * H + hh[None, :]
-    wh = tl.load(w_h_t)
-    w1 = tl.load(w_k)
-    w2 = tl.load(w_k + H * U)
-    w3 = tl.load(w_k + 2 * H * U)
-    w4 = tl.load(w_k + 3 * H * U)
+    wh = _operand(tl.load(w_h_t), HALF)
+    w1 = _operand(tl.load(w_k), HALF)
+    w2 = _operand(tl.load(w_k + H * U), HALF)
+    w3 = _operand(tl.load(w_k + 2 * H * U), HALF)
+    w4 = _operand(tl.load(w_k + 3 * H * U), HALF)
     h = tl.zeros([BB, H], dtype=tl.float32)
     for t in range(L):
         x_t = tl.load(xproj + at_u + t * U, mask=live, other=0.0).to(tl.float32)
-        u = _tanh(0.666 * (x_t + tl.dot(h, wh, input_precision=PRECISION)))
-        z = 1.7159 * u
+        u = _tanh(0.666 * (x_t + tl.dot(_operand(h, HALF), wh, input_precision=PRECISION)))
+        z = _operand(1.7159 * u, HALF)
         o1 = tl.dot(z, w1, input_precision=PRECISION) + b1
         o2 = tl.dot(z, w2, input_precision=PRECISION) + b2
         ta = tl.dot(z, w3, input_precision=PRECISION) + b3
@@ -133,6 +142,7 @@ def _cfc_bwd_kernel(
     U: tl.constexpr,
     BB: tl.constexpr,
     PRECISION: tl.constexpr,
+    HALF: tl.constexpr,
 ):
     rows = (tl.program_id(0) * BB + tl.arange(0, BB)).to(tl.int64)
     live = rows[:, None] < B
@@ -143,11 +153,11 @@ def _cfc_bwd_kernel(
     at_u = rows[:, None] * L * U + uu[None, :]
     at_h = rows[:, None] * L * H + hh[None, :]
     at_o = rows[:, None] * L * 4 * H + hh[None, :]
-    wh = tl.load(w_h_n)
-    w1 = tl.load(w_k)
-    w2 = tl.load(w_k + H * U)
-    w3 = tl.load(w_k + 2 * H * U)
-    w4 = tl.load(w_k + 3 * H * U)
+    wh = _operand(tl.load(w_h_n), HALF)
+    w1 = _operand(tl.load(w_k), HALF)
+    w2 = _operand(tl.load(w_k + H * U), HALF)
+    w3 = _operand(tl.load(w_k + 2 * H * U), HALF)
+    w4 = _operand(tl.load(w_k + 3 * H * U), HALF)
     carry = tl.zeros([BB, H], dtype=tl.float32)
     for i in range(L):
         t = L - 1 - i
@@ -167,13 +177,13 @@ def _cfc_bwd_kernel(
         tl.store(d_heads + at_o + t * 4 * H + 2 * H, d3, mask=live)
         tl.store(d_heads + at_o + t * 4 * H + 3 * H, d_pre, mask=live)
         tl.store(d_ts + at_h + t * H, d_pre * ta, mask=live)
-        d_z = tl.dot(d1, w1, input_precision=PRECISION)
-        d_z += tl.dot(d2, w2, input_precision=PRECISION)
-        d_z += tl.dot(d3, w3, input_precision=PRECISION)
-        d_z += tl.dot(d_pre, w4, input_precision=PRECISION)
+        d_z = tl.dot(_operand(d1, HALF), w1, input_precision=PRECISION)
+        d_z += tl.dot(_operand(d2, HALF), w2, input_precision=PRECISION)
+        d_z += tl.dot(_operand(d3, HALF), w3, input_precision=PRECISION)
+        d_z += tl.dot(_operand(d_pre, HALF), w4, input_precision=PRECISION)
         d_a = d_z * (1.7159 * 0.666) * (1.0 - u * u)
         tl.store(d_xproj + at_u + t * U, d_a, mask=live)
-        carry = tl.dot(d_a, wh, input_precision=PRECISION)
+        carry = tl.dot(_operand(d_a, HALF), wh, input_precision=PRECISION)
 
 
 @triton.jit
@@ -312,6 +322,12 @@ KERNELS = {  # name -> (forward kernel, backward kernel, whether a program owns 
 LAUNCH_PLAN: list[tuple[int | None, str, int, int]] = [(64, "cuda", 1, 8), (2048, "tiles", 16, 8), (None, "tiles", 32, 8)]
 
 
+# Registers per thread of a tile program under bf16: at 128, two programs share a multiprocessor (their bf16 weights
+# take ~90 KB of shared memory each), so at B=4096 both trunks' programs run in one wave instead of two; the weight
+# fragments the cap spills are re-read from L1 each step (+3% a training step on an H100, bench/README.md)
+HALF_TILE_REGISTERS: int | None = 128
+
+
 def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
     """(kernel, grid, meta-parameters) for this batch, from `LAUNCH_PLAN`.
 
@@ -323,7 +339,10 @@ def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
     if not tiled:
         return kernel, (batch,), {"num_warps": warps, "num_stages": 1}
     tf32 = dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    meta = {"BB": rows, "PRECISION": "tf32" if tf32 else "ieee", "num_warps": warps, "num_stages": 1}
+    half = dtype == torch.bfloat16
+    meta = {"BB": rows, "PRECISION": "tf32" if tf32 else "ieee", "HALF": half, "num_warps": warps, "num_stages": 1}
+    if half and HALF_TILE_REGISTERS:
+        meta["maxnreg"] = HALF_TILE_REGISTERS
     return kernel, (triton.cdiv(batch, rows),), meta
 
 
