@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from alpha_core.models import cfc_triton
+from alpha_core.models import cfc_triton, mamba2
 from alpha_core.models import perception as models_perception
 from alpha_core.models.mamba2 import Mamba2Config
 from alpha_core.train import perception
@@ -247,7 +247,15 @@ def main() -> None:
         help="the fused CfC scan's tile above batch 64 (default: LAUNCH_PLAN's), and a cap on its registers under "
         "bf16: an experiment, the same model",
     )
+    parser.add_argument(
+        "--ssd-matmuls",
+        action="store_true",
+        help="the flagship encoder's SSD products as matmuls at every batch (default: broadcasts up to 64 on a GPU): "
+        "an experiment, the same model",
+    )
     args = parser.parse_args()
+    if args.ssd_matmuls:
+        mamba2.broadcast_products = lambda u: False
     if args.cfc_tiles:
         rows, warps, *registers = map(int, args.cfc_tiles.split(":"))
         cfc_triton.LAUNCH_PLAN = [*cfc_triton.LAUNCH_PLAN[:1], (None, "tiles", rows, warps)]
@@ -269,6 +277,7 @@ def main() -> None:
         "inductor": args.inductor,
         "mamba2_chunk": args.mamba2_chunk,
         "cfc_tiles": args.cfc_tiles,
+        "ssd_matmuls": args.ssd_matmuls,
         "modes": [],
     }
     for spec in args.modes.split(","):

@@ -6,7 +6,15 @@ import pytest
 import torch
 from safetensors.torch import load_model, save_model
 
-from alpha_core.models.mamba2 import Mamba2, Mamba2Block, Mamba2Config, causal_depthwise_conv, segsum, ssd_chunked
+from alpha_core.models.mamba2 import (
+    Mamba2,
+    Mamba2Block,
+    Mamba2Config,
+    broadcast_einsum,
+    causal_depthwise_conv,
+    segsum,
+    ssd_chunked,
+)
 
 F64 = torch.float64
 
@@ -36,6 +44,16 @@ def random_ssd_inputs(b, length, h, p, g, n, seed, with_state=False):
     return x, dt, A, B, C, init
 
 
+@pytest.mark.parametrize("spec", ["bcsgn,bcsgrp->bcgrpn", "bclgn,bcsgn->bgcls", "bgrzc,bcgrpn->bzgrpn", "ab,cb->acb"])
+def test_broadcast_einsum_is_einsum(spec):
+    torch.manual_seed(3)
+    sizes = dict(zip("abcgln prsz".replace(" ", ""), [2, 3, 4, 1, 5, 6, 7, 2, 5, 3], strict=True))
+    first, second = spec.split("->")[0].split(",")
+    x = torch.randn([sizes[ch] for ch in first], dtype=F64)
+    y = torch.randn([sizes[ch] for ch in second], dtype=F64)
+    torch.testing.assert_close(broadcast_einsum(spec, x, y), torch.einsum(spec, x, y), rtol=1e-12, atol=1e-12)
+
+
 def test_segsum_matches_definition():
     x = torch.randn(2, 7, dtype=F64)
     out = segsum(x)
@@ -45,13 +63,14 @@ def test_segsum_matches_definition():
             torch.testing.assert_close(out[:, i, j], want, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("broadcast", [False, True], ids=["matmuls", "broadcasts"])
 @pytest.mark.parametrize("g", [1, 2])
 @pytest.mark.parametrize("length", [1, 5, 37, 64])
 @pytest.mark.parametrize("chunk", [4, 8, 16, 32])
-def test_ssd_chunked_matches_recurrence(chunk, length, g):
+def test_ssd_chunked_matches_recurrence(chunk, length, g, broadcast):
     x, dt, A, B, C, _ = random_ssd_inputs(2, length, 4, 3, g, 5, seed=chunk * 1000 + length * 10 + g)
     leaves = [t.requires_grad_() for t in (x, dt, A, B, C)]
-    y, final = ssd_chunked(x, dt, A, B, C, chunk)
+    y, final = ssd_chunked(x, dt, A, B, C, chunk, broadcast=broadcast)
     y_ref, final_ref = naive_ssd(x, dt, A, B, C)
     assert y.shape == (2, length, 4, 3) and final.shape == (2, 4, 3, 5)
     torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-10)

@@ -61,6 +61,25 @@ def segsum(x: Tensor) -> Tensor:
     return out.masked_fill(~lower, -torch.inf)
 
 
+def broadcast_einsum(spec: str, x: Tensor, y: Tensor) -> Tensor:
+    """`torch.einsum(spec, x, y)` for two operands as a broadcast product and a sum, not a (batched) matmul.
+
+    Why: where a contraction is tiny (a handful of terms, or a whole batch of 1), a matmul is one more kernel
+    launch, often behind a transposed copy, while a product and a sum fuse into the ops around it under
+    torch.compile (bench/README.md, "The tenth check")."""
+    operands, out = spec.split("->")
+    first, second = operands.split(",")
+    letters = out + "".join(sorted(set(first + second) - set(out)))  # the output's indices, then the summed ones
+
+    def aligned(t: Tensor, indices: str) -> Tensor:
+        order = [ch for ch in letters if ch in indices]
+        t = t.permute([indices.index(ch) for ch in order])
+        return t.reshape([t.shape[order.index(ch)] if ch in indices else 1 for ch in letters])
+
+    product = aligned(x, first) * aligned(y, second)
+    return product.sum(dim=tuple(range(len(out), len(letters)))) if len(letters) > len(out) else product
+
+
 def ssd_chunked(
     x: Tensor,
     dt: Tensor,
@@ -70,11 +89,13 @@ def ssd_chunked(
     chunk_size: int,
     initial_state: Tensor | None = None,
     outputs: bool = True,
+    broadcast: bool = False,
 ) -> tuple[Tensor | None, Tensor]:
     """x [b, l, h, p], dt [b, l, h] (positive, after softplus), A [h] (negative), B, C [b, l, g, n] (h % g == 0).
     Discretisation: state h_t = exp(dt_t*A) h_{t-1} + dt_t * x_t B_t^T ; y_t = C_t h_t.  Returns y [b, l, h, p],
     final_state [b, h, p, n] (`outputs` False: y is None, and only the state is computed). Any l: pad internally to
-    a multiple of chunk_size (padding must not change results).
+    a multiple of chunk_size (padding must not change results). `broadcast`: every product as `broadcast_einsum`
+    (for a small batch on a GPU), else as matmuls; the pass over chunks is always a broadcast product.
 
     Padding appends steps with ``dt = 0``: decay ``exp(0) = 1`` and input ``0 * x = 0``, so the state passes through
     unchanged and the final state is the one after step ``l``; outputs of real steps never see later steps.
@@ -98,7 +119,8 @@ def ssd_chunked(
 
     # 2. state of each chunk from a zero start: S_c = sum_s exp(a_{s+1..end}) B_s X_s^T
     decay_to_end = torch.exp(a_cumsum[..., -1:] - a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
-    states = torch.einsum("bcsgn,bcsgrp->bcgrpn", B, X * decay_to_end.unsqueeze(-1))
+    einsum = broadcast_einsum if broadcast else torch.einsum
+    states = einsum("bcsgn,bcsgrp->bcgrpn", B, X * decay_to_end.unsqueeze(-1))
 
     # 3. inter-chunk recurrence over chunk boundaries, seeded by initial_state (a (c+1)x(c+1) segsum matmul)
     if initial_state is None:
@@ -106,23 +128,21 @@ def ssd_chunked(
     else:
         init = initial_state.reshape(b, 1, g, r, p, n).to(states.dtype)
     states = torch.cat([init, states], dim=1)  # [b, c+1, g, r, p, n]
-    # Why a broadcast product and a sum, not an einsum: over c+1 (2 to 5) chunks the einsum is a batched matmul of
-    # tiny matrices behind a transposed copy of the states; this fuses into the ops around it (bench/README.md,
-    # "The tenth check": +8% a step at B=4096, +3% at B=1 on an H100)
+    # over c+1 (2 to 5) chunks a matmul would be of tiny matrices: +8% a step at B=4096, +3% at B=1 as a broadcast
     decay_chunk = torch.exp(segsum(F.pad(a_cumsum[..., -1], (1, 0))))  # [b, g, r, z = c+1, c+1]
-    states = (decay_chunk.permute(0, 3, 4, 1, 2)[..., None, None] * states.unsqueeze(1)).sum(2)  # [b, z, g, r, p, n]
+    states = broadcast_einsum("bgrzc,bcgrpn->bzgrpn", decay_chunk, states)
     states, final_state = states[:, :-1], states[:, -1]  # state entering each chunk; state after the last step
     if not outputs:
         return None, final_state.reshape(b, h, p, n)
 
     # 1. intra-chunk (diagonal blocks): Y_diag[l] = sum_{s <= l} exp(a_{s+1..l}) (C_l . B_s) X_s
     L = torch.exp(segsum(a))  # [b, g, r, c, Q, Q]
-    CB = torch.einsum("bclgn,bcsgn->bgcls", C, B)  # shared by the heads of a group
-    Y_diag = torch.einsum("bgrcls,bcsgrp->bclgrp", CB.unsqueeze(2) * L, X)
+    CB = einsum("bclgn,bcsgn->bgcls", C, B)  # shared by the heads of a group
+    Y_diag = einsum("bgrcls,bcsgrp->bclgrp", CB.unsqueeze(2) * L, X)
 
     # 4. state -> output (off-diagonal blocks): Y_off[l] = exp(a_{first..l}) C_l . h_in
     decay_from_start = torch.exp(a_cumsum).permute(0, 3, 4, 1, 2)  # [b, c, Q, g, r]
-    Y_off = torch.einsum("bclgn,bcgrpn->bclgrp", C, states) * decay_from_start.unsqueeze(-1)
+    Y_off = einsum("bclgn,bcgrpn->bclgrp", C, states) * decay_from_start.unsqueeze(-1)
 
     y = (Y_diag + Y_off).reshape(b, c * Q, h, p)[:, :seqlen]
     return y, final_state.reshape(b, h, p, n)
@@ -179,7 +199,7 @@ class Mamba2Config(pydantic.BaseModel, extra="forbid"):
         return self.d_inner // self.d_head
 
 
-GPU_LARGE_BATCH = 64  # above it, on a GPU, the SSD takes chunks of 32
+GPU_LARGE_BATCH = 64  # above it, on a GPU, the SSD takes chunks of 32; up to it, its products as broadcasts
 
 
 def chunk_length(cfg: Mamba2Config, u: Tensor) -> int:
@@ -193,6 +213,12 @@ def chunk_length(cfg: Mamba2Config, u: Tensor) -> int:
     if cfg.chunk_size is not None:
         return cfg.chunk_size
     return 32 if u.is_cuda and u.shape[0] > GPU_LARGE_BATCH else 16
+
+
+def broadcast_products(u: Tensor) -> bool:
+    """Whether the SSD's products on block input u are broadcasts (`broadcast_einsum`): for a batch up to 64 on a
+    GPU, where each matmul would be a launch of its own (bench/README.md, "The tenth check")."""
+    return u.is_cuda and u.shape[0] <= GPU_LARGE_BATCH
 
 
 class Mamba2Block(nn.Module):
@@ -219,7 +245,7 @@ class Mamba2Block(nn.Module):
         cfg = self.cfg
         batch, seqlen, _ = u.shape
         z, x, dt, A, B, C = self._inputs(u)
-        y, _ = ssd_chunked(x, dt, A, B, C, chunk_length(cfg, u))
+        y, _ = ssd_chunked(x, dt, A, B, C, chunk_length(cfg, u), broadcast=broadcast_products(u))
         y = y + x * self.D.unsqueeze(-1)
         y = self.norm(y.reshape(batch, seqlen, cfg.d_inner) * F.silu(z))
         return self.out_proj(y)
@@ -229,7 +255,7 @@ class Mamba2Block(nn.Module):
         (plus the skip), so the scan computes only the final state, and the gate, norm and projection one position."""
         cfg = self.cfg
         z, x, dt, A, B, C = self._inputs(u)
-        _, state = ssd_chunked(x, dt, A, B, C, chunk_length(cfg, u), outputs=False)  # [b, h, p, n]
+        _, state = ssd_chunked(x, dt, A, B, C, chunk_length(cfg, u), outputs=False, broadcast=broadcast_products(u))
         heads_per_group = cfg.n_heads // cfg.n_groups
         c_last = C[:, -1].repeat_interleave(heads_per_group, dim=1)  # [b, h, n]: each head's group's C
         y = torch.einsum("bhpn,bhn->bhp", state, c_last) + x[:, -1] * self.D.unsqueeze(-1)
