@@ -210,6 +210,20 @@ def auc_parity(args) -> dict:
     return out
 
 
+def use_candidate_ssd_kernel() -> None:
+    """Route Mamba2's training forward (outputs, no initial state) through bench/candidate_ssd_kernel.py."""
+    import candidate_ssd_kernel as candidate
+
+    chunked = mamba2.ssd_chunked
+
+    def ssd(x, dt, A, B, C, chunk_size, initial_state=None, outputs=True, broadcast=False):
+        if outputs and initial_state is None and x.is_cuda and candidate.supported(x, B):
+            return candidate.ssd_window(x, dt, A, B, C), None
+        return chunked(x, dt, A, B, C, chunk_size, initial_state, outputs, broadcast)
+
+    mamba2.ssd_chunked = ssd
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data-dir", type=Path, required=True)
@@ -253,7 +267,15 @@ def main() -> None:
         help="the flagship encoder's SSD products as matmuls at every batch (default: broadcasts up to 64 on a GPU): "
         "an experiment, the same model",
     )
+    parser.add_argument(
+        "--ssd-kernel",
+        action="store_true",
+        help="the flagship encoder's SSD over each whole window as one Triton kernel per direction "
+        "(bench/candidate_ssd_kernel.py): a candidate, the same model",
+    )
     args = parser.parse_args()
+    if args.ssd_kernel:
+        use_candidate_ssd_kernel()
     if args.ssd_matmuls:
         mamba2.broadcast_products = lambda u: False
     if args.cfc_tiles:
@@ -278,6 +300,7 @@ def main() -> None:
         "mamba2_chunk": args.mamba2_chunk,
         "cfc_tiles": args.cfc_tiles,
         "ssd_matmuls": args.ssd_matmuls,
+        "ssd_kernel": args.ssd_kernel,
         "modes": [],
     }
     for spec in args.modes.split(","):

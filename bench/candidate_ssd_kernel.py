@@ -1,0 +1,187 @@
+"""A candidate for the flagship's B=4096 goal (issue 33 item 3), not yet measured on a GPU: Mamba2's SSD over the
+whole window as one Triton kernel per direction, in place of `ssd_chunked`'s chunked einsums.
+
+    python3 bench/bench_train_gpu.py ... --modes 4096:bf16:1:c,1:fp32:1:c --ssd-kernel   # against the same without
+
+Why: at K=64 the window is short enough to take as one chunk. Per sequence and group of heads, the SSD's outputs are
+the quadratic form y = (C B^T o L) (dt x), with L[l, s] = exp(cum_l - cum_s) for s <= l (cum the cumulative
+log-decay dt A) and 0 above: one [K, N] x [N, K] product, a mask, and one [K, K] x [K, P] product a head, all in
+registers. Torch computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at B=4096 on an
+H100, `results/h100-2026-12-07/b4096/call4-pw32_prof.json`). The backward recomputes the forward's products and
+writes the gradients of x, dt, A, B and C; B and C are shared by a group's heads, so one program owns a sequence
+and a group and sums their gradients over its heads itself.
+
+Limits: K, head dim P and state size N powers of two from 16 to 128 (`supported`); the forward's final state is not
+computed (training does not read it; `Mamba2Block.forward_last` keeps `ssd_chunked`). Checked against `ssd_chunked`
+in Triton's interpreter on the CPU (tests/test_candidate_ssd_kernel.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _window(B, C, seq, grp, K: tl.constexpr, G: tl.constexpr, N: tl.constexpr):
+    """The group's B and C [K, N] (fp32) and the window's positions."""
+    ll = tl.arange(0, K)
+    nn = tl.arange(0, N)
+    at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
+    b = tl.load(B + at_bc).to(tl.float32)
+    c = tl.load(C + at_bc).to(tl.float32)
+    return b, c, ll
+
+
+@triton.jit
+def _head(x, dt, A, seq, head, ll, K: tl.constexpr, H: tl.constexpr, P: tl.constexpr):
+    """One head's inputs: x [K, P], dt [K], A, and its decay mask L [K, K]."""
+    pp = tl.arange(0, P)
+    xs = tl.load(x + seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]).to(tl.float32)
+    dts = tl.load(dt + seq * K * H + ll * H + head).to(tl.float32)
+    a_h = tl.load(A + head).to(tl.float32)
+    cum = tl.cumsum(dts * a_h, 0)
+    below = ll[:, None] >= ll[None, :]
+    decay = tl.where(below, tl.exp(tl.minimum(cum[:, None] - cum[None, :], 0.0)), 0.0)
+    return xs, dts, a_h, decay, pp
+
+
+@triton.jit
+def _ssd_fwd_kernel(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    y,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    G: tl.constexpr,
+    P: tl.constexpr,
+    N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    seq, grp = tl.program_id(0), tl.program_id(1)
+    b, c, ll = _window(B, C, seq, grp, K, G, N)
+    scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)  # [K, K]: C_l . B_s
+    for r in range(H // G):
+        head = grp * (H // G) + r
+        xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
+        out = tl.dot(scores * decay, xs * dts[:, None], input_precision=PRECISION)
+        tl.store(y + seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :], out.to(y.dtype.element_ty))
+
+
+@triton.jit
+def _ssd_bwd_kernel(
+    x,
+    dt,
+    A,
+    B,
+    C,
+    dy,
+    dx,
+    ddt,
+    dA,
+    dB,
+    dC,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    G: tl.constexpr,
+    P: tl.constexpr,
+    N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    seq, grp = tl.program_id(0), tl.program_id(1)
+    b, c, ll = _window(B, C, seq, grp, K, G, N)
+    scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)
+    d_scores = tl.zeros([K, K], dtype=tl.float32)
+    for r in range(H // G):
+        head = grp * (H // G) + r
+        xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
+        at_x = seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]
+        g = tl.load(dy + at_x).to(tl.float32)  # [K, P]
+        weighted = xs * dts[:, None]
+        d_mixed = tl.dot(g, tl.trans(weighted), input_precision=PRECISION)  # [K, K]: d(scores o decay)
+        d_weighted = tl.dot(tl.trans(scores * decay), g, input_precision=PRECISION)  # [K, P]
+        tl.store(dx + at_x, d_weighted * dts[:, None])
+        d_scores += d_mixed * decay
+        e = d_mixed * scores * decay  # d(decay) o decay: the gradient of each cum_l - cum_s
+        d_cum = tl.sum(e, 1) - tl.sum(e, 0)
+        d_a = tl.sum(d_cum, 0) - tl.cumsum(d_cum, 0) + d_cum  # cum is a cumulative sum: sum over t >= s
+        tl.store(ddt + seq * K * H + ll * H + head, tl.sum(d_weighted * xs, 1) + d_a * a_h)
+        tl.store(dA + seq * H + head, tl.sum(d_a * dts, 0))
+    nn = tl.arange(0, N)
+    at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
+    tl.store(dC + at_bc, tl.dot(d_scores, b, input_precision=PRECISION))
+    tl.store(dB + at_bc, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
+
+
+def _pow2(n: int) -> bool:
+    return 16 <= n <= 128 and n & (n - 1) == 0
+
+
+def supported(x: Tensor, B: Tensor) -> bool:
+    """x [b, K, h, p], B [b, K, g, n]: K, p and n powers of two from 16 to 128."""
+    return _pow2(x.shape[1]) and _pow2(x.shape[3]) and _pow2(B.shape[3])
+
+
+def _meta(x: Tensor, B: Tensor) -> dict:
+    _, k, h, p = x.shape
+    tf32 = x.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
+    return {"K": k, "H": h, "G": B.shape[2], "P": p, "N": B.shape[3], "PRECISION": "tf32" if tf32 else "ieee"}
+
+
+@torch.library.custom_op("alpha_bench::ssd_window", mutates_args=())
+def ssd_window(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> Tensor:
+    """`ssd_chunked(x, dt, A, B, C, K)[0]` for a whole window of K steps: y [b, K, h, p] in x's dtype."""
+    x, dt, A, B, C = (t.contiguous() for t in (x, dt, A, B, C))
+    y = torch.empty_like(x)
+    _ssd_fwd_kernel[(x.shape[0], B.shape[2])](x, dt, A, B, C, y, **_meta(x, B), num_warps=4)
+    return y
+
+
+@ssd_window.register_fake
+def _(x, dt, A, B, C):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("alpha_bench::ssd_window_bwd", mutates_args=())
+def ssd_window_bwd(
+    dy: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of x, dt, A, B and C (fp32; A's summed over the batch)."""
+    dy, x, dt, A, B, C = (t.contiguous() for t in (dy, x, dt, A, B, C))
+    f32 = torch.float32
+    dx, ddt = torch.empty_like(x, dtype=f32), torch.empty_like(dt, dtype=f32)
+    dA = x.new_empty(x.shape[0], x.shape[2], dtype=f32)
+    dB, dC = torch.empty_like(B, dtype=f32), torch.empty_like(C, dtype=f32)
+    grid = (x.shape[0], B.shape[2])
+    _ssd_bwd_kernel[grid](x, dt, A, B, C, dy, dx, ddt, dA, dB, dC, **_meta(x, B), num_warps=4)
+    return dx, ddt, dA.sum(0), dB, dC
+
+
+@ssd_window_bwd.register_fake
+def _(dy, x, dt, A, B, C):
+    f32 = torch.float32
+    return (
+        torch.empty_like(x, dtype=f32),
+        torch.empty_like(dt, dtype=f32),
+        A.new_empty(A.shape, dtype=f32),
+        torch.empty_like(B, dtype=f32),
+        torch.empty_like(C, dtype=f32),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, dy):
+    x, dt, A, B, C = ctx.saved_tensors
+    grads = ssd_window_bwd(dy, x, dt, A, B, C)
+    return tuple(g.to(t.dtype) for g, t in zip(grads, (x, dt, A, B, C), strict=True))
+
+
+ssd_window.register_autograd(_backward, setup_context=_setup_context)
