@@ -210,10 +210,11 @@ def auc_parity(args) -> dict:
     return out
 
 
-def use_candidate_ssd_kernel() -> None:
+def use_candidate_ssd_kernel(programs_per_group: int) -> None:
     """Route Mamba2's training forward (outputs, no initial state) through bench/candidate_ssd_kernel.py."""
     import candidate_ssd_kernel as candidate
 
+    candidate.PROGRAMS_PER_GROUP = programs_per_group
     chunked = mamba2.ssd_chunked
 
     def ssd(x, dt, A, B, C, chunk_size, initial_state=None, outputs=True, broadcast=False):
@@ -269,13 +270,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--ssd-kernel",
-        action="store_true",
-        help="the flagship encoder's SSD over each whole window as one Triton kernel per direction "
-        "(bench/candidate_ssd_kernel.py): a candidate, the same model",
+        nargs="?",
+        const=1,
+        type=int,
+        metavar="S",
+        help="the flagship encoder's SSD over each whole window as one Triton kernel per direction, S programs per "
+        "sequence and group of heads (bench/candidate_ssd_kernel.py): a candidate, the same model",
     )
     args = parser.parse_args()
     if args.ssd_kernel:
-        use_candidate_ssd_kernel()
+        use_candidate_ssd_kernel(args.ssd_kernel)
     if args.ssd_matmuls:
         mamba2.broadcast_products = lambda u: False
     if args.cfc_tiles:

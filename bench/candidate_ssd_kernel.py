@@ -8,8 +8,9 @@ the quadratic form y = (C B^T o L) (dt x), with L[l, s] = exp(cum_l - cum_s) for
 log-decay dt A) and 0 above: one [K, N] x [N, K] product, a mask, and one [K, K] x [K, P] product a head, all in
 registers. Torch computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at B=4096 on an
 H100, `results/h100-2026-12-07/b4096/call4-pw32_prof.json`). The backward recomputes the forward's products and
-writes the gradients of x, dt, A, B and C; B and C are shared by a group's heads, so one program owns a sequence
-and a group and sums their gradients over its heads itself.
+writes the gradients of x, dt, A, B and C. B and C are shared by a group's heads: a program owns a sequence and
+a group's heads (or, with `PROGRAMS_PER_GROUP`, a share of them, for more programs at a small batch) and sums
+their gradients over its heads; torch sums the shares.
 
 Limits: K, head dim P and state size N powers of two from 16 to 128 (`supported`); the forward's final state is not
 computed (training does not read it; `Mamba2Block.forward_last` keeps `ssd_chunked`). Checked against `ssd_chunked`
@@ -61,13 +62,14 @@ def _ssd_fwd_kernel(
     G: tl.constexpr,
     P: tl.constexpr,
     N: tl.constexpr,
+    S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, grp = tl.program_id(0), tl.program_id(1)
+    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
     b, c, ll = _window(B, C, seq, grp, K, G, N)
     scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)  # [K, K]: C_l . B_s
-    for r in range(H // G):
-        head = grp * (H // G) + r
+    for r in range(H // G // S):
+        head = grp * (H // G) + split * (H // G // S) + r
         xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
         out = tl.dot(scores * decay, xs * dts[:, None], input_precision=PRECISION)
         tl.store(y + seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :], out.to(y.dtype.element_ty))
@@ -91,14 +93,15 @@ def _ssd_bwd_kernel(
     G: tl.constexpr,
     P: tl.constexpr,
     N: tl.constexpr,
+    S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, grp = tl.program_id(0), tl.program_id(1)
+    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
     b, c, ll = _window(B, C, seq, grp, K, G, N)
     scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)
     d_scores = tl.zeros([K, K], dtype=tl.float32)
-    for r in range(H // G):
-        head = grp * (H // G) + r
+    for r in range(H // G // S):
+        head = grp * (H // G) + split * (H // G // S) + r
         xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
         at_x = seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]
         g = tl.load(dy + at_x).to(tl.float32)  # [K, P]
@@ -112,10 +115,10 @@ def _ssd_bwd_kernel(
         d_a = tl.sum(d_cum, 0) - tl.cumsum(d_cum, 0) + d_cum  # cum is a cumulative sum: sum over t >= s
         tl.store(ddt + seq * K * H + ll * H + head, tl.sum(d_weighted * xs, 1) + d_a * a_h)
         tl.store(dA + seq * H + head, tl.sum(d_a * dts, 0))
-    nn = tl.arange(0, N)
-    at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
-    tl.store(dC + at_bc, tl.dot(d_scores, b, input_precision=PRECISION))
-    tl.store(dB + at_bc, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
+    nn = tl.arange(0, N)  # this program's share of B's and C's gradients, [b, K, G, S, N]: the caller sums over S
+    at_part = seq * K * G * S * N + ll[:, None] * G * S * N + (grp * S + split) * N + nn[None, :]
+    tl.store(dC + at_part, tl.dot(d_scores, b, input_precision=PRECISION))
+    tl.store(dB + at_part, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
 
 
 def _pow2(n: int) -> bool:
@@ -127,10 +130,18 @@ def supported(x: Tensor, B: Tensor) -> bool:
     return _pow2(x.shape[1]) and _pow2(x.shape[3]) and _pow2(B.shape[3])
 
 
-def _meta(x: Tensor, B: Tensor) -> dict:
+PROGRAMS_PER_GROUP = 1  # S: a group's heads split among S programs (1: one program a sequence and group)
+
+
+def _launch(x: Tensor, B: Tensor) -> tuple[tuple[int, int], dict]:
+    """The grid (sequences, groups x S) and the meta-parameters."""
     _, k, h, p = x.shape
+    g, splits = B.shape[2], PROGRAMS_PER_GROUP
+    if (h // g) % splits:
+        raise ValueError(f"{h // g} heads a group do not split among {splits} programs")
     tf32 = x.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    return {"K": k, "H": h, "G": B.shape[2], "P": p, "N": B.shape[3], "PRECISION": "tf32" if tf32 else "ieee"}
+    meta = {"K": k, "H": h, "G": g, "P": p, "N": B.shape[3], "S": splits, "PRECISION": "tf32" if tf32 else "ieee"}
+    return (x.shape[0], g * splits), meta
 
 
 @torch.library.custom_op("alpha_bench::ssd_window", mutates_args=())
@@ -138,7 +149,8 @@ def ssd_window(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> Tensor
     """`ssd_chunked(x, dt, A, B, C, K)[0]` for a whole window of K steps: y [b, K, h, p] in x's dtype."""
     x, dt, A, B, C = (t.contiguous() for t in (x, dt, A, B, C))
     y = torch.empty_like(x)
-    _ssd_fwd_kernel[(x.shape[0], B.shape[2])](x, dt, A, B, C, y, **_meta(x, B), num_warps=4)
+    grid, meta = _launch(x, B)
+    _ssd_fwd_kernel[grid](x, dt, A, B, C, y, **meta, num_warps=4)
     return y
 
 
@@ -156,10 +168,11 @@ def ssd_window_bwd(
     f32 = torch.float32
     dx, ddt = torch.empty_like(x, dtype=f32), torch.empty_like(dt, dtype=f32)
     dA = x.new_empty(x.shape[0], x.shape[2], dtype=f32)
-    dB, dC = torch.empty_like(B, dtype=f32), torch.empty_like(C, dtype=f32)
-    grid = (x.shape[0], B.shape[2])
-    _ssd_bwd_kernel[grid](x, dt, A, B, C, dy, dx, ddt, dA, dB, dC, **_meta(x, B), num_warps=4)
-    return dx, ddt, dA.sum(0), dB, dC
+    grid, meta = _launch(x, B)
+    parts = (*B.shape[:3], meta["S"], B.shape[3])
+    dB, dC = B.new_empty(parts, dtype=f32), C.new_empty(parts, dtype=f32)
+    _ssd_bwd_kernel[grid](x, dt, A, B, C, dy, dx, ddt, dA, dB, dC, **meta, num_warps=4)
+    return dx, ddt, dA.sum(0), dB.sum(3), dC.sum(3)
 
 
 @ssd_window_bwd.register_fake

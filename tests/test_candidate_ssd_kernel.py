@@ -20,6 +20,7 @@ CHECK = textwrap.dedent("""
     import sys
     import torch
     sys.path.insert(0, "bench")
+    import candidate_ssd_kernel
     from candidate_ssd_kernel import ssd_window, supported
     from alpha_core.models.mamba2 import ssd_chunked
 
@@ -34,12 +35,14 @@ CHECK = textwrap.dedent("""
     leaves = [x, dt, A, B, C]
     weights = torch.randn(b, k, h, p)
     reference = ssd_chunked(x, dt, A, B, C, 8)[0]
-    fused = ssd_window(x, dt, A, B, C)
-    torch.testing.assert_close(fused, reference, rtol=1e-4, atol=1e-4)
-    g_ref = torch.autograd.grad((reference * weights).sum(), leaves)
-    g_fused = torch.autograd.grad((fused * weights).sum(), leaves)
-    for name, a, r in zip("x dt A B C".split(), g_fused, g_ref, strict=True):
-        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3, msg=lambda m, name=name: f"d{name}: {m}")
+    g_ref = torch.autograd.grad((reference * weights).sum(), leaves, retain_graph=True)
+    for splits in (1, 2):  # a program for both heads of a group, or one a head (their B and C gradients summed)
+        candidate_ssd_kernel.PROGRAMS_PER_GROUP = splits
+        fused = ssd_window(x, dt, A, B, C)
+        torch.testing.assert_close(fused, reference, rtol=1e-4, atol=1e-4)
+        g_fused = torch.autograd.grad((fused * weights).sum(), leaves)
+        for name, a, r in zip("x dt A B C".split(), g_fused, g_ref, strict=True):
+            torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-3, msg=lambda m, name=name: f"S={splits} d{name}: {m}")
     print("ok")
 """)
 
