@@ -26,27 +26,31 @@ from torch import Tensor
 
 
 @triton.jit
-def _window(B, C, seq, grp, K: tl.constexpr, G: tl.constexpr, N: tl.constexpr):
-    """The group's B and C [K, N] (fp32) and the window's positions."""
+def _window(B, C, PRECISION: tl.constexpr, K: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, S: tl.constexpr):
+    """This program's sequence, group and first head, the group's B and C [K, N] (fp32), its scores C B^T [K, K]
+    and the window's positions."""
+    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
     ll = tl.arange(0, K)
     nn = tl.arange(0, N)
     at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
     b = tl.load(B + at_bc).to(tl.float32)
     c = tl.load(C + at_bc).to(tl.float32)
-    return b, c, ll
+    scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)  # [K, K]: C_l . B_s
+    return seq, grp, split, grp * (H // G) + split * (H // G // S), b, c, scores, ll
 
 
 @triton.jit
 def _head(x, dt, A, seq, head, ll, K: tl.constexpr, H: tl.constexpr, P: tl.constexpr):
-    """One head's inputs: x [K, P], dt [K], A, and its decay mask L [K, K]."""
+    """One head's inputs: x [K, P] and its offsets, dt [K], A, and its decay mask L [K, K]."""
     pp = tl.arange(0, P)
-    xs = tl.load(x + seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]).to(tl.float32)
+    at_x = seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]
+    xs = tl.load(x + at_x).to(tl.float32)
     dts = tl.load(dt + seq * K * H + ll * H + head).to(tl.float32)
     a_h = tl.load(A + head).to(tl.float32)
     cum = tl.cumsum(dts * a_h, 0)
     below = ll[:, None] >= ll[None, :]
     decay = tl.where(below, tl.exp(tl.minimum(cum[:, None] - cum[None, :], 0.0)), 0.0)
-    return xs, dts, a_h, decay, pp
+    return xs, at_x, dts, a_h, decay
 
 
 @triton.jit
@@ -65,14 +69,11 @@ def _ssd_fwd_kernel(
     S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
-    b, c, ll = _window(B, C, seq, grp, K, G, N)
-    scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)  # [K, K]: C_l . B_s
+    seq, _, _, first, _, _, scores, ll = _window(B, C, PRECISION, K, H, G, N, S)
     for r in range(H // G // S):
-        head = grp * (H // G) + split * (H // G // S) + r
-        xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
+        xs, at_x, dts, a_h, decay = _head(x, dt, A, seq, first + r, ll, K, H, P)
         out = tl.dot(scores * decay, xs * dts[:, None], input_precision=PRECISION)
-        tl.store(y + seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :], out.to(y.dtype.element_ty))
+        tl.store(y + at_x, out.to(y.dtype.element_ty))
 
 
 @triton.jit
@@ -96,14 +97,11 @@ def _ssd_bwd_kernel(
     S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
-    b, c, ll = _window(B, C, seq, grp, K, G, N)
-    scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)
+    seq, grp, split, first, b, c, scores, ll = _window(B, C, PRECISION, K, H, G, N, S)
     d_scores = tl.zeros([K, K], dtype=tl.float32)
     for r in range(H // G // S):
-        head = grp * (H // G) + split * (H // G // S) + r
-        xs, dts, a_h, decay, pp = _head(x, dt, A, seq, head, ll, K, H, P)
-        at_x = seq * K * H * P + ll[:, None] * H * P + head * P + pp[None, :]
+        head = first + r
+        xs, at_x, dts, a_h, decay = _head(x, dt, A, seq, head, ll, K, H, P)
         g = tl.load(dy + at_x).to(tl.float32)  # [K, P]
         weighted = xs * dts[:, None]
         d_mixed = tl.dot(g, tl.trans(weighted), input_precision=PRECISION)  # [K, K]: d(scores o decay)

@@ -175,3 +175,15 @@ def test_a_host_of_another_speed_is_named_beside_the_figures(tmp_path, capsys):
     assert "1.90x slower" in capsys.readouterr().out
     assert judged(1.1, 6.0)["host"] == "", "within HOST_SLOWER: nothing to say"
     assert "faster" in judged(0.5, 6.0)["host"]
+
+
+def test_the_members_folds_are_timed_after_a_warm_up_into_their_compile_cache(tmp_path):
+    """A fresh machine's first member folds compile their Triton kernels: the check warms them first, by default,
+    into the very compile cache root the timed folds then read, as a run's later pods do."""
+    stages = {name: (argv, env) for name, _, argv, env in gpu_check.stage_commands(tmp_path)}
+    order = gpu_check.DEFAULT_STAGES.split(",")
+    assert order.index("members_warmup") < order.index("ensemble_fold")
+    warmup, timed = stages["members_warmup"], stages["ensemble_fold"]
+    assert warmup[1]["ALPHA_COMPILE_CACHE"] == timed[1]["ALPHA_COMPILE_CACHE"]
+    assert warmup[0][warmup[0].index("--jobs") + 1] == timed[0][timed[0].index("--jobs") + 1]
+    assert warmup[0][warmup[0].index("--epochs") + 1] == "1" and "--epochs" not in timed[0]
