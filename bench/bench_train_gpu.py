@@ -210,21 +210,6 @@ def auc_parity(args) -> dict:
     return out
 
 
-def use_candidate_ssd_kernel(programs_per_group: int) -> None:
-    """Route Mamba2's training forward (outputs, no initial state) through bench/candidate_ssd_kernel.py."""
-    import candidate_ssd_kernel as candidate
-
-    candidate.PROGRAMS_PER_GROUP = programs_per_group
-    chunked = mamba2.ssd_chunked
-
-    def ssd(x, dt, A, B, C, chunk_size, initial_state=None, outputs=True, broadcast=False):
-        if outputs and initial_state is None and x.is_cuda and candidate.supported(x, B):
-            return candidate.ssd_window(x, dt, A, B, C), None
-        return chunked(x, dt, A, B, C, chunk_size, initial_state, outputs, broadcast)
-
-    mamba2.ssd_chunked = ssd
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data-dir", type=Path, required=True)
@@ -269,17 +254,14 @@ def main() -> None:
         "an experiment, the same model",
     )
     parser.add_argument(
-        "--ssd-kernel",
-        nargs="?",
-        const=1,
-        type=int,
-        metavar="S",
-        help="the flagship encoder's SSD over each whole window as one Triton kernel per direction, S programs per "
-        "sequence and group of heads (bench/candidate_ssd_kernel.py): a candidate, the same model",
+        "--ssd-chunked",
+        action="store_true",
+        help="the flagship encoder's SSD as `ssd_chunked` at every batch (default: the window kernel of ssd_triton.py "
+        "above 64 on a GPU): an experiment, the same model",
     )
     args = parser.parse_args()
-    if args.ssd_kernel:
-        use_candidate_ssd_kernel(args.ssd_kernel)
+    if args.ssd_chunked:
+        mamba2.window_kernel = lambda cfg, x, B: None
     if args.ssd_matmuls:
         mamba2.broadcast_products = lambda u: False
     if args.cfc_tiles:
@@ -304,7 +286,7 @@ def main() -> None:
         "mamba2_chunk": args.mamba2_chunk,
         "cfc_tiles": args.cfc_tiles,
         "ssd_matmuls": args.ssd_matmuls,
-        "ssd_kernel": args.ssd_kernel,
+        "ssd_chunked": args.ssd_chunked,
         "modes": [],
     }
     for spec in args.modes.split(","):

@@ -1,20 +1,18 @@
-"""A candidate for the flagship's B=4096 goal (issue 33 item 3), not yet measured on a GPU: Mamba2's SSD over the
-whole window as one Triton kernel per direction, in place of `ssd_chunked`'s chunked einsums.
+"""Mamba2's SSD over a whole window as one Triton kernel per direction: the CUDA path of `Mamba2Block.forward` at a
+large batch (`use_window_kernel` in mamba2.py).
 
-    python3 bench/bench_train_gpu.py ... --modes 4096:bf16:1:c,1:fp32:1:c --ssd-kernel   # against the same without
-
-Why: at K=64 the window is short enough to take as one chunk. Per sequence and group of heads, the SSD's outputs are
-the quadratic form y = (C B^T o L) (dt x), with L[l, s] = exp(cum_l - cum_s) for s <= l (cum the cumulative
+Why: at K <= 64 the window is short enough to take as one chunk. Per sequence and group of heads, the SSD's outputs
+are the quadratic form y = (C B^T o L) (dt x), with L[l, s] = exp(cum_l - cum_s) for s <= l (cum the cumulative
 log-decay dt A) and 0 above: one [K, N] x [N, K] product, a mask, and one [K, K] x [K, P] product a head, all in
-registers. Torch computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at B=4096 on an
-H100, `results/h100-2026-12-07/b4096/call4-pw32_prof.json`). The backward recomputes the forward's products and
-writes the gradients of x, dt, A, B and C. B and C are shared by a group's heads: a program owns a sequence and
-a group's heads (or, with `PROGRAMS_PER_GROUP`, a share of them, for more programs at a small batch) and sums
-their gradients over its heads; torch sums the shares.
+registers. `ssd_chunked` computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at
+B=4096 on an H100); with this kernel a flagship training step at B=4096 bf16 went from 478,330 to 575,503 seq/s
+(bench/README.md, "The eleventh check"). The backward recomputes the forward's products and writes the gradients
+of x, dt, A, B and C. B and C are shared by a group's heads: a program owns a sequence and a group's heads and
+sums their gradients over its heads.
 
-Limits: K, head dim P and state size N powers of two from 16 to 128 (`supported`); the forward's final state is not
-computed (training does not read it; `Mamba2Block.forward_last` keeps `ssd_chunked`). Checked against `ssd_chunked`
-in Triton's interpreter on the CPU (tests/test_candidate_ssd_kernel.py).
+Limits (`supported`): K from 16 to 64, head dim P and state size N from 16 to 128, powers of two; the final state
+is not computed (training does not read it; `Mamba2Block.forward_last` keeps `ssd_chunked`). Checked against
+`ssd_chunked` in Triton's interpreter on the CPU and on a GPU (tests/test_ssd_triton.py).
 """
 
 from __future__ import annotations
@@ -26,17 +24,17 @@ from torch import Tensor
 
 
 @triton.jit
-def _window(B, C, PRECISION: tl.constexpr, K: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, S: tl.constexpr):
-    """This program's sequence, group and first head, the group's B and C [K, N] (fp32), its scores C B^T [K, K]
-    and the window's positions."""
-    seq, grp, split = tl.program_id(0), tl.program_id(1) // S, tl.program_id(1) % S
+def _window(B, C, PRECISION: tl.constexpr, K: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr):
+    """This program's sequence and first head, the offsets of its group's B and C, B and C [K, N] (fp32), its
+    scores C B^T [K, K] and the window's positions."""
+    seq, grp = tl.program_id(0), tl.program_id(1)
     ll = tl.arange(0, K)
     nn = tl.arange(0, N)
     at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
     b = tl.load(B + at_bc).to(tl.float32)
     c = tl.load(C + at_bc).to(tl.float32)
     scores = tl.dot(c, tl.trans(b), input_precision=PRECISION)  # [K, K]: C_l . B_s
-    return seq, grp, split, grp * (H // G) + split * (H // G // S), b, c, scores, ll
+    return seq, grp * (H // G), at_bc, b, c, scores, ll
 
 
 @triton.jit
@@ -66,11 +64,10 @@ def _ssd_fwd_kernel(
     G: tl.constexpr,
     P: tl.constexpr,
     N: tl.constexpr,
-    S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, _, _, first, _, _, scores, ll = _window(B, C, PRECISION, K, H, G, N, S)
-    for r in range(H // G // S):
+    seq, first, _, _, _, scores, ll = _window(B, C, PRECISION, K, H, G, N)
+    for r in range(H // G):
         xs, at_x, dts, a_h, decay = _head(x, dt, A, seq, first + r, ll, K, H, P)
         out = tl.dot(scores * decay, xs * dts[:, None], input_precision=PRECISION)
         tl.store(y + at_x, out.to(y.dtype.element_ty))
@@ -94,12 +91,11 @@ def _ssd_bwd_kernel(
     G: tl.constexpr,
     P: tl.constexpr,
     N: tl.constexpr,
-    S: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    seq, grp, split, first, b, c, scores, ll = _window(B, C, PRECISION, K, H, G, N, S)
+    seq, first, at_bc, b, c, scores, ll = _window(B, C, PRECISION, K, H, G, N)
     d_scores = tl.zeros([K, K], dtype=tl.float32)
-    for r in range(H // G // S):
+    for r in range(H // G):
         head = first + r
         xs, at_x, dts, a_h, decay = _head(x, dt, A, seq, head, ll, K, H, P)
         g = tl.load(dy + at_x).to(tl.float32)  # [K, P]
@@ -113,36 +109,30 @@ def _ssd_bwd_kernel(
         d_a = tl.sum(d_cum, 0) - tl.cumsum(d_cum, 0) + d_cum  # cum is a cumulative sum: sum over t >= s
         tl.store(ddt + seq * K * H + ll * H + head, tl.sum(d_weighted * xs, 1) + d_a * a_h)
         tl.store(dA + seq * H + head, tl.sum(d_a * dts, 0))
-    nn = tl.arange(0, N)  # this program's share of B's and C's gradients, [b, K, G, S, N]: the caller sums over S
-    at_part = seq * K * G * S * N + ll[:, None] * G * S * N + (grp * S + split) * N + nn[None, :]
-    tl.store(dC + at_part, tl.dot(d_scores, b, input_precision=PRECISION))
-    tl.store(dB + at_part, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
+    tl.store(dC + at_bc, tl.dot(d_scores, b, input_precision=PRECISION))
+    tl.store(dB + at_bc, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
 
 
-def _pow2(n: int) -> bool:
-    return 16 <= n <= 128 and n & (n - 1) == 0
+def _pow2(n: int, top: int) -> bool:
+    return 16 <= n <= top and n & (n - 1) == 0
 
 
 def supported(x: Tensor, B: Tensor) -> bool:
-    """x [b, K, h, p], B [b, K, g, n]: K, p and n powers of two from 16 to 128."""
-    return _pow2(x.shape[1]) and _pow2(x.shape[3]) and _pow2(B.shape[3])
-
-
-PROGRAMS_PER_GROUP = 1  # S: a group's heads split among S programs (1: one program a sequence and group)
+    """x [b, K, h, p], B [b, K, g, n]: K a power of two from 16 to 64, p and n from 16 to 128 (the [K, K] scores
+    and the [K, P] and [K, N] tiles of a program stay in registers)."""
+    return _pow2(x.shape[1], 64) and _pow2(x.shape[3], 128) and _pow2(B.shape[3], 128)
 
 
 def _launch(x: Tensor, B: Tensor) -> tuple[tuple[int, int], dict]:
-    """The grid (sequences, groups x S) and the meta-parameters."""
+    """The grid (sequences, groups) and the meta-parameters. The products use TF32 where torch's own fp32 matmuls
+    may."""
     _, k, h, p = x.shape
-    g, splits = B.shape[2], PROGRAMS_PER_GROUP
-    if (h // g) % splits:
-        raise ValueError(f"{h // g} heads a group do not split among {splits} programs")
     tf32 = x.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    meta = {"K": k, "H": h, "G": g, "P": p, "N": B.shape[3], "S": splits, "PRECISION": "tf32" if tf32 else "ieee"}
-    return (x.shape[0], g * splits), meta
+    meta = {"K": k, "H": h, "G": B.shape[2], "P": p, "N": B.shape[3], "PRECISION": "tf32" if tf32 else "ieee"}
+    return (x.shape[0], B.shape[2]), meta
 
 
-@torch.library.custom_op("alpha_bench::ssd_window", mutates_args=())
+@torch.library.custom_op("alpha::ssd_window", mutates_args=())
 def ssd_window(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> Tensor:
     """`ssd_chunked(x, dt, A, B, C, K)[0]` for a whole window of K steps: y [b, K, h, p] in x's dtype."""
     x, dt, A, B, C = (t.contiguous() for t in (x, dt, A, B, C))
@@ -157,7 +147,7 @@ def _(x, dt, A, B, C):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("alpha_bench::ssd_window_bwd", mutates_args=())
+@torch.library.custom_op("alpha::ssd_window_bwd", mutates_args=())
 def ssd_window_bwd(
     dy: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -166,11 +156,10 @@ def ssd_window_bwd(
     f32 = torch.float32
     dx, ddt = torch.empty_like(x, dtype=f32), torch.empty_like(dt, dtype=f32)
     dA = x.new_empty(x.shape[0], x.shape[2], dtype=f32)
+    dB, dC = torch.empty_like(B, dtype=f32), torch.empty_like(C, dtype=f32)
     grid, meta = _launch(x, B)
-    parts = (*B.shape[:3], meta["S"], B.shape[3])
-    dB, dC = B.new_empty(parts, dtype=f32), C.new_empty(parts, dtype=f32)
     _ssd_bwd_kernel[grid](x, dt, A, B, C, dy, dx, ddt, dA, dB, dC, **meta, num_warps=4)
-    return dx, ddt, dA.sum(0), dB.sum(3), dC.sum(3)
+    return dx, ddt, dA.sum(0), dB, dC
 
 
 @ssd_window_bwd.register_fake
