@@ -27,7 +27,7 @@ from torch import Tensor
 def _window(B, C, PRECISION: tl.constexpr, K: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr):
     """This program's sequence and first head, the offsets of its group's B and C, B and C [K, N] (fp32), its
     scores C B^T [K, K] and the window's positions."""
-    seq, grp = tl.program_id(0), tl.program_id(1)
+    seq, grp = tl.program_id(0).to(tl.int64), tl.program_id(1)  # 64-bit offsets: a validation batch may be large
     ll = tl.arange(0, K)
     nn = tl.arange(0, N)
     at_bc = seq * K * G * N + ll[:, None] * G * N + grp * N + nn[None, :]
