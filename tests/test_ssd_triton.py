@@ -54,6 +54,7 @@ def test_the_window_kernel_computes_what_ssd_chunked_does():
 
         x, _, _, B, _ = window_inputs("cpu")
         assert supported(x, B) and not supported(x[:, :20], B[:, :20]) and not supported(x.repeat(1, 4, 1, 1), B)
+        assert not supported(x.repeat(1, 1, 1, 8), B) and not supported(x, B.repeat(1, 1, 1, 8))  # p, n of 128
         assert_kernel_matches_chunked("cpu", 1e-4, 1e-4)
         print("ok")
     """)

@@ -1,16 +1,17 @@
 """Mamba2's SSD over a whole window as one Triton kernel per direction: the CUDA path of `Mamba2Block.forward` at a
-large batch (`use_window_kernel` in mamba2.py).
+large batch (`window_kernel` in mamba2.py).
 
 Why: at K <= 64 the window is short enough to take as one chunk. Per sequence and group of heads, the SSD's outputs
 are the quadratic form y = (C B^T o L) (dt x), with L[l, s] = exp(cum_l - cum_s) for s <= l (cum the cumulative
 log-decay dt A) and 0 above: one [K, N] x [N, K] product, a mask, and one [K, K] x [K, P] product a head, all in
-registers. `ssd_chunked` computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at
+one program. `ssd_chunked` computes the same in ~15 kernels over [4096, 64, ...] activations (150-250 us each at
 B=4096 on an H100); with this kernel a flagship training step at B=4096 bf16 went from 478,330 to 575,503 seq/s
 (bench/README.md, "The eleventh check"). The backward recomputes the forward's products and writes the gradients
 of x, dt, A, B and C. B and C are shared by a group's heads: a program owns a sequence and a group's heads and
 sums their gradients over its heads.
 
-Limits (`supported`): K from 16 to 64, head dim P and state size N from 16 to 128, powers of two; the final state
+Limits (`supported`): K, head dim P and state size N powers of two from 16 to 64 (a backward program then needs at
+most 80 KB of shared memory, under the 99 KB of any sm_80+ GPU; at the flagship's 64/16/16, 28 KB); the final state
 is not computed (training does not read it; `Mamba2Block.forward_last` keeps `ssd_chunked`). Checked against
 `ssd_chunked` in Triton's interpreter on the CPU and on a GPU (tests/test_ssd_triton.py).
 """
@@ -113,14 +114,13 @@ def _ssd_bwd_kernel(
     tl.store(dB + at_bc, tl.dot(tl.trans(d_scores), c, input_precision=PRECISION))
 
 
-def _pow2(n: int, top: int) -> bool:
-    return 16 <= n <= top and n & (n - 1) == 0
+def _pow2(n: int) -> bool:
+    return 16 <= n <= 64 and n & (n - 1) == 0
 
 
 def supported(x: Tensor, B: Tensor) -> bool:
-    """x [b, K, h, p], B [b, K, g, n]: K a power of two from 16 to 64, p and n from 16 to 128 (the [K, K] scores
-    and the [K, P] and [K, N] tiles of a program stay in registers)."""
-    return _pow2(x.shape[1], 64) and _pow2(x.shape[3], 128) and _pow2(B.shape[3], 128)
+    """x [b, K, h, p], B [b, K, g, n]: K, p and n powers of two from 16 to 64."""
+    return _pow2(x.shape[1]) and _pow2(x.shape[3]) and _pow2(B.shape[3])
 
 
 def _launch(x: Tensor, B: Tensor) -> tuple[tuple[int, int], dict]:
