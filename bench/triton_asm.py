@@ -1,12 +1,13 @@
-"""Compile the fused CfC scan kernels for an H100/H200 (sm_90) on a machine without a GPU, and count what one step
-of each kernel's loop executes.
+"""Compile the fused CfC scan kernels and Mamba2's window kernels for an H100/H200 (sm_90) on a machine without a
+GPU, and count what one step of each kernel's loop executes.
 
     .venv/bin/python bench/triton_asm.py [--kernel _cfc_fwd_row_kernel,...] [--warps 8] [--dump DIR]
 
 Why: the device machine is lent by the minute, and a step of a scan is latency-bound: its barriers (BAR),
 shared-memory round trips (LDS/STS), shuffle trees (SHFL) and spills (LDL/STL) show in the SASS without one.
 Prints, per kernel, the loop body's instruction count by opcode and the registers and stack; `--dump` keeps the
-Triton GPU IR (its layouts) and the SASS. Sizes are the flagship main trunk's (H 64, U 128, K 64), fp32.
+Triton GPU IR (its layouts) and the SASS. Sizes are the flagship's, fp32: the main trunk's (H 64, U 128, L 64) for
+the scans, the encoder's (K 64, 8 heads of P 16, one group, N 16) for the window kernels.
 """
 
 from __future__ import annotations
@@ -22,18 +23,21 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from alpha_core.models import cfc_triton
+from alpha_core.models import cfc_triton, ssd_triton
 
-H, U, L = 64, 128, 64
 BB = 32  # the tiles' rows at the flagship's B=4096
+SIZES = {  # per module, the flagship's sizes as a launch sees them (constexprs), and its integer arguments
+    cfc_triton: ({"L": 64, "H": 64, "U": 128, "BB": BB, "SAVE": True}, {"B"}),
+    ssd_triton: ({"K": 64, "H": 8, "G": 1, "P": 16, "N": 16}, set()),
+}
 
 
-def signature(kernel, half: bool) -> tuple[dict, dict]:
-    """Argument types and constexprs at the flagship's sizes (main trunk), as a launch at fp32 (or, with `half`, a
-    launch of the tiles under a bf16 autocast) would see them."""
-    given = {"L": L, "H": H, "U": U, "BB": BB, "PRECISION": "tf32", "HALF": half, "SAVE": True}
+def signature(kernel, sizes: tuple[dict, set], half: bool) -> tuple[dict, dict]:
+    """Argument types and constexprs at the flagship's sizes, as a launch at fp32 (or, with `half`, a launch of the
+    tiles under a bf16 autocast) would see them; every other argument is an fp32 pointer."""
+    given, ints = sizes[0] | {"PRECISION": "tf32", "HALF": half}, sizes[1]
     constexprs = {name: given[name] for name in kernel.arg_names if name in given}
-    sig = {name: "constexpr" if name in constexprs else "i32" if name == "B" else "*fp32" for name in kernel.arg_names}
+    sig = {name: "constexpr" if name in constexprs else "i32" if name in ints else "*fp32" for name in kernel.arg_names}
     return sig, constexprs
 
 
@@ -78,9 +82,10 @@ def resources(cubin: bytes) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    kernels = {
-        name: value
-        for name, value in vars(cfc_triton).items()
+    kernels = {  # name -> (kernel, its sizes)
+        name: (value, sizes)
+        for module, sizes in SIZES.items()
+        for name, value in vars(module).items()
         if name.endswith("_kernel") and isinstance(value, triton.runtime.JITFunction)
     }
     parser.add_argument("--kernel", default=",".join(kernels), help=f"of {', '.join(kernels)}")
@@ -92,11 +97,11 @@ def main() -> None:
     args = parser.parse_args()
     for spec in args.extra:
         path, name = spec.split(":")
-        kernels[name] = runpy.run_path(path)[name]
+        kernels[name] = (runpy.run_path(path)[name], SIZES[cfc_triton])
     target = GPUTarget("cuda", 90, 32)
     for name in args.kernel.split(","):
-        kernel = kernels[name]
-        sig, constexprs = signature(kernel, args.half)
+        kernel, sizes = kernels[name]
+        sig, constexprs = signature(kernel, sizes, args.half)
         # as a launch specializes them: every pointer 16-byte aligned (torch allocations are)
         attrs = {(i,): [["tt.divisibility", 16]] for i, arg in enumerate(kernel.arg_names) if sig[arg].startswith("*")}
         src = ASTSource(
