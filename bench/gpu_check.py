@@ -6,8 +6,8 @@ repository for the same card (bench/results/<gpu>-<date>/gpu_check*.json) with t
 Exit status 1 (a FAIL blocks, issue 33 item 6) when a figure regressed beyond its band, a figure is missing (a stage
 failed, timed out or found no time left) or a CUDA test failed; a goal not yet met is reported, not blocking.
 Everything goes to `--out`/gpu_check.json, written atomically: commit it as `record_as` says, and the next check on
-that card compares with it. `--report-only` prints a gpu_check.json's report again; `--judge` judges one again
-against the records.
+that card compares with it (a blocked check's `record_as` is a `blocked_check_*.json` that no check compares with).
+`--report-only` prints a gpu_check.json's report again; `--judge` judges one again against the records.
 """
 
 from __future__ import annotations
@@ -513,7 +513,9 @@ def report(result: dict) -> None:
     if result.get("host"):
         print(result["host"])
     print(f"BLOCKED by: {'; '.join(blocking)}" if blocking else "no regression beyond the noise bands: the check passes")
-    if result.get("record_as"):
+    if result.get("record_as") and result.get("blocked"):
+        print(f"keep this check: commit {result['record_as']} (beside the records: no later check compares with it)")
+    elif result.get("record_as"):
         print(f"record this check: commit {result['record_as']} (its figures are what the next check compares with)")
 
 
@@ -566,13 +568,21 @@ def main() -> int:
         "wall_s": time.monotonic() - started,
         "stages": stages,
         "figures": fig,
-        # where to commit this file, so that the next check on this card compares with its figures
-        "record_as": f"bench/results/{_slug(gpu)}-{now:%Y-%m-%d}/gpu_check.json",
     }
     judge(result, args.results_dir, skip=args.out)
+    result["record_as"] = record_as(result, now)
     atomic_text(args.out / "gpu_check.json", json.dumps(result, indent=1, default=str))
     report(result)
     return 1 if result["blocked"] else 0
+
+
+def record_as(result: dict, now: datetime.datetime) -> str:
+    """Where to commit a judged check: as `gpu_check.json`, whose figures the next check on this card compares with,
+    or, when it is blocked, as `blocked_check_<commit>.json` beside it, kept but never compared with (`last_recorded`
+    reads `gpu_check*.json` only): a blocked check's figures, recorded as the last, would carry its regression into
+    the next check's bands."""
+    name = f"blocked_check_{result.get('commit', '?')}.json" if result["blocked"] else "gpu_check.json"
+    return f"bench/results/{_slug(result['gpu'])}-{now:%Y-%m-%d}/{name}"
 
 
 def _slug(gpu: str) -> str:

@@ -3,6 +3,7 @@ that failed, timed out or did not run is a FAIL with its reason, never a silent 
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import io
 import json
@@ -154,6 +155,30 @@ def test_a_check_s_record_is_what_the_next_check_compares_with(tmp_path):
     last = gpu_check.last_recorded(tmp_path / "bench/results", "NVIDIA H100 80GB HBM3")
     assert last["b1_fp32"]["value"] == 2500.0 and last["dqn_fold"]["value"] == 44.0
     assert not list(where.parent.glob(".*tmp"))
+
+
+def test_a_blocked_check_is_kept_where_no_later_check_compares_with_it(tmp_path, capsys):
+    """A check that regressed is committed beside the records, not as the last record: the next check still compares
+    with the last passing figures, so a regression cannot widen its own band."""
+    results = tmp_path / "bench/results"
+    _recorded(
+        results, "h100-2026-12-06", "gpu_check.json", "NVIDIA H100 80GB HBM3 2.11.0", "base", _figures(2500.0, 30.0, 7.0, 16.0)
+    )
+    slow = {"gpu": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "stages": {"cuda_tests": {"rc": 0}}}
+    slow = gpu_check.judge(slow | {"figures": _figures(2500.0, 30.0, 7.0, 30.0, 14.0)}, results)
+    assert slow["blocked"]
+    now = datetime.datetime(2026, 12, 7, tzinfo=datetime.UTC)
+    slow["record_as"] = gpu_check.record_as(slow, now)
+    assert slow["record_as"] == "bench/results/h100-2026-12-07/blocked_check_abc1234.json"
+    gpu_check.report(slow | {"figures": slow["figures"] | {"ensemble": {}}})
+    assert f"keep this check: commit {slow['record_as']}" in capsys.readouterr().out
+    where = tmp_path / slow["record_as"]
+    where.parent.mkdir(parents=True)
+    gpu_check.atomic_text(where, json.dumps(slow, default=str))
+    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["dqn_fold"]["value"] == 16.0
+    passing = gpu_check.judge(slow | {"figures": _figures(2500.0, 30.0, 7.0, 16.5, 14.0)}, results)
+    assert not passing["blocked"], [r for r in passing["targets"] if r["blocks"]]
+    assert gpu_check.record_as(passing, now) == "bench/results/h100-2026-12-07/gpu_check.json"
 
 
 def test_a_host_of_another_speed_is_named_beside_the_figures(tmp_path, capsys):
