@@ -14,6 +14,8 @@ Its layers, lowest first; a module imports only from its own layer or lower ones
 - doors: the CLI, and the step settings alpha run checks.
 """
 
+from alpha_core import stages as _stages  # noqa: F401  (its import time starts a process's `imports` stage)
+
 __version__ = "0.1.0"
 
 LAYERS = (
