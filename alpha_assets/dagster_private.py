@@ -24,6 +24,9 @@ Why each is needed (no public API does it in Dagster 1.13):
   this interpreter, with the backfill daemon's tick (`dagster._daemon.controller.DEFAULT_DAEMON_INTERVAL_SECONDS`,
   30 s and not a setting) shortened to `BACKFILL_TICK_S`: the backfill starts each partition only on a tick, so a
   local run waited up to 30 s at every level of the lineage (data, search, checkpoints, report) with nothing to do.
+- `dev_command` (`dagster._cli.dev.dev_command_impl`, what `dg dev` runs, and its `open_ipc_subprocess`): `alpha ui`
+  runs `dg dev`'s webserver, code server and daemon, with that daemon started as `daemon_command`'s, so a backfill
+  launched from the UI advances on the same 3 s tick as `alpha run`'s.
 - `failed_check_evaluations` (`dagster._core.event_api.PartitionKeyFilter`,
   `dagster._core.storage.asset_check_execution_record.AssetCheckExecutionRecordStatus`): the evaluations of one
   partition's failed checks: why a checkpoint of a given run missed its gate, which the report lists.
@@ -101,16 +104,52 @@ def daemon_health(instance: dg.DagsterInstance, daemon_types: Iterable[str], tol
 
 
 BACKFILL_TICK_S = 3
+# the daemon's main, with the backfill tick shortened: `python -c DAEMON_MAIN run ...` is `dagster-daemon run ...`
+DAEMON_MAIN = (
+    "import sys, dagster._daemon.controller as controller; "
+    f"controller.DEFAULT_DAEMON_INTERVAL_SECONDS = {BACKFILL_TICK_S}; "
+    "from dagster._daemon.cli import main; sys.argv[0] = 'dagster-daemon'; main()"
+)
 
 
 def daemon_command(workspace: Path) -> list[str]:
     """`dagster-daemon run -w WORKSPACE`, with this interpreter, its backfill daemon ticking every BACKFILL_TICK_S."""
-    start = (
-        "import sys, dagster._daemon.controller as controller; "
-        f"controller.DEFAULT_DAEMON_INTERVAL_SECONDS = {BACKFILL_TICK_S}; "
-        "from dagster._daemon.cli import main; sys.argv[0] = 'dagster-daemon'; main()"
+    return [sys.executable, "-c", DAEMON_MAIN, "run", "-w", str(workspace)]
+
+
+def dev_command(workspace: Path, port: int, host: str) -> list[str]:
+    """`dg dev` on WORKSPACE (webserver, code server, daemon) with this interpreter, its daemon ticking as
+    `daemon_command`'s."""
+    start = "from alpha_assets.dagster_private import _dev_main; _dev_main()"
+    return [sys.executable, "-c", start, str(workspace), str(port), host]
+
+
+def _dev_main() -> None:
+    """`dev_command`'s process: Dagster's `dev` with `dg dev`'s defaults, launching `python -c DAEMON_MAIN` where it
+    would launch `python -m dagster._daemon`."""
+    import dagster._cli.dev as dev
+    from dagster_shared.cli import WorkspaceOpts
+
+    workspace, port, host = sys.argv[1:4]
+    launch = dev.open_ipc_subprocess
+
+    def launch_with_short_tick(command: list[str], **kwargs):
+        if command[1:3] == ["-m", "dagster._daemon"]:
+            command = [command[0], "-c", DAEMON_MAIN, *command[3:]]
+        return launch(command, **kwargs)
+
+    dev.open_ipc_subprocess = launch_with_short_tick
+    dev.dev_command_impl(
+        code_server_log_level="warning",
+        log_level="info",
+        log_format="colored",
+        port=port,
+        host=host,
+        use_legacy_code_server_behavior=False,
+        shutdown_pipe=None,
+        verbose=False,
+        workspace_opts=WorkspaceOpts(workspace=[workspace]),
     )
-    return [sys.executable, "-c", start, "run", "-w", str(workspace)]
 
 
 def failed_check_evaluations(instance: dg.DagsterInstance, check_key: dg.AssetCheckKey, partition: str, limit: int = 50):

@@ -30,6 +30,7 @@ from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 from alpha_assets import run as alpha_run
 from alpha_assets.backfill import GATE_REASON
+from alpha_assets.dagster_private import DAEMON_MAIN
 from alpha_assets.definitions import defs
 from alpha_assets.remote import RemoteBackfill
 from alpha_assets.resources import DataRoot, StorageRoot
@@ -572,6 +573,10 @@ def test_two_runs_each_show_as_themselves(tiny_data, tmp_path, monkeypatch):
 def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
     with dg_dev(tmp_path, tiny_data) as server:
         server.wait_up()
+        # its daemon is `alpha run`'s, ticking every BACKFILL_TICK_S: a backfill from the UI waits no 30 s a level
+        commands = [p.cmdline() for p in psutil.Process(server.process.pid).children(recursive=True)]
+        daemons = [c[1:3] for c in commands if "run" in c and "--shutdown-pipe" in c and "dagster_webserver" not in c]
+        assert daemons == [["-c", DAEMON_MAIN]], commands
         client = DagsterGraphQLClient("127.0.0.1", port_number=server.port)
 
         def submit():
@@ -592,8 +597,7 @@ def test_dg_dev_launches_a_partition_run(tiny_data, tmp_path, monkeypatch):
             "the run",
         )
         assert status == dg.DagsterRunStatus.SUCCESS, server.log_tail()
-        # (`alpha run --remote`, what CI does, is the missed-gate test's, first in this file: a backfill waits on
-        # dg dev's 30 s ticks)
+        # (`alpha run --remote`, what CI does, is the missed-gate test's, first in this file)
 
         # the UI itself, in headless Chromium: the asset catalog lists the lineage, an asset shows its partitions
         lineage, symbols = ("book_sidecars", "checkpoints"), ("ES.FUT", "NQ.FUT", "ZN.FUT", "6E.FUT")
