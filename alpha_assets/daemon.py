@@ -1,6 +1,6 @@
-"""The local daemon of `alpha run`: the one of a running `dg dev` when it has a live heartbeat (`daemon_alive`), else
-a `dagster-daemon run` that `alpha run` starts for as long as it follows its backfill (`Daemon`), and that dies
-with it (`_die_with_parent`)."""
+"""The local daemon of `alpha run`: the one of a running `alpha ui` (or `dg dev`) when it has a live heartbeat
+(`daemon_alive`), else a `dagster-daemon run` that `alpha run` starts for as long as it follows its backfill
+(`Daemon`), and that dies with it (`_die_with_parent`)."""
 
 from __future__ import annotations
 

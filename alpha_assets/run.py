@@ -15,8 +15,8 @@ and hyperopt settings of every op. Every run is tagged `alpha/run_id` (all artif
 `{storage}/<RUN_ID>/`) and `alpha/trigger`.
 
 Locally the backfill is written to the instance of $DAGSTER_HOME and run by its daemon: the one of a running
-`dg dev` when it has a live heartbeat, else a `dagster-daemon run` started for as long as `alpha run` follows the
-backfill. With `--remote URL` it is launched through the webserver's GraphQL API. Either way `alpha run` prints one
+`alpha ui` (or `dg dev`) when it has a live heartbeat, else a `dagster-daemon run` started for as long as `alpha run`
+follows the backfill. With `--remote URL` it is launched through the webserver's GraphQL API. Either way `alpha run` prints one
 line per run that starts, finishes or fails (with the plan's progress and an ETA), the backfill's UI link at the
 end, and fails itself when anything failed.
 
