@@ -37,7 +37,7 @@ On an upgrade (move dagster and its libraries together in pyproject.toml and con
 import above still resolves with the same signature and meaning (the release notes, the source of the new
 version), and that `dg.Failure`'s module is still `FAILURE_ERROR_PREFIX`'s; then run the tests that reach them:
 tests/test_automation.py (cron tick, the retrain sensors' backfill), tests/test_run.py (backfill, daemon),
-tests/test_run_gates.py and tests/test_lineage.py (failed gates), tests/test_webserver.py (`--remote`).
+tests/test_run_gates.py and tests/test_lineage.py (failed gates), tests/test_webserver.py (`--remote`, `alpha ui`'s daemon).
 """
 
 from __future__ import annotations
