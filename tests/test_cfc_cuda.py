@@ -83,3 +83,27 @@ def test_without_nvrtc_the_scan_warns_once_and_takes_triton(no_nvrtc, monkeypatc
     with torch.no_grad():
         for a, b in zip(fused, parallel_cfc(layers, xs, ts, fused=False), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+def test_prefetched_scans_are_the_ones_training_loads(monkeypatch):
+    """`PerceptionModel.prefetch_kernels` at the flagship's training batch starts both trunks' NVRTC compiles; the
+    first training step takes them (nothing left pending, nothing compiled twice) and the scans are right."""
+    from alpha_core.models.cfc import parallel_cfc
+    from alpha_core.models.perception import PerceptionConfig, PerceptionModel
+
+    monkeypatch.setattr(nvrtc, "_LOADED", {})
+    monkeypatch.setattr(nvrtc, "_PENDING", {})
+    model = PerceptionModel(PerceptionConfig(n_features=8, horizons=(1, 5), time_scale=1.0)).cuda()
+    model.prefetch_kernels(batch=1, dtype=torch.bfloat16)
+    assert nvrtc._PENDING == {}  # bf16 scans are Triton's
+    model.prefetch_kernels(batch=1, dtype=torch.float32)
+    assert len(nvrtc._PENDING) == 2
+    layers = [model.trunk, model.aux_trunk]
+    xs = [torch.randn(1, 64, 64, device="cuda", requires_grad=True) for _ in layers]
+    ts = [torch.rand(1, 64, device="cuda") for _ in layers]
+    fused = parallel_cfc(layers, xs, ts, fused=True)
+    assert nvrtc._PENDING == {} and len(nvrtc._LOADED) == 2
+    with torch.no_grad():
+        for a, b in zip(fused, parallel_cfc(layers, xs, ts, fused=False), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

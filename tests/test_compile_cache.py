@@ -111,6 +111,24 @@ def test_nvrtc_kernels_are_compiled_once_per_cache_folder(fresh, tmp_path):
     assert json.loads(kept.read_text())["lowered"] == lowered
 
 
+def test_a_background_compile_fills_the_cache_and_hands_on_its_error(fresh, tmp_path):
+    """`nvrtc.prefetch`'s thread: its result is `cubin_for`'s (kept in the cache folder, so `load` and a later pod
+    find it), and a compile error reaches whoever takes the result, as a direct call would raise it."""
+    try:
+        nvrtc._nvrtc()
+    except nvrtc.NvrtcUnavailable:
+        pytest.skip("no NVRTC library here")
+    fresh.setenv(compile_cache.ENV, str(tmp_path))
+    compile_cache.use("cpu")
+    source, names = "__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }", ("k",)
+    cubin, lowered = nvrtc.compile_in_background(source, names, "sm_90").result(timeout=120)
+    assert lowered == {"k": "_Z1kPf"} and cubin[:4] == b"\x7fELF"
+    assert nvrtc.cubin_for(source, names, "sm_90") == (cubin, lowered)
+    broken = nvrtc.compile_in_background("__global__ void k() { undefined_name(); }", ("k",), "sm_90")
+    with pytest.raises(RuntimeError, match=r"alpha\.cu\(\d+\).*undefined"):
+        broken.result(timeout=120)
+
+
 PROBE = """
 import json, torch
 from alpha_core import compile_cache

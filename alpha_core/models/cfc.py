@@ -183,7 +183,7 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
     for c, t in zip(cells, timespans, strict=True):
         t = t.unsqueeze(-1) if t.dim() == 2 else t
         ts.append(t.expand(*t.shape[:2], c.hidden_size))
-    if fused and xs[0].is_cuda and _fused_supported(cells):
+    if fused and xs[0].is_cuda and fused_supported(cells):
         from alpha_core.models.cfc_triton import fused_cfc_scans
 
         heads = [c._head_params() for c in cells]
@@ -207,7 +207,7 @@ def parallel_cfc(layers: Sequence[CfC], xs: Sequence[Tensor], timespans: Sequenc
     return list(CfCScan.apply(xproj, ts, w_h, w_heads, b_heads, keep).split(sizes, dim=-1))
 
 
-def _fused_supported(cells: Sequence[CfCCell]) -> bool:
+def fused_supported(cells: Sequence[CfCCell]) -> bool:
     """Triton is importable and every layer's sizes fit the fused kernel."""
     try:
         from alpha_core.models import cfc_triton

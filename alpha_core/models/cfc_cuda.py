@@ -280,6 +280,12 @@ class RowScan:
     def __getitem__(self, grid: tuple[int]):
         return lambda *args, **meta: self._launch(grid, args, meta)
 
+    @staticmethod
+    def prefetch(hidden: int, units: int, threads: int, device: torch.device) -> None:
+        """Start compiling the kernels `_launch` will load for a layer of this size (nvrtc.prefetch)."""
+        if not RowScan.nvrtc_missing and supported(hidden, units, threads):
+            nvrtc.prefetch(SOURCE, kernel_names(hidden, units, threads), device)
+
     def _launch(self, grid: tuple[int], args: tuple, meta: dict) -> None:
         hidden, units, threads = meta["H"], meta["U"], 32 * meta["num_warps"]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]

@@ -346,6 +346,16 @@ def _launch(batch: int, dtype: torch.dtype, backward: bool) -> tuple:
     return kernel, (triton.cdiv(batch, rows),), meta
 
 
+def prefetch(sizes: list[tuple[int, int]], batch: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Start compiling the CUDA C scans that layers of these (hidden, units) sizes will launch at this batch and
+    dtype (the "cuda" entry of `LAUNCH_PLAN`, fp32 only), so that a cold process's NVRTC runs beside its
+    torch.compile. Triton's kernels compile inside torch.compile's own work and are left to it."""
+    kernel, _, meta = _launch(batch, dtype, backward=False)
+    if isinstance(kernel, RowScan) and dtype == torch.float32:
+        for hidden, units in sizes:
+            kernel.prefetch(hidden, units, 32 * meta["num_warps"], device)
+
+
 _SIDE_STREAMS: dict[tuple[torch.device, int], torch.cuda.Stream] = {}
 
 

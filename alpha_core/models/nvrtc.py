@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import threading
+from concurrent.futures import Future
 from functools import cache
 
 import torch
@@ -179,17 +180,52 @@ def cubin_for(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, di
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, dict[str, Kernel]] = {}
+_PENDING: dict[tuple, Future] = {}  # `prefetch`es not yet taken by `load`
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _arch(index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"
+
+
+def compile_in_background(source: str, names: tuple[str, ...], arch: str) -> Future:
+    """`cubin_for` on a thread of its own: NVRTC runs without the GIL, so the compile overlaps whatever this process
+    does meanwhile. The future holds (cubin, lowered names), or the error `cubin_for` raised."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(cubin_for(source, names, arch))
+        except BaseException as exc:  # handed to whoever takes the result, as a direct call would raise it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="nvrtc-compile", daemon=True).start()
+    return future
+
+
+def prefetch(source: str, names: tuple[str, ...], device: torch.device) -> None:
+    """Start compiling what `load` will ask for: a cold process (no cached cubin) then compiles its kernels while
+    torch.compile traces and lowers the model, instead of after the compiled forward first reaches them."""
+    index = _index(device)
+    key = (source, names, index)
+    with _LOCK:
+        if key not in _LOADED and key not in _PENDING:
+            _PENDING[key] = compile_in_background(source, names, _arch(index))
 
 
 def load(source: str, names: tuple[str, ...], device: torch.device) -> dict[str, Kernel]:
     """The kernels `names` of `source`, compiled together (one NVRTC run) for `device`'s architecture once per
-    process and loaded into its context."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    process (or taken from `prefetch`) and loaded into its context."""
+    index = _index(device)
     key = (source, names, index)
     with _LOCK:
         if key not in _LOADED:
-            major, minor = torch.cuda.get_device_capability(index)
-            cubin, lowered = cubin_for(source, names, f"sm_{major}{minor}")
+            pending = _PENDING.pop(key, None)
+            cubin, lowered = pending.result() if pending is not None else cubin_for(source, names, _arch(index))
             _make_current(_primary_context(index))
             module = ctypes.c_void_p()
             _check_driver(_driver().cuModuleLoadData(ctypes.byref(module), cubin), "module load")

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 from alpha_core.bounds import Count, Dim, Layers, NonNegFloat, NonNegInt, PositiveFloat
-from alpha_core.models.cfc import CfC, parallel_cfc
+from alpha_core.models.cfc import CfC, fused_supported, parallel_cfc
 from alpha_core.models.mamba2 import Mamba2, Mamba2Config
 
 BCE_EMA_DECAY = 0.99  # the lambda controller follows slow trends
@@ -145,6 +145,16 @@ class PerceptionModel(nn.Module):
         logits = head_logits(trunk, self.heads.weight, self.heads.bias, self.lambdas)
         long, short = self.aux_heads(aux).chunk(2, dim=-1)
         return {"logits": logits, "aux_long": long, "aux_short": short}
+
+    def prefetch_kernels(self, batch: int, dtype: torch.dtype) -> None:
+        """Start compiling the CfC scans' CUDA kernels that training at this batch and dtype will launch (on cuda,
+        with the fused scan), so that a cold process compiles them beside torch.compile's work."""
+        cells = [self.trunk.rnn_cell, self.aux_trunk.rnn_cell]
+        device = self.heads.weight.device
+        if self.fused_scan and device.type == "cuda" and fused_supported(cells):
+            from alpha_core.models import cfc_triton
+
+            cfc_triton.prefetch([(c.hidden_size, c.backbone_units) for c in cells], batch, dtype, device)
 
     def last_logits(self, x: Tensor, dt: Tensor) -> Tensor:
         """forward(x, dt)["logits"][:, -1] without the aux trunk, which only training uses: what evaluation

@@ -225,6 +225,7 @@ class PerceptionTrainer:
         torch.manual_seed(cfg.seed)
         self.model = PerceptionModel(model_cfg).to(self.device)
         self.model.fused_scan = cfg.fused_scan
+        self.model.prefetch_kernels(cfg.batch_size, torch.bfloat16 if cfg.precision == "bf16" else torch.float32)
         groups = self.model.param_groups()
         self.lr_max = {"mamba2": cfg.lr_mamba2, "cfc": cfg.lr_cfc, "aux": cfg.lr_aux if cfg.lr_aux is not None else cfg.lr_cfc}
         steps_per_epoch = (
