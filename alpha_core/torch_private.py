@@ -10,11 +10,19 @@ torch is pinned to >=2.11,<2.14 (pyproject.toml):
   fuse a product with the elementwise work around it, without benchmarking a dozen block configurations for each
   of the step's ~50 products. At the flagship's B=1 the candidates all time within a microsecond of each other; the
   benchmarking tripled a cold fold's compile (93 s against 12 s on an H100) for a kernel choice that does not matter.
+- `one_config_reductions` (Inductor's `test_configs.force_filter_reduction_configs`): each reduction kernel with the
+  one block configuration Inductor's own heuristic ranks first, instead of compiling several and timing them at the
+  first run.
+- `start_compile_workers` (`torch._inductor.async_compile.maybe_warm_pool`): Inductor's Triton compile workers,
+  started before the first compile. Inductor starts them at its first compile, after Dynamo's trace, and compiles
+  each kernel in the calling process, one after another, until they are up.
 
-On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms), and that
-Inductor still has `test_configs.max_mm_configs` (without it the templates are simply not used) and still offers its
-templates from 68 SMs (`is_big_gpu`, `TEMPLATE_MIN_SMS`), then run
-tests/test_train_perception.py and the CUDA test set (`pytest -m cuda`, bench/gpu_check.sh).
+On an upgrade: check `torch._foreach_norm` keeps its signature (a list of tensors -> a list of 0-d norms), that
+Inductor still has `test_configs.max_mm_configs` (without it the templates are simply not used) and
+`test_configs.force_filter_reduction_configs` (without it every configuration is compiled and timed), that
+`async_compile.maybe_warm_pool` is still there, and that Inductor still offers its templates from 68 SMs
+(`is_big_gpu`, `TEMPLATE_MIN_SMS`), then run tests/test_train_perception.py and the CUDA test set (`pytest -m cuda`,
+bench/gpu_check.sh).
 """
 
 from __future__ import annotations
@@ -47,3 +55,20 @@ def one_config_gemm_templates(multiprocessors: int) -> dict[str, object]:
         "test_configs.max_mm_configs": 1,
         "benchmark_epilogue_fusion": False,
     }
+
+
+def one_config_reductions() -> dict[str, object]:
+    """torch.compile options: one block configuration for each reduction kernel, none timed (empty where this torch's
+    Inductor lacks the option)."""
+    from torch._inductor import config
+
+    name = "test_configs.force_filter_reduction_configs"
+    return {name: True} if name in config.get_config_copy() else {}
+
+
+def start_compile_workers() -> None:
+    """Start Inductor's Triton compile workers now. Call it after the cache folders are set (`compile_cache.use`):
+    the workers keep the environment they start with."""
+    from torch._inductor.async_compile import maybe_warm_pool
+
+    maybe_warm_pool()

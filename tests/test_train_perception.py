@@ -317,6 +317,6 @@ def test_this_torch_takes_the_compile_options_of_the_gpu_step(batch_size, multip
         assert options == {}
     elif multiprocessors >= 68:
         assert options["test_configs.max_mm_configs"] == 1 and options["max_autotune_gemm_backends"] == "TRITON"
-        assert options["combo_kernels"]
+        assert options["combo_kernels"] and options["test_configs.force_filter_reduction_configs"]
     else:
         assert options["combo_kernels"] and not options.get("max_autotune_gemm")

@@ -46,7 +46,7 @@ from alpha_core.faults import crash_point
 from alpha_core.models.perception import PerceptionConfig, PerceptionModel
 from alpha_core.progress import TrainingReporter, horizon_metrics
 from alpha_core.stages import StageClock
-from alpha_core.torch_private import foreach_norm, one_config_gemm_templates
+from alpha_core.torch_private import foreach_norm, one_config_gemm_templates, one_config_reductions, start_compile_workers
 from alpha_core.train.configs import TrainConfig
 from alpha_core.train.metrics import auc_per_horizon
 from alpha_core.train.schedule import lr_at
@@ -157,14 +157,19 @@ def fold_dir(out: Path, fold: int) -> Path:
 
 def compile_options(batch_size: int, multiprocessors: int) -> dict[str, object]:
     """Inductor's options for the training step. Up to `SMALL_BATCH` no kernel is big enough for a choice of block
-    size to matter, so nothing is benchmarked, independent small kernels run as one launch (combo kernels) and the
-    products go through Triton templates fused with their epilogues: a B=1 step 161 -> 117 kernels, 2,270 -> 2,873
-    seq/s on an H100 (132 multiprocessors; a GPU of fewer than 68 gets no templates, which Inductor does not offer
-    there). A large batch keeps Inductor's defaults (combo kernels cost B=4096 fp32 8% there). bench/README.md, "The
-    seventh check of 2026-12-06"."""
+    size to matter, so nothing is benchmarked (pointwise and reduction kernels get one configuration each),
+    independent small kernels run as one launch (combo kernels) and the products go through Triton templates fused
+    with their epilogues: a B=1 step 161 -> 117 kernels, 2,270 -> 2,873 seq/s on an H100 (132 multiprocessors; a GPU
+    of fewer than 68 gets no templates, which Inductor does not offer there). A large batch keeps Inductor's defaults
+    (combo kernels cost B=4096 fp32 8% there). bench/README.md, "The seventh check of 2026-12-06"."""
     if batch_size > SMALL_BATCH:
         return {}
-    return {"triton.autotune_pointwise": False, "combo_kernels": True, **one_config_gemm_templates(multiprocessors)}
+    return {
+        "triton.autotune_pointwise": False,
+        **one_config_reductions(),
+        "combo_kernels": True,
+        **one_config_gemm_templates(multiprocessors),
+    }
 
 
 def use_captured_step(asked: bool | None, gpu: bool, n_windows: int, batch_size: int, fold: int) -> bool:
@@ -199,6 +204,8 @@ class PerceptionTrainer:
         )
         self.dest = fold_dir(cfg.out, cfg.cv_fold)
         compile_cache.use(self.device)  # before anything compiles: a pod after the first of its run starts warm
+        if cfg.compile:  # the workers start while the data loads and the model builds, not after Dynamo's trace
+            start_compile_workers()
         self.attempt = self._choose_attempt(attempt_id)
         self.out = self.attempt.path
         with self.clock.stage("data"):
