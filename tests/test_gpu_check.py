@@ -181,6 +181,36 @@ def test_a_blocked_check_is_kept_where_no_later_check_compares_with_it(tmp_path,
     assert gpu_check.record_as(passing, now) == "bench/results/h100-2026-12-07/gpu_check.json"
 
 
+def test_a_regression_that_a_second_run_does_not_repeat_does_not_block(tmp_path, capsys):
+    """A regressed figure is measured again before it blocks: the better run is judged, the row says it was the
+    second, and the record the next check reads holds it. A regression that repeats still blocks."""
+    results = tmp_path / "bench/results"
+    h100 = "NVIDIA H100 80GB HBM3"
+    _recorded(results, "h100-2026-12-06", "gpu_check.json", f"{h100} 2.11.0", "base", _figures(3100.0, 20.0, 6.0, 16.0, 12.0))
+    first = _figures(3100.0, 20.0, 7.5, 18.5, 12.0)  # the members and DQN beyond their bands (6 x 1.15 + 1; 16 x 1.1)
+    result = gpu_check.judge({"gpu": h100, "commit": "abc", "stages": {"cuda_tests": {"rc": 0}}, "figures": first}, results)
+    assert result["blocked"]
+    again = sorted({r["stage"] for r in result["targets"] if r["result"] == "REGRESSED"} & set(gpu_check.CONFIRMABLE))
+    assert again == ["dqn_fold", "ensemble_fold"]
+
+    # the second run: the members within their band, DQN as slow as before
+    result["confirmation"] = {"stages": {}, "figures": _figures(None, None, 6.5, 18.4)}
+    result = gpu_check.judge(result, results)
+    rows = {r["id"]: r for r in result["targets"]}
+    assert rows["ensemble_sum"]["result"] == "PASS" and rows["ensemble_sum"]["value"] == 6.5 * len(gpu_check.SUPERVISED)
+    assert rows["ensemble_sum"]["note"] == "a second run's (the first: 60.0 s)"
+    assert rows["dqn_fold"]["result"] == "REGRESSED" and rows["dqn_fold"]["value"] == 18.4
+    assert rows["b1_fp32"]["result"] == "PASS" and rows["b1_fp32"]["note"] == ""  # not measured again: the first run's
+    assert result["blocked"] and [r["id"] for r in result["targets"] if r["blocks"]] == ["dqn_fold"]
+
+    # recorded, the check's judged figures are what the next one compares with
+    where = results / "h100-2026-12-07" / "gpu_check.json"
+    where.parent.mkdir(parents=True)
+    gpu_check.atomic_text(where, json.dumps(result, default=str))
+    last = gpu_check.last_recorded(results, h100)
+    assert last["fold_tft"]["value"] == 6.5 and last["dqn_fold"]["value"] == 18.4 and last["b1_fp32"]["value"] == 3100.0
+
+
 def test_a_host_of_another_speed_is_named_beside_the_figures(tmp_path, capsys):
     """The same card on a slower host: the CPU probe's ratio to the last record's is printed, so a REGRESSED fold
     figure is read against it; the check still blocks (only a rerun on another lease can clear it)."""
