@@ -50,7 +50,6 @@ def empty_caches() -> None:
 def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
     """(name, time limit in seconds, argv, extra environment), in the order they run."""
     train = [PY, "bench/bench_train_gpu.py", "--data-dir", f"{DATA}/mbp-10", "--predecoded-dir", PD, "--skip-inference"]
-    pods, member_pods = PODS, MEMBER_PODS
     ensemble = [
         PY,
         "bench/bench_ensemble.py",
@@ -90,7 +89,7 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
                 "--out",
                 str(raw / "members_warmup.json"),
             ],
-            {"ALPHA_COMPILE_CACHE": str(member_pods)},
+            {"ALPHA_COMPILE_CACHE": str(MEMBER_PODS)},
         ),
         (
             "ensemble_fold",
@@ -104,7 +103,7 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
                 "--out",
                 str(raw / "ensemble_fold.json"),
             ],
-            {"ALPHA_COMPILE_CACHE": str(member_pods)},
+            {"ALPHA_COMPILE_CACHE": str(MEMBER_PODS)},
         ),
         (
             "dqn_fold",
@@ -135,9 +134,9 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
                     f"/tmp/gpu_check_{name}",
                 ],
                 {
-                    "ALPHA_COMPILE_CACHE": str(pods),
-                    "TORCHINDUCTOR_CACHE_DIR": str(pods / "inductor"),
-                    "TRITON_CACHE_DIR": str(pods / "triton"),
+                    "ALPHA_COMPILE_CACHE": str(PODS),
+                    "TORCHINDUCTOR_CACHE_DIR": str(PODS / "inductor"),
+                    "TRITON_CACHE_DIR": str(PODS / "triton"),
                 },
             )
             for name in ("fold_cold", "fold_warm")
