@@ -85,13 +85,19 @@ def test_a_trainer_points_the_compilers_at_the_keyed_folder(fresh, tiny_data, tm
     assert compile_cache.active() == folder and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder / "inductor")
 
 
-def test_nvrtc_kernels_are_compiled_once_per_cache_folder(fresh, tmp_path):
+@pytest.fixture
+def nvrtc_cache(fresh, tmp_path):
+    """NVRTC (skipped where its library is missing) with this process's cache folder under `tmp_path`."""
     try:
         nvrtc._nvrtc()
     except nvrtc.NvrtcUnavailable:
         pytest.skip("no NVRTC library here")
     fresh.setenv(compile_cache.ENV, str(tmp_path))
     compile_cache.use("cpu")
+    return fresh
+
+
+def test_nvrtc_kernels_are_compiled_once_per_cache_folder(nvrtc_cache):
     source, names = "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }", ("k",)
     cubin, lowered = nvrtc.cubin_for(source, names, "sm_90")
     (kept,) = (compile_cache.active() / "nvrtc").glob("*.json")
@@ -101,25 +107,19 @@ def test_nvrtc_kernels_are_compiled_once_per_cache_folder(fresh, tmp_path):
         raise AssertionError("compiled again")
 
     real = nvrtc.compile_cubin
-    fresh.setattr(nvrtc, "compile_cubin", no_compiler)
+    nvrtc_cache.setattr(nvrtc, "compile_cubin", no_compiler)
     assert nvrtc.cubin_for(source, names, "sm_90") == (cubin, lowered)  # what a second pod does: no NVRTC
     with pytest.raises(AssertionError):
         nvrtc.cubin_for(source, names, "sm_80")  # another architecture is another entry
     kept.write_text("{truncated")
-    fresh.setattr(nvrtc, "compile_cubin", real)
+    nvrtc_cache.setattr(nvrtc, "compile_cubin", real)
     assert nvrtc.cubin_for(source, names, "sm_90") == (cubin, lowered)  # unreadable: compiled and replaced
     assert json.loads(kept.read_text())["lowered"] == lowered
 
 
-def test_a_background_compile_fills_the_cache_and_hands_on_its_error(fresh, tmp_path):
+def test_a_background_compile_fills_the_cache_and_hands_on_its_error(nvrtc_cache):
     """`nvrtc.prefetch`'s thread: its result is `cubin_for`'s (kept in the cache folder, so `load` and a later pod
     find it), and a compile error reaches whoever takes the result, as a direct call would raise it."""
-    try:
-        nvrtc._nvrtc()
-    except nvrtc.NvrtcUnavailable:
-        pytest.skip("no NVRTC library here")
-    fresh.setenv(compile_cache.ENV, str(tmp_path))
-    compile_cache.use("cpu")
     source, names = "__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }", ("k",)
     cubin, lowered = nvrtc.compile_in_background(source, names, "sm_90").result(timeout=120)
     assert lowered == {"k": "_Z1kPf"} and cubin[:4] == b"\x7fELF"
