@@ -602,7 +602,8 @@ def main() -> int:
         "figures": fig,
     }
     judge(result, args.results_dir, skip=args.out)
-    again = [name for name in CONFIRMABLE if any(r["result"] == "REGRESSED" and r["stage"] == name for r in result["targets"])]
+    regressed = {r.get("stage") for r in result["targets"] if r["result"] == "REGRESSED"}
+    again = [name for name in CONFIRMABLE if name in regressed]
     if again:  # a regression that does not repeat was the host's, not the code's: its stage runs once more
         print(f"regressed: {', '.join(again)}; measuring again", flush=True)
         confirm = args.out / "confirm"
