@@ -597,7 +597,6 @@ def main() -> int:
         "torch": torch_version,
         "date": now.isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
-        "wall_s": time.monotonic() - started,
         "stages": stages,
         "figures": fig,
     }
