@@ -129,12 +129,20 @@ def trained(tiny_data, tmp_path_factory):
     return root, pd
 
 
-def test_report_end_to_end(trained, tiny_data):
+@pytest.fixture(scope="module")
+def evaluated(trained, tiny_data):
+    """`alpha evaluate` of `trained`, once, into `root/eval/ensemble_report.json`: what every test of the report
+    reads, whichever of them runs first or alone."""
     root, pd = trained
-    out = root / "eval" / "ensemble_report.json"
     threads = torch.get_num_threads()
-    assert main(evaluate_argv(root, tiny_data, out, pd, *NO_THRESHOLD)) == 0
+    assert main(evaluate_argv(root, tiny_data, root / "eval" / "ensemble_report.json", pd, *NO_THRESHOLD)) == 0
     assert torch.get_num_threads() == threads  # CPU evaluation runs one intra-op thread per worker, then restores it
+    return root, pd
+
+
+def test_report_end_to_end(evaluated):
+    root, _ = evaluated
+    out = root / "eval" / "ensemble_report.json"
     report = load_report(out)  # validates against the schema
     sym = report.symbols["ES.FUT"]
     assert set(sym.models) == {"mamba2", "kan", "ppo", "perception"}
@@ -188,10 +196,10 @@ def test_report_end_to_end(trained, tiny_data):
         assert (out.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(trained, tiny_data):
+def test_each_model_is_compared_with_the_oracle_on_its_own_rows_and_horizons(evaluated, tiny_data):
     """Bar models on bar labels (5/15/60 minutes), the book model on its own book labels (10/100/1000 snapshots)
     of the test book file; the oracle on exactly the same rows; RL agents have no probabilities."""
-    root, pd = trained
+    root, pd = evaluated
     report = load_report(root / "eval" / "ensemble_report.json")
     sym = report.symbols["ES.FUT"]
     kan, perception = sym.models["kan"], sym.models["perception"]
@@ -699,7 +707,7 @@ def test_other_splits_of_the_test_data_score_the_checkpoints_on_the_same_quarter
             assert other.auc == row.auc
 
 
-def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(trained, tiny_data):
+def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(evaluated, tiny_data):
     """A checkpoint's policy is the one fitted on its validation file: recorded by its trainer, the same when
     `alpha evaluate` (CLI, or Dagster's report through the same `evaluate` and defaults) fits it again, and the
     report's test positions are that policy's positions."""
@@ -707,7 +715,7 @@ def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(traine
     from alpha_core.eval.configs import EvalConfig as Config
     from alpha_core.eval.validation import fit_policy
 
-    root, pd = trained
+    root, pd = evaluated
     assert Config.model_fields["policy"].default == "fitted"
     report = load_report(root / "eval" / "ensemble_report.json")
     (ckpt,) = [c for c in find_checkpoints(root / "models", ["ES.FUT"])[0] if c.model == "kan" and c.fold == 0]
@@ -721,7 +729,7 @@ def test_the_policy_is_the_trainers_fit_applied_unchanged_from_every_door(traine
     assert again.policy == recorded.policy and again.sharpe == pytest.approx(recorded.sharpe)
 
 
-def test_the_report_sets_each_row_beside_the_oracle_strategy(trained, tiny_data, samples, tmp_path):
+def test_the_report_sets_each_row_beside_the_oracle_strategy(evaluated, tiny_data, samples, tmp_path):
     """The ceiling: the generator's exact probabilities through the same policy fitting (on each fold's validation
     file), traded on the same test files; each row shows its net Sharpe and the row's capture of it; real data n/a."""
     from alpha_core.data.sidecar import ensure_sidecar
@@ -729,7 +737,7 @@ def test_the_report_sets_each_row_beside_the_oracle_strategy(trained, tiny_data,
     from alpha_core.eval.report import markdown
     from alpha_core.eval.validation import next_move_ticks
 
-    root, pd = trained
+    root, pd = evaluated
     report = load_report(root / "eval" / "ensemble_report.json")
     sym = report.symbols["ES.FUT"]
     cfg = EvalConfig(models_dir=root / "models", data_dir=tiny_data, output=tmp_path / "r.json")
@@ -793,12 +801,12 @@ def test_params_without_their_search_make_a_row_of_unknown_search(trained, tiny_
     assert "Search unknown" in (tmp_path / "eval" / "r.md").read_text()
 
 
-def test_each_row_is_costed_under_named_cost_models(trained, tiny_data):
+def test_each_row_is_costed_under_named_cost_models(evaluated, tiny_data):
     """Beside the flat tick cost: half the book's spread at each decision (MBP-10) and a linear impact per unit."""
     from alpha_core.eval.evaluate import half_spreads
     from alpha_core.eval.predict import book_decision_rows
 
-    root, pd = trained
+    root, pd = evaluated
     sym = load_report(root / "eval" / "ensemble_report.json").symbols["ES.FUT"]
     for row in (*sym.models.values(), *sym.ensembles.values()):
         assert set(row.sharpe_by_cost_model) == {"flat", "half_spread", "impact"}

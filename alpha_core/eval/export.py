@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
-import polars as pl
-
 if TYPE_CHECKING:  # the report module writes these tables: it imports this one, never the converse
+    import polars as pl
+
     from alpha_core.eval.report import EnsembleReport
 
 ROW_COLUMNS = (
@@ -31,6 +31,8 @@ ROW_COLUMNS = (
 
 def rows(report: EnsembleReport) -> pl.DataFrame:
     """One row per symbol x report row (model or ensemble), out of sample, with the run it belongs to."""
+    import polars as pl  # here, not at the top: every trainer imports the report's module, and polars costs 0.2 s
+
     records = []
     for symbol, sym in report.symbols.items():
         for kind, group in (("model", sym.models), ("ensemble", sym.ensembles)):
@@ -51,6 +53,8 @@ def rows(report: EnsembleReport) -> pl.DataFrame:
 
 def equity(report: EnsembleReport) -> pl.DataFrame:
     """Each row's cumulative PnL (ticks, net of cost) at the report's downsampled bar times (UTC)."""
+    import polars as pl
+
     frames = [
         pl.DataFrame(
             {"symbol": symbol, "row": name, "ts": r.equity_ts, "equity": r.equity},
