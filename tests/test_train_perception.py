@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -302,6 +304,21 @@ def test_the_time_scale_is_np_median_of_the_training_spacing_streamed(tiny_sidec
         assert median_spacing([with_dt(sc, dt)]) == whole([with_dt(sc, dt)])
     two = [with_dt(sc, np.array([9, 1, 2], np.float32)), with_dt(sc, np.array([9, 4], np.float32))]
     assert median_spacing(two) == whole(two) == 2.0  # each file's first row left out
+
+
+def test_this_torch_starts_inductor_s_compile_workers_before_the_first_compile():
+    """The GPU trainer starts Inductor's Triton compile workers as it starts (`start_compile_workers`, a private
+    name): an upgrade that drops it fails here on the CPU. In a process of its own, so that no pool outlives it."""
+    probe = (
+        "from torch._inductor.async_compile import AsyncCompile, get_compile_threads\n"
+        "from alpha_core.torch_private import start_compile_workers\n"
+        "start_compile_workers()\n"
+        "print(get_compile_threads(), AsyncCompile.process_pool.cache_info().currsize)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads, pools = map(int, done.stdout.split())
+    assert pools == (1 if threads > 1 else 0)  # one compile thread: Inductor compiles in the process, no pool
 
 
 @pytest.mark.parametrize("batch_size", [1, 64, 65, 4096])
