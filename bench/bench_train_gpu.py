@@ -150,7 +150,10 @@ def profile_steps(run, next_batch, steps: int) -> dict:
         "kernels_per_step": len(events) / steps,
         "gpu_us_per_step": total / steps,
         "top": [{"name": k, "per_step": len(v) / steps, "us_per_step": sum(v) / steps} for k, v in top],
-        "last_step": [[e.name[:90], round(e.device_time, 2)] for e in last],
+        # name, GPU time and start (us after the step's first kernel started): the gaps are launch latency
+        "last_step": [
+            [e.name[:90], round(e.device_time, 2), round(e.time_range.start - last[0].time_range.start, 2)] for e in last
+        ],
     }
 
 

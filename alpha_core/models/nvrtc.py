@@ -141,9 +141,15 @@ def _make_current(context: int) -> None:
         _check_driver(_driver().cuCtxSetCurrent(ctypes.c_void_p(context)), "set context")
 
 
+def _argument(value) -> ctypes._SimpleCData | ctypes.Structure:
+    if isinstance(value, torch.Tensor):
+        return ctypes.c_void_p(value.data_ptr())
+    return value if isinstance(value, ctypes.Structure) else ctypes.c_int(value)
+
+
 class Kernel:
     """One compiled kernel on one device: `kernel(grid, block, *args)` launches on the current stream.
-    Arguments are tensors (passed as device pointers) or ints (C int)."""
+    Arguments are tensors (passed as device pointers), ints (C int) or ctypes structures (passed by value)."""
 
     def __init__(self, function: ctypes.c_void_p, device: torch.device) -> None:
         self.function = function
@@ -151,7 +157,14 @@ class Kernel:
         self.context = _primary_context(device.index)
 
     def __call__(self, grid: int, block: int, *args) -> None:
-        values = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        values = [
+            ctypes.c_void_p(a.data_ptr())
+            if isinstance(a, torch.Tensor)
+            else a
+            if isinstance(a, ctypes.Structure)
+            else ctypes.c_int(a)
+            for a in args
+        ]
         params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         _make_current(self.context)

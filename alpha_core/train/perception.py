@@ -49,6 +49,7 @@ from alpha_core.stages import StageClock
 from alpha_core.torch_private import foreach_norm, one_config_gemm_templates, one_config_reductions, start_compile_workers
 from alpha_core.train.configs import TrainConfig
 from alpha_core.train.metrics import auc_per_horizon
+from alpha_core.train.one_launch_adamw import OneLaunchAdamW
 from alpha_core.train.schedule import lr_at
 from alpha_core.train.trace import StepTrace
 from alpha_core.train.tracking import EARLY_STOP_METRICS, Trackers
@@ -241,9 +242,11 @@ class PerceptionTrainer:
             else math.ceil(self.train_loader.n_windows / cfg.batch_size)
         )
         self.total_steps = cfg.epochs * steps_per_epoch
-        self.optimizer = torch.optim.AdamW(
+        # a captured step's LRs are device tensors, and then every group's update is one launch (one_launch_adamw.py);
+        # elsewhere torch's fused AdamW, one kernel per group: what a small batch waits on
+        self.optimizer = OneLaunchAdamW(
             [{"params": groups[name], "lr": self._lr_value(self.lr_max[name]), "name": name} for name in groups],
-            fused=self.device.type == "cuda",  # one kernel for the whole update: what a small batch waits on
+            fused=self.device.type == "cuda",
             capturable=cfg.cuda_graph,
         )
         # compiled (cuda only), the forward+loss and the ~30 tiny controller ops each become a few fused kernels
