@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -259,6 +260,7 @@ class PerceptionTrainer:
         self.graph: CapturedStep | None = CapturedStep(self) if cfg.cuda_graph else None
         # the steps that compile (and warm up and capture the graph): their seconds are the `compile` stage
         self._first_steps = CapturedStep.WARMUP_STEPS if cfg.cuda_graph else 1 if cfg.compile else 0
+        self._validation_warmup: threading.Thread | None = None  # started once the compiled step has run
         self.trackers = Trackers()
         self.trace: StepTrace | None = None  # opened in `fit`, inside the generation this run acquires
 
@@ -383,6 +385,7 @@ class PerceptionTrainer:
                 self._first_steps -= 1
                 if not self._first_steps:
                     torch.cuda.synchronize(self.device)  # once a process: the compiled step has run
+                    self._validation_warmup = self._warm_validation()
                 compile_s += time.perf_counter() - step_started
         total = float(loss_sum)  # one host sync per epoch
         self.clock.add("compile", compile_s)
@@ -393,6 +396,33 @@ class PerceptionTrainer:
             self.trace.flush()
         return total / max(steps, 1)
 
+    def _val_batch_size(self) -> int:
+        return min(self.cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (self.cfg.seq_len * len(self.norm.feature_names))))
+
+    def _warm_validation(self) -> threading.Thread:
+        """The first validation pays for the model's kernels at the validation batch (Triton's compile on a cold
+        pod, their load on a warm one: 1.3 s and 0.5 s of a fold on an H100, 2026-12-07). A thread runs the model
+        once per validation batch size, over constant inputs on a stream of its own, while the first epoch's
+        captured steps run and the host mostly waits on them; `validate_epoch` waits for it. The forward reads the
+        weights as they train and writes nothing of the model's; its output is dropped."""
+        cfg, device = self.cfg, self.device
+        size, n = self._val_batch_size(), self.val_loader.n_windows
+        sizes = ({size} if n >= size else set()) | ({n % size} - {0})
+        rows = (cfg.seq_len, len(self.norm.feature_names))
+
+        def run() -> None:
+            try:
+                with torch.cuda.stream(torch.cuda.Stream(device)), torch.no_grad(), self._autocast():
+                    for b in sorted(sizes):
+                        self.model(torch.ones(b, *rows, device=device), torch.ones(b, cfg.seq_len, device=device))
+                    torch.cuda.current_stream(device).synchronize()
+            except Exception:  # validation runs the same kernels and reports what fails
+                pass
+
+        thread = threading.Thread(target=run, name="validation-warmup", daemon=True)
+        thread.start()
+        return thread
+
     @torch.no_grad()
     def validate_epoch(self, epoch: int) -> tuple[float, list[float]]:
         """Loss and AUC per horizon over the validation windows, in batches of `val_batch_size` (at most 2**31
@@ -400,9 +430,12 @@ class PerceptionTrainer:
         every window (the loss is the masked BCE mean per horizon over all labelled positions), so they do not
         depend on the validation batch size."""
         model, cfg = self.model, self.cfg
+        if self._validation_warmup is not None:
+            self._validation_warmup.join()
+            self._validation_warmup = None
         model.eval()
         self.val_loader.reset(cfg.seed + VAL_SEED_OFFSET + epoch)
-        batch_size = min(cfg.val_batch_size, max(1, MAX_BATCH_ELEMENTS // (cfg.seq_len * len(self.norm.feature_names))))
+        batch_size = self._val_batch_size()
         bce_sum = count = torch.zeros(len(self.horizons), device=self.device)
         probs, labels = [], []
         for batch in self.val_loader.batches(batch_size):
