@@ -86,7 +86,8 @@ def test_one_launch_equals_torch_s_fused_adamw_and_keeps_its_state():
     for x, y in zip([p for ps in ours for p in ps], [p for ps in theirs for p in ps], strict=True):
         torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-7)
     assert a.state_dict()["state"].keys() == b.state_dict()["state"].keys()
-    for x, y in zip(_state(a), _state(b), strict=True):  # the moments to float rounding over 12 steps
+    # the moments to float rounding: torch 2.11's are those of beta2 rounded to float (1e-5 apart after 12 steps)
+    for x, y in zip(_state(a), _state(b), strict=True):
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)
     c = torch.optim.AdamW(_groups(_model("cuda"), lrs), fused=True, capturable=True)
     c.load_state_dict(a.state_dict())  # a resume reads it as an AdamW's

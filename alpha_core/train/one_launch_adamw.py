@@ -6,11 +6,13 @@ kernel that gives each tensor of up to 64K elements to one block, so the largest
 multiprocessor busy for 9 us while the others idled. Here one kernel covers every tensor of every group in
 blocks of 1,024 elements, after one launch that counts the steps.
 
-The math is torch's fused AdamW's (`FusedAdamMathFunctor` in ATen, the same mixed float/double arithmetic), and
-the state is torch's (`step`, `exp_avg`, `exp_avg_sq` per parameter, the step a float32 tensor on the device), so
-`state_dict`, `load_state_dict` and a resume see an AdamW. The kernel takes a step whose every group reads its LR
-from a float32 CUDA tensor (the captured step's LR table, `CapturedStep`) and whose parameters are contiguous
-float32 CUDA tensors; any other step (a float LR, a CPU tensor, amsgrad, a grad scaler, no NVRTC) is torch's own.
+The formulas are torch's fused AdamW's (`FusedAdamMathFunctor` in ATen), its scalars in double: on torch 2.11 the
+parameters equal torch's to 1e-6 and the moments to float rounding (torch's moments are those of beta2 rounded to
+float: 1e-5 apart after 12 steps, tests/test_one_launch_adamw.py). The state is torch's (`step`, `exp_avg`,
+`exp_avg_sq` per parameter, the step a float32 tensor on the device), so `state_dict`, `load_state_dict` and a
+resume see an AdamW. The kernel takes a step whose every group reads its LR from a float32 CUDA tensor (the
+captured step's LR table, `CapturedStep`) and whose parameters are contiguous float32 CUDA tensors; any other step
+(a float LR, a CPU tensor, amsgrad, a grad scaler, no NVRTC) is torch's own.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ struct AdamWBatch {{  // the tensors of one launch, in order; block b updates el
   int n_tensors;
 }};
 
-// The types of every expression are those of ATen's FusedAdamMathFunctor (float tensors, double scalars).
+// ATen's FusedAdamMathFunctor's formulas: float tensors, double scalars.
 __global__ void __launch_bounds__(THREADS) adamw_step(const AdamWBatch b) {{
   int t = 0;
   while (t + 1 < b.n_tensors && b.first_block[t + 1] <= (int)blockIdx.x) ++t;
