@@ -157,14 +157,7 @@ class Kernel:
         self.context = _primary_context(device.index)
 
     def __call__(self, grid: int, block: int, *args) -> None:
-        values = [
-            ctypes.c_void_p(a.data_ptr())
-            if isinstance(a, torch.Tensor)
-            else a
-            if isinstance(a, ctypes.Structure)
-            else ctypes.c_int(a)
-            for a in args
-        ]
+        values = [_argument(a) for a in args]
         params = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
         stream = torch.cuda.current_stream(self.device).cuda_stream
         _make_current(self.context)

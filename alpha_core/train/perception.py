@@ -401,7 +401,7 @@ class PerceptionTrainer:
 
     def _warm_validation(self) -> threading.Thread:
         """The first validation pays for the model's kernels at the validation batch (Triton's compile on a cold
-        pod, their load on a warm one: 1.3 s and 0.5 s of a fold on an H100, 2026-12-07). A thread runs the model
+        pod, their load on a warm one: 1.8 s and 0.5 s of a fold on an H100, 2026-12-07). A thread runs the model
         once per validation batch size, over constant inputs on a stream of its own, while the first epoch's
         captured steps run and the host mostly waits on them; `validate_epoch` waits for it. The forward reads the
         weights as they train and writes nothing of the model's; its output is dropped."""
