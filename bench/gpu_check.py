@@ -165,11 +165,17 @@ def stage_commands(raw: Path) -> list[tuple[str, float, list[str], dict]]:
 DEFAULT_STAGES = "cuda_tests,members_warmup,ensemble_fold,dqn_fold,b1_fp32,b4096_bf16,b4096_fp32,fold_cold,fold_warm"
 
 
-def run_stages(out: Path, deadline: float, chosen: list[str]) -> dict:
+STAGE_DONE = "----- done"  # the log line after each stage: its rc and seconds
+
+
+def run_stages(out: Path, deadline: float, chosen: list[str], header: dict | None = None) -> dict:
+    """Run the chosen stages into `out`; the log starts with `header` (the check's commit, card, torch and date) and
+    the chosen stages, so that a check killed mid-way can still be judged from it (`judge_outputs`)."""
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     stages = {}
     with (out / "gpu_check.log").open("w") as log:
+        log.writelines(f"{key}: {value}\n" for key, value in {**(header or {}), "stages": ",".join(chosen)}.items())
         for name, limit, argv, env in stage_commands(raw):
             if name not in chosen:
                 stages[name] = {"rc": None, "wall_s": 0.0, "error": "not run: not among --stages"}
@@ -189,6 +195,7 @@ def run_stages(out: Path, deadline: float, chosen: list[str]) -> dict:
             except subprocess.TimeoutExpired:
                 rc = "timeout"
             stages[name] = {"rc": rc, "wall_s": round(time.monotonic() - started, 1), "limit_s": round(limit)}
+            log.write(f"{STAGE_DONE} {name}: {json.dumps(stages[name])}\n")  # what --judge-outputs reads after a kill
             log.flush()
             print(f"  {stages[name]}", flush=True)
     with tarfile.open(out / "raw.tgz", "w:gz") as tar:  # the device hands back few files: one archive
@@ -198,7 +205,7 @@ def run_stages(out: Path, deadline: float, chosen: list[str]) -> dict:
 
 
 def _raw(out: Path) -> dict[str, dict]:
-    """The stages' JSON files from raw.tgz, by name."""
+    """The stages' JSON files by name: from raw.tgz, and from raw/ where a check killed before its archive left them."""
     found = {}
     if (out / "raw.tgz").exists():
         with tarfile.open(out / "raw.tgz") as tar:
@@ -206,7 +213,32 @@ def _raw(out: Path) -> dict[str, dict]:
                 if member.name.endswith(".json"):
                     with contextlib.suppress(json.JSONDecodeError, AttributeError):
                         found[Path(member.name).stem] = json.load(tar.extractfile(member))
+    for path in sorted((out / "raw").glob("*.json")):
+        with contextlib.suppress(json.JSONDecodeError, OSError):
+            found[path.stem] = json.loads(path.read_text())
     return found
+
+
+def log_header(log: str) -> dict[str, str]:
+    """The `key: value` lines `run_stages` writes before the first stage."""
+    return dict(re.findall(r"^(\w+): (.*)$", log.split("\n=====")[0], re.M))
+
+
+def stages_from_log(log: str) -> dict:
+    """The stages of a check that was killed (its call's time or budget ran out), from its gpu_check.log: each
+    finished stage's outcome, the one it was killed in, and those it never started, each with why."""
+    chosen = log_header(log).get("stages", DEFAULT_STAGES).split(",")
+    stages = {
+        name: {"rc": None, "wall_s": 0.0, "error": "not run: the check was cut short before it"}
+        if name in chosen
+        else {"rc": None, "wall_s": 0.0, "error": "not run: not among --stages"}
+        for name in DEFAULT_STAGES.split(",")
+    }
+    for name in re.findall(r"^===== (\w+): ", log, re.M):
+        stages[name] = {"rc": "killed", "wall_s": None, "error": f"cut short: the check was killed during {name}"}
+    for name, outcome in re.findall(rf"^{STAGE_DONE} (\w+): (.*)$", log, re.M):
+        stages[name] = json.loads(outcome)
+    return stages
 
 
 def figures(out: Path, stages: dict) -> dict:
@@ -573,6 +605,11 @@ def main() -> int:
     p.add_argument("--results-dir", type=Path, default=Path("bench/results"), help="the recorded checks to compare with")
     p.add_argument("--report-only", type=Path, help="print the report of this gpu_check.json as it was judged")
     p.add_argument("--judge", type=Path, help="judge this gpu_check.json again against --results-dir; exit 1 if blocked")
+    p.add_argument(
+        "--judge-outputs",
+        type=Path,
+        help="judge what a killed check left in this folder (its gpu_check.log and raw files); writes its gpu_check.json",
+    )
     args = p.parse_args()
     if args.report_only:
         report(json.loads(args.report_only.read_text()))
@@ -581,24 +618,27 @@ def main() -> int:
         result = judge(json.loads(args.judge.read_text()), args.results_dir, skip=args.judge.parent)
         report(result)
         return 1 if result["blocked"] else 0
+    if args.judge_outputs:
+        result = judge_outputs(args.judge_outputs, args.results_dir)
+        atomic_text(args.judge_outputs / "gpu_check.json", json.dumps(result, indent=1, default=str))
+        report(result)
+        return 1 if result["blocked"] else 0
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     probe = host_probe()
     empty_caches()
-    stages = run_stages(args.out, started + args.deadline_s, args.stages.split(","))
-    fig = figures(args.out, stages) | {"host_probe_s": probe}
     names = "import torch; print(torch.cuda.get_device_name()); print(torch.__version__)"
     gpu, torch_version = ([*subprocess.run([PY, "-c", names], capture_output=True, text=True).stdout.split("\n"), "", ""])[:2]
     now = datetime.datetime.now(datetime.UTC)
+    commit = os.environ.get("GPU_CHECK_COMMIT", "?")
+    header = {"commit": commit, "gpu": gpu, "torch": torch_version, "date": now.isoformat(timespec="seconds")}
+    stages = run_stages(args.out, started + args.deadline_s, args.stages.split(","), header)
     result = {
-        "commit": os.environ.get("GPU_CHECK_COMMIT", "?"),
+        **header,
         "device": f"{gpu} {torch_version}",
-        "gpu": gpu,
-        "torch": torch_version,
-        "date": now.isoformat(timespec="seconds"),
         "cores": os.cpu_count(),
         "stages": stages,
-        "figures": fig,
+        "figures": figures(args.out, stages) | {"host_probe_s": probe},
     }
     judge(result, args.results_dir, skip=args.out)
     regressed = {r.get("stage") for r in result["targets"] if r["result"] == "REGRESSED"}
@@ -615,6 +655,30 @@ def main() -> int:
     atomic_text(args.out / "gpu_check.json", json.dumps(result, indent=1, default=str))
     report(result)
     return 1 if result["blocked"] else 0
+
+
+def judge_outputs(out: Path, results_dir: Path) -> dict:
+    """The judgement of a check that was killed before it wrote its gpu_check.json (its call's time or the session's
+    device budget ran out): its header, stages and figures from what it left in `out`, judged as `main` would.
+    Stages it never finished have no figure, so such a check is blocked and recorded as one."""
+    log = (out / "gpu_check.log").read_text()
+    header = log_header(log)
+    stages = stages_from_log(log)
+    gpu, torch_version = header.get("gpu", "?"), header.get("torch", "?")
+    result = {
+        "commit": header.get("commit", "?"),
+        "gpu": gpu,
+        "torch": torch_version,
+        "date": header.get("date", "?"),
+        "device": f"{gpu} {torch_version}",
+        "stages": stages,
+        "figures": figures(out, stages),
+        "cut_short": True,
+    }
+    judge(result, results_dir, skip=out)
+    when = datetime.datetime.fromisoformat(result["date"]) if result["date"] != "?" else datetime.datetime.now(datetime.UTC)
+    result["record_as"] = record_as(result, when)
+    return result
 
 
 def record_as(result: dict, now: datetime.datetime) -> str:

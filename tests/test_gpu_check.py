@@ -242,3 +242,44 @@ def test_the_members_folds_are_timed_after_a_warm_up_into_their_compile_cache(tm
     assert warmup[1]["ALPHA_COMPILE_CACHE"] == timed[1]["ALPHA_COMPILE_CACHE"]
     assert warmup[0][warmup[0].index("--jobs") + 1] == timed[0][timed[0].index("--jobs") + 1]
     assert warmup[0][warmup[0].index("--epochs") + 1] == "1" and "--epochs" not in timed[0]
+
+
+def test_a_check_killed_in_its_last_stage_is_judged_from_what_it_left(tmp_path, capsys):
+    """The session's device time can run out mid-check: the call is killed before gpu_check.py writes its JSON or
+    archives its raw files. `--judge-outputs` judges the folder it left: the finished stages with their figures, the
+    one it was killed in and those it never started without, so the check is blocked and recorded as such."""
+    results = tmp_path / "bench/results"
+    h100 = "NVIDIA H100 80GB HBM3"
+    _recorded(results, "h100-2026-12-06", "gpu_check.json", f"{h100} 2.11.0", "base", _figures(3100.0, 30.0, 6.0, 16.0, 18.0))
+    out = tmp_path / "out"
+    (out / "raw").mkdir(parents=True)
+    (out / "raw" / "b1_fp32.json").write_text(json.dumps({"modes": [{"sequences_per_s": 3500.0}]}))
+    (out / "raw" / "fold_cold.json").write_text(json.dumps({"marks": [["fit done", 29.0]], "stage_s": {"total": 29.0}}))
+    done = '----- done {}: {{"rc": 0, "wall_s": 20.0, "limit_s": 110}}\n'
+    (out / "gpu_check.log").write_text(
+        "commit: abc1234\ngpu: NVIDIA H100 80GB HBM3\ntorch: 2.11.0+cu130\ndate: 2026-12-07T17:55:00+00:00\n"
+        "stages: cuda_tests,b1_fp32,fold_cold,fold_warm\n"
+        "\n===== cuda_tests: pytest (limit 240 s)\n54 passed in 148.83s\n"
+        + done.format("cuda_tests")
+        + "\n===== b1_fp32: python3 bench/bench_train_gpu.py (limit 110 s)\n"
+        + done.format("b1_fp32")
+        + "\n===== fold_cold: python3 bench/fold_timeline.py (limit 83 s)\n"
+        + done.format("fold_cold")
+        + "\n===== fold_warm: python3 bench/fold_timeline.py (limit 44 s)\n"
+    )
+    argv = ["gpu_check.py", "--judge-outputs", str(out), "--results-dir", str(results)]
+    sys.argv, saved = argv, sys.argv
+    try:
+        assert gpu_check.main() == 1
+    finally:
+        sys.argv = saved
+    result = json.loads((out / "gpu_check.json").read_text())
+    rows = {r["id"]: r for r in result["targets"]}
+    assert result["commit"] == "abc1234" and result["cut_short"] and result["blocked"]
+    assert rows["cuda_tests"]["result"] == "PASS" and rows["b1_fp32"]["result"] == "PASS"
+    assert rows["fold_cold"]["result"] == "BELOW GOAL" and not rows["fold_cold"]["blocks"]  # 29 s: no regression
+    assert rows["fold_warm"]["result"] == "NO FIGURE" and "killed during fold_warm" in rows["fold_warm"]["note"]
+    assert "not among --stages" in rows["dqn_fold"]["note"]
+    assert result["record_as"] == "bench/results/h100-2026-12-07/blocked_check_abc1234.json"
+    blocked = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("BLOCKED by: "))
+    assert "flagship fold at the defaults, pod 2: pod 1's caches" in blocked
