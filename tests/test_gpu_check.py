@@ -11,6 +11,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(spec)
@@ -194,7 +196,8 @@ def test_a_regression_that_a_second_run_does_not_repeat_does_not_block(tmp_path,
     assert again == ["dqn_fold", "ensemble_fold"]
 
     # the second run: the members within their band, DQN as slow as before
-    result["confirmation"] = {"stages": {}, "figures": _figures(None, None, 6.5, 18.4)}
+    again_stages = {"ensemble_fold": {"rc": 0}, "dqn_fold": {"rc": 0}}
+    result["confirmation"] = {"stages": again_stages, "figures": _figures(None, None, 6.5, 18.4)}
     result = gpu_check.judge(result, results)
     rows = {r["id"]: r for r in result["targets"]}
     assert rows["ensemble_sum"]["result"] == "PASS" and rows["ensemble_sum"]["value"] == 6.5 * len(gpu_check.SUPERVISED)
@@ -211,25 +214,90 @@ def test_a_regression_that_a_second_run_does_not_repeat_does_not_block(tmp_path,
     assert last["fold_tft"]["value"] == 6.5 and last["dqn_fold"]["value"] == 18.4 and last["b1_fp32"]["value"] == 3100.0
 
 
-def test_a_host_of_another_speed_is_named_beside_the_figures(tmp_path, capsys):
-    """The same card on a slower host: the CPU probe's ratio to the last record's is printed, so a REGRESSED fold
-    figure is read against it; the check still blocks (only a rerun on another lease can clear it)."""
+def test_a_host_of_another_speed_scales_the_cpu_bound_seconds_it_is_judged_against(tmp_path, capsys):
+    """The same card on a slower host: each time is judged against its record with the record's CPU-bound seconds
+    scaled by the two hosts' probes (all of a member's or DQN's fold; the flagship's fold less its captured epochs),
+    the throughputs as recorded. A faster host is held to less time; a record without a probe, to its figure."""
     results = tmp_path / "results"
-    recorded = _figures(2300.0, 33.0, 6.0, 16.0) | {"host_probe_s": 1.0}
+    recorded = _figures(2300.0, 33.0, 6.0, 16.0, warm=18.0) | {"host_probe_s": 1.0}
+    recorded["stage_s"] = {"flagship cold": {"epochs": 12.0}, "flagship warm": {"epochs": 12.0}}
     _recorded(results, "h100-2026-12-06", "gpu_check.json", "NVIDIA H100 80GB HBM3 2.11.0", "base", recorded)
-    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["host_probe_s"]["value"] == 1.0
+    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["fold_warm"]["captured_epochs_s"] == 12.0
 
-    def judged(probe: float, members: float) -> dict:
-        fig = _figures(2290.0, 33.0, members, 16.0) | {"host_probe_s": probe}
-        return gpu_check.judge({"gpu": "NVIDIA H100 80GB HBM3", "stages": {"cuda_tests": {"rc": 0}}, "figures": fig}, results)
+    def judged(probe: float | None, b1=2290.0, cold=44.0, members=9.5, dqn=25.0, warm=21.0) -> dict:
+        fig = _figures(b1, cold, members, dqn, warm) | {"host_probe_s": probe}
+        result = {"gpu": "NVIDIA H100 80GB HBM3", "stages": {"cuda_tests": {"rc": 0}}, "figures": fig}
+        return gpu_check.judge(result, results)
 
-    slow = judged(1.9, 10.0)
-    assert slow["blocked"] and slow["host"].startswith("host: this machine's CPU probe took 1.90 s against 1.00 s")
-    assert "1.90x slower" in slow["host"]
-    gpu_check.report(slow | {"figures": slow["figures"] | {"ensemble": {}}})
-    assert "1.90x slower" in capsys.readouterr().out
-    assert judged(1.1, 6.0)["host"] == "", "within HOST_SLOWER: nothing to say"
-    assert "faster" in judged(0.5, 6.0)["host"]
+    def regressed(result: dict) -> set[str]:
+        return {r["id"] for r in result["targets"] if r["result"] == "REGRESSED"}
+
+    # a host 1.6x slower: a member 6 s -> 9.6, DQN 16 -> 25.6, the cold fold 12 + 21 x 1.6 = 45.6, the warm 21.6
+    slow = judged(1.6)
+    assert not slow["blocked"], [r for r in slow["targets"] if r["blocks"]]
+    rows = {r["id"]: r for r in slow["targets"]}
+    assert rows["fold_cold"]["last_on_this_host"] == 45.6 and rows["fold_warm"]["last_on_this_host"] == 21.6
+    assert slow["host"].startswith("host: this machine's CPU probe took 1.60 s against 1.00 s") and "1.60x" in slow["host"]
+    # what no host explains still blocks: the captured epochs (GPU-bound) 8 s slower, B=1 throughput 13% lower
+    worse = judged(1.6, b1=2000.0, warm=26.0)
+    assert regressed(worse) == {"b1_fp32", "fold_warm"}
+    note = {r["id"]: r for r in worse["targets"]}["fold_warm"]["note"]
+    assert note == "worse than 24.8 s (last base, 21.6 s on this host +- 10% + 1 s)", note
+    gpu_check.report(worse | {"figures": worse["figures"] | {"ensemble": {}}})
+    assert "1.60x slower" in capsys.readouterr().out
+    # a host twice as fast: the record's figures on the slower host are regressions here
+    assert regressed(judged(0.5, cold=33.0, members=6.0, dqn=16.0, warm=18.0)) >= {"ensemble_sum", "dqn_fold", "fold_cold"}
+    assert "2.00x faster" in judged(0.5)["host"]
+    # no probe this time: every figure against the record as it is
+    assert regressed(judged(None)) == {
+        "fold_cold",
+        "ensemble_sum",
+        "dqn_fold",
+        "fold_warm",
+        *(f"fold_{m}" for m in gpu_check.SUPERVISED),
+    }
+    assert judged(1.1, members=6.0, dqn=16.0)["host"] == "", "within HOST_SLOWER: nothing to say"
+
+
+def test_a_second_run_from_a_later_call_is_judged_on_its_own_host(tmp_path, capsys):
+    """A check whose call had no time left for its second runs gets them from a later call of the same commit
+    (`--judge CHECK --second-run LATER`): only the stages it may run again count, their times scaled from the later
+    host to the check's by the probes; the judgement is rewritten in the file. Another commit's run is refused."""
+    results = tmp_path / "bench/results"
+    h100 = "NVIDIA H100 80GB HBM3"
+    base = _figures(3100.0, 20.0, 6.0, 16.0, 12.0) | {"host_probe_s": 2.0}
+    _recorded(results, "h100-2026-12-06", "gpu_check.json", f"{h100} 2.11.0", "base", base)
+    header = {"gpu": h100, "commit": "abc", "date": "2026-12-07T19:00:00+00:00", "stages": {"cuda_tests": {"rc": 0}}}
+    # on a host 1.5x slower: the members 9 s -> 10.9 allowed; tggn's 12 s beyond it
+    first = _figures(3100.0, 20.0, 9.0, 24.0, 12.0) | {"host_probe_s": 3.0}
+    first["ensemble"]["tggn"]["wall_s"] = 12.0
+    check = tmp_path / "out" / "gpu_check.json"
+    check.parent.mkdir()
+    check.write_text(json.dumps(gpu_check.judge(header | {"figures": first}, results)))
+    assert [r["id"] for r in json.loads(check.read_text())["targets"] if r["blocks"]] == ["fold_tggn"]
+
+    # the later call, on a host as fast as the record's: tggn 7 s there is 10.5 s on the check's host
+    later_fig = _figures(None, 15.0, 7.0, None, None) | {"host_probe_s": 2.0}
+    stages = {"members_warmup": {"rc": 0}, "ensemble_fold": {"rc": 0}, "fold_cold": {"rc": 0}}
+    later = tmp_path / "later.json"
+    later.write_text(json.dumps(header | {"stages": stages, "figures": later_fig}))
+    argv = ["gpu_check.py", "--judge", str(check), "--second-run", str(later), "--results-dir", str(results)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        assert gpu_check.main() == 0, capsys.readouterr().out
+    judged = json.loads(check.read_text())
+    rows = {r["id"]: r for r in judged["targets"]}
+    assert rows["fold_tggn"]["result"] == "PASS" and rows["fold_tggn"]["value"] == 10.5
+    assert rows["fold_tggn"]["note"] == "a second run's (the first: 12.0 s)"
+    assert rows["fold_kan"]["value"] == 9.0, "the first run's where it was the better"
+    assert rows["fold_cold"]["value"] == 20.0, "a stage that cannot run twice keeps its first figure"
+    assert judged["record_as"] == "bench/results/h100-2026-12-07/gpu_check.json" and not judged["blocked"]
+    assert "stage ensemble_fold (second run): rc 0" in capsys.readouterr().out
+
+    later.write_text(json.dumps(header | {"commit": "def", "stages": stages, "figures": later_fig}))
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(SystemExit, match="a check of def on"):
+        mp.setattr(sys, "argv", argv)
+        gpu_check.main()
 
 
 def test_the_members_folds_are_timed_after_a_warm_up_into_their_compile_cache(tmp_path):
