@@ -478,11 +478,12 @@ def gpu_name(result: dict) -> str:
 
 def _order(path: Path, result: dict) -> tuple:
     """Oldest first: the folder's date (bench/results/<gpu>-<date>[suffix]/, else the record's own `date`), the
-    folder's suffix letter, then the call number within the folder (gpu_check_call<N>.json)."""
+    record's own `date` (a check recorded later in a folder of earlier calls is the newer), then, for records of
+    before that field, the folder's suffix letter and the call number within the folder (gpu_check_call<N>.json)."""
     m = re.search(r"(\d{4}-\d{2}-\d{2})([a-z]*)$", path.parent.name)
     date = m.group(1) if m else str(result.get("date", ""))[:10]
     call = re.search(r"_call(\d+)$", path.stem)
-    return date, m.group(2) if m else "", int(call.group(1)) if call else 0, str(result.get("date", ""))
+    return date, str(result.get("date") or ""), m.group(2) if m else "", int(call.group(1)) if call else 0
 
 
 def last_recorded(results_dir: Path, gpu: str, skip: Path | None = None) -> dict[str, dict]:

@@ -159,6 +159,19 @@ def test_a_check_s_record_is_what_the_next_check_compares_with(tmp_path):
     assert not list(where.parent.glob(".*tmp"))
 
 
+def test_a_check_recorded_later_in_a_folder_of_earlier_calls_is_the_newer(tmp_path):
+    """The folder of a day's calls (gpu_check_call3.json, ...) can receive that day's later check as gpu_check.json
+    (its `record_as`): the records' own dates order them, so the later check is what the next one compares with."""
+    results = tmp_path / "results"
+    h100 = "NVIDIA H100 80GB HBM3 2.11.0"
+    for name, when, b1 in (("gpu_check_call3.json", "08:46", 3100.0), ("gpu_check.json", "19:39", 3500.0)):
+        fig = _figures(b1, 30.0, 6.0, 16.0)
+        (results / "h100-2026-12-07").mkdir(parents=True, exist_ok=True)
+        record = {"commit": when, "device": h100, "date": f"2026-12-07T{when}:00+00:00", "stages": {}, "figures": fig}
+        (results / "h100-2026-12-07" / name).write_text(json.dumps(record))
+    assert gpu_check.last_recorded(results, "NVIDIA H100 80GB HBM3")["b1_fp32"]["value"] == 3500.0
+
+
 def test_a_blocked_check_is_kept_where_no_later_check_compares_with_it(tmp_path, capsys):
     """A check that regressed is committed beside the records, not as the last record: the next check still compares
     with the last passing figures, so a regression cannot widen its own band."""
