@@ -666,7 +666,7 @@ def main() -> int:
         if args.second_run:
             result["confirmation"] = second_run(result, json.loads(args.second_run.read_text()))
         result = judge(result, args.results_dir, skip=args.judge.parent)
-        result["record_as"] = record_as(result, datetime.datetime.fromisoformat(result["date"]))
+        result["record_as"] = record_as(result, checked_at(result))
         atomic_text(args.judge, json.dumps(result, indent=1, default=str))
         report(result)
         return 1 if result["blocked"] else 0
@@ -741,9 +741,14 @@ def judge_outputs(out: Path, results_dir: Path) -> dict:
         "cut_short": True,
     }
     judge(result, results_dir, skip=out)
-    when = datetime.datetime.fromisoformat(result["date"]) if result["date"] != "?" else datetime.datetime.now(datetime.UTC)
-    result["record_as"] = record_as(result, when)
+    result["record_as"] = record_as(result, checked_at(result))
     return result
+
+
+def checked_at(result: dict) -> datetime.datetime:
+    """When a check ran: its `date`, or now for a record without one."""
+    date = result.get("date")
+    return datetime.datetime.fromisoformat(date) if date and date != "?" else datetime.datetime.now(datetime.UTC)
 
 
 def record_as(result: dict, now: datetime.datetime) -> str:
