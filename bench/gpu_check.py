@@ -551,6 +551,7 @@ def verdicts(fig: dict, stages: dict, last: dict[str, dict] | None = None, rec: 
     for tg in TARGETS:
         value, prev = rec.get(tg.id), last.get(tg.id)
         expected = tg.on_this_host(prev, rec.get("host_probe_s")) if prev else None
+        here = f"{_fmt(expected, tg.unit)} on this host" if prev and expected != prev["value"] else ""
         notes = [] if value == first.get(tg.id) else [f"a second run's (the first: {_fmt(first.get(tg.id), tg.unit)})"]
         if value is None:
             result = "NO FIGURE"
@@ -560,13 +561,11 @@ def verdicts(fig: dict, stages: dict, last: dict[str, dict] | None = None, rec: 
             notes.append(why or (f"failed: {', '.join(failed)}" if failed else "") or stage_note(tg.stage) or "no figure")
         elif prev is not None and tg.regressed(value, expected):
             result = "REGRESSED"
-            here = "" if expected == prev["value"] else f", {_fmt(expected, tg.unit)} on this host"
-            notes.append(f"worse than {_fmt(tg.bound(expected), tg.unit)} (last {prev['commit']}{here} +- {tg.noise_text()})")
-        elif not tg.meets_goal(value):
-            result = "BELOW GOAL"
-            notes.append(tg.goal_source)
+            scaled = f", {here}" if here else ""
+            notes.append(f"worse than {_fmt(tg.bound(expected), tg.unit)} (last {prev['commit']}{scaled} +- {tg.noise_text()})")
         else:
-            result = "PASS"
+            result = "PASS" if tg.meets_goal(value) else "BELOW GOAL"
+            notes += [here and f"last {prev['commit']}: {here}", "" if result == "PASS" else tg.goal_source]
         if value is not None and prev is None:
             notes.append("first figure on this card")
         rows.append(

@@ -250,6 +250,8 @@ def test_a_host_of_another_speed_scales_the_cpu_bound_seconds_it_is_judged_again
     assert not slow["blocked"], [r for r in slow["targets"] if r["blocks"]]
     rows = {r["id"]: r for r in slow["targets"]}
     assert rows["fold_cold"]["last_on_this_host"] == 45.6 and rows["fold_warm"]["last_on_this_host"] == 21.6
+    assert rows["fold_cold"]["note"].startswith("last base: 45.6 s on this host"), rows["fold_cold"]["note"]
+    assert "on this host" not in rows["b1_fp32"]["note"]  # a throughput is the card's: never scaled
     assert slow["host"].startswith("host: this machine's CPU probe took 1.60 s against 1.00 s") and "1.60x" in slow["host"]
     # what no host explains still blocks: the captured epochs (GPU-bound) 8 s slower, B=1 throughput 13% lower
     worse = judged(1.6, b1=2000.0, warm=26.0)
@@ -301,7 +303,7 @@ def test_a_second_run_from_a_later_call_is_judged_on_its_own_host(tmp_path, caps
     judged = json.loads(check.read_text())
     rows = {r["id"]: r for r in judged["targets"]}
     assert rows["fold_tggn"]["result"] == "PASS" and rows["fold_tggn"]["value"] == 10.5
-    assert rows["fold_tggn"]["note"] == "a second run's (the first: 12.0 s)"
+    assert rows["fold_tggn"]["note"] == "a second run's (the first: 12.0 s); last base: 9.0 s on this host"
     assert rows["fold_kan"]["value"] == 9.0, "the first run's where it was the better"
     assert rows["fold_cold"]["value"] == 20.0, "a stage that cannot run twice keeps its first figure"
     assert judged["record_as"] == "bench/results/h100-2026-12-07/gpu_check.json" and not judged["blocked"]
