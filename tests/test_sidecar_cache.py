@@ -8,13 +8,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from alpha_core.data.sidecar import LabelConfig, ensure_sidecar
+from alpha_core.data.sidecar import LabelConfig, ensure_sidecar, load_sidecar
 from alpha_core.errors import DataError
 
 
@@ -274,3 +275,37 @@ def test_predecode_keeps_no_sidecar_mapped(tiny_data, tmp_path):
     assert len(_mapped(cache)) == 1  # a view holds its mapping
     del column
     assert _mapped(cache) == []
+
+
+def test_threads_reading_sidecars_never_parse_two_headers_at_once(tiny_sidecars, monkeypatch):
+    """numpy parses each .npy header with `ast`, which CPython 3.11 cannot do in two threads at once (a SystemError
+    that failed a hyperopt run, whose particles train on threads): every header a sidecar reads is parsed alone."""
+    import ast
+
+    parse, active, most, count = ast.literal_eval, [0], [0], threading.Lock()
+
+    def slow_parse(text):
+        with count:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.005)  # wide enough that two unguarded parses always overlap
+        try:
+            return parse(text)
+        finally:
+            with count:
+                active[0] -= 1
+
+    monkeypatch.setattr(ast, "literal_eval", slow_parse)
+    paths = [sc.path for sc in tiny_sidecars["bars"]]
+
+    def read(path):
+        sidecar = load_sidecar(path)  # verifies every array's header
+        sidecar.array("close")  # maps one
+        sidecar.read("close", 0, 4)  # reads one without mapping it
+
+    threads = [threading.Thread(target=read, args=(path,)) for path in paths * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1, f"{most[0]} headers parsed at once"

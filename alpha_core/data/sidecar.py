@@ -26,6 +26,7 @@ import json
 import os
 import secrets
 import shutil
+import threading
 import weakref
 from pathlib import Path
 from typing import Annotated, Literal
@@ -191,7 +192,8 @@ class Sidecar:
         arr = None if ref is None else ref()
         if arr is None:
             try:
-                arr = np.load(self.path / f"{name}.npy", mmap_mode="r")
+                with _HEADER_LOCK:  # mapping is cheap: the header's parse is what the lock is for
+                    arr = np.load(self.path / f"{name}.npy", mmap_mode="r")
             except FileNotFoundError:
                 raise DataError(
                     self.path,
@@ -654,6 +656,12 @@ def _write(
     (out / "meta.json").write_bytes(_meta_json(meta))
 
 
+# numpy parses a .npy header with `ast.literal_eval`, and CPython 3.11's conversion of a parse to AST objects is not
+# safe in two threads at once ("SystemError: AST constructor recursion depth mismatch", CPython gh-106905): hyperopt's
+# particles train on threads and read sidecars together, so every header read here is parsed under one lock.
+_HEADER_LOCK = threading.Lock()
+
+
 def _iso(ts_ns: int) -> str:
     return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat()
 
@@ -661,10 +669,11 @@ def _iso(ts_ns: int) -> str:
 def _npy_header(fh) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran order, dtype) of an open `.npy` file, leaving it at the first data byte."""
     version = np.lib.format.read_magic(fh)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(fh)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(fh)
+    with _HEADER_LOCK:
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(fh)
     raise ValueError(f"unsupported .npy format version {version}")
 
 
